@@ -1,0 +1,66 @@
+// 16-lane fp32 vectors through GCC/Clang vector extensions: AVX-512 registers under
+// -march with AVX-512, two AVX2 registers otherwise, plain scalar code elsewhere. Every
+// reduction here has a fixed order, so results do not depend on how work is split.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace deepinfer::simd {
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef uint32_t v16u32 __attribute__((vector_size(64)));
+typedef uint16_t v16u16 __attribute__((vector_size(32)));
+
+inline v16f zero() { return v16f{}; }
+inline v16f splat(float x) { return v16f{} + x; }
+inline v16f load(const float* p) {
+  v16f v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void store(float* p, v16f v) { std::memcpy(p, &v, sizeof(v)); }
+// 16 bf16 values widened to fp32 (exact: bf16 is the top half of an fp32).
+inline v16f load_bf16(const uint16_t* p) {
+  v16u16 h;
+  std::memcpy(&h, p, sizeof(h));
+  v16u32 w = __builtin_convertvector(h, v16u32) << 16;
+  return (v16f)w;  // bit cast between same-size vector types
+}
+// Fixed pairwise tree: (0+8, 1+9, ...) then halves again, so the sum is reproducible.
+inline float hsum(v16f v) {
+  float a[16];
+  std::memcpy(a, &v, sizeof(a));
+  float b[8];
+  for (int i = 0; i < 8; ++i) b[i] = a[i] + a[i + 8];
+  float c[4];
+  for (int i = 0; i < 4; ++i) c[i] = b[i] + b[i + 4];
+  return (c[0] + c[2]) + (c[1] + c[3]);
+}
+inline float hmax(v16f v) {
+  float a[16];
+  std::memcpy(a, &v, sizeof(a));
+  float m = a[0];
+  for (int i = 1; i < 16; ++i) m = a[i] > m ? a[i] : m;
+  return m;
+}
+
+// Σ a[i]·b[i] over n floats: 16-lane partial sums in i order, a fixed tree, then the tail.
+inline float dot(const float* a, const float* b, int64_t n) {
+  v16f acc = zero();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) acc += load(a + i) * load(b + i);
+  float s = hsum(acc);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// y[i] += alpha · x[i]
+inline void axpy(float alpha, const float* x, float* y, int64_t n) {
+  const v16f a = splat(alpha);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) store(y + i, load(y + i) + a * load(x + i));
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+}  // namespace deepinfer::simd

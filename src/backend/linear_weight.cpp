@@ -1,0 +1,76 @@
+#include "backend/linear_weight.h"
+
+#include <array>
+
+namespace deepinfer {
+namespace {
+
+const std::array<float, 256>& e4m3_table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[i] = e4m3_to_f32(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+void LinearWeight::dequantize(int64_t n0, int64_t n_rows, int64_t k0, int64_t n_cols, float* out,
+                              int64_t ld_out) const {
+  DI_CHECK(n0 >= 0 && n0 + n_rows <= n_out() && k0 >= 0 && k0 + n_cols <= n_in());
+  const int64_t ld = n_in();
+  switch (weight.dtype()) {
+    case DType::kF32: {
+      const float* w = static_cast<const float*>(weight.raw_data());
+      for (int64_t r = 0; r < n_rows; ++r)
+        for (int64_t k = 0; k < n_cols; ++k) out[r * ld_out + k] = w[(n0 + r) * ld + k0 + k];
+      break;
+    }
+    case DType::kBF16: {
+      const uint16_t* w = static_cast<const uint16_t*>(weight.raw_data());
+      for (int64_t r = 0; r < n_rows; ++r)
+        for (int64_t k = 0; k < n_cols; ++k) out[r * ld_out + k] = bf16_to_f32(w[(n0 + r) * ld + k0 + k]);
+      break;
+    }
+    case DType::kF16: {
+      const uint16_t* w = static_cast<const uint16_t*>(weight.raw_data());
+      for (int64_t r = 0; r < n_rows; ++r)
+        for (int64_t k = 0; k < n_cols; ++k) out[r * ld_out + k] = f16_to_f32(w[(n0 + r) * ld + k0 + k]);
+      break;
+    }
+    case DType::kF8E4M3: {
+      const auto& table = e4m3_table();
+      const uint8_t* w = static_cast<const uint8_t*>(weight.raw_data());
+      const float* s = scale_inv.data<float>();
+      const int64_t s_cols = scale_inv.size(1);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const int64_t n = n0 + r;
+        const float* srow = s + (n / block_n) * s_cols;
+        const uint8_t* wrow = w + n * ld;
+        for (int64_t k = 0; k < n_cols; ++k) {
+          const int64_t kk = k0 + k;
+          out[r * ld_out + k] = table[wrow[kk]] * srow[kk / block_k];
+        }
+      }
+      break;
+    }
+    default:
+      DI_CHECK(false && "LinearWeight dtype validated at load");
+  }
+}
+
+LinearWeight LinearWeight::rows(int64_t n0, int64_t n_rows) const {
+  LinearWeight out = *this;
+  out.weight = weight.slice_rows(n0, n0 + n_rows);
+  if (weight.dtype() == DType::kF8E4M3) {
+    DI_CHECK_EQ(n0 % block_n, 0);
+    DI_CHECK(n_rows % block_n == 0 || n0 + n_rows == n_out());
+    const int64_t s0 = n0 / block_n;
+    const int64_t s1 = (n0 + n_rows + block_n - 1) / block_n;
+    out.scale_inv = scale_inv.slice_rows(s0, s1);
+  }
+  return out;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,33 @@
+// LinearWeight: one nn.Linear weight as stored (fp32, bf16, or FP8 e4m3 with 128x128 block
+// scales), computing y = x · Wᵀ. Owns nothing but tensor shares; the bytes usually live in a
+// memory-mapped checkpoint. Dequantization helpers here are the single definition of the FP8
+// block-scale rule: W[n,k] = float(q[n,k]) · scale_inv[n / block_n, k / block_k].
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace deepinfer {
+
+struct LinearWeight {
+  Tensor weight;     // [n_out, n_in] F32 | BF16 | F8E4M3
+  Tensor scale_inv;  // [ceil(n_out / block_n), ceil(n_in / block_k)] F32; F8E4M3 only
+  int64_t block_n = 0;
+  int64_t block_k = 0;
+
+  bool defined() const { return weight.defined(); }
+  int64_t n_out() const { return weight.size(0); }
+  int64_t n_in() const { return weight.size(1); }
+  DType dtype() const { return weight.dtype(); }
+
+  // out[r, k] = W[n0 + r, k0 + k] for r < n_rows, k < n_cols, as fp32 (row stride ld_out).
+  // Precondition: the ranges lie inside the weight.
+  void dequantize(int64_t n0, int64_t n_rows, int64_t k0, int64_t n_cols, float* out, int64_t ld_out) const;
+
+  // Rows [n0, n0 + n_rows) as a LinearWeight view (FP8: n0 and, unless it ends the tensor,
+  // n_rows must be multiples of block_n, so scale rows stay aligned).
+  LinearWeight rows(int64_t n0, int64_t n_rows) const;
+};
+
+}  // namespace deepinfer

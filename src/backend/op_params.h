@@ -1,0 +1,73 @@
+// Plain parameter structs shared by every backend's ops: shapes, layouts and algorithm choices
+// with no behaviour. Pointers are borrowed for the duration of one op call.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/linear_weight.h"
+
+namespace deepinfer {
+
+enum class ScoringFunc { kSoftmax, kSigmoid };
+enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };
+
+// Rotary embedding of `dim` channels: pair i rotates by position · inv_freq[i], with cos and
+// sin both multiplied by attention_factor (transformers' YaRN amplitude; 1 for plain RoPE).
+struct RopeParams {
+  std::vector<float> inv_freq;  // [dim / 2] f32
+  float attention_factor = 1.0f;
+  // true: pairs (2i, 2i+1) (DeepSeek's release layout); false: pairs (i, i + dim/2).
+  bool interleave = true;
+  int64_t dim() const { return static_cast<int64_t>(inv_freq.size()) * 2; }
+};
+
+// The sequences of one forward step, in CSR form over the flattened query rows. Query row
+// q_indptr[b] + i of sequence b sits at position kv_len[b] - q_len(b) + i; it attends to
+// cached positions [0, that position] (causal). The new tokens' KV is written before attention.
+struct AttentionBatch {
+  const int32_t* q_indptr = nullptr;      // [n_seqs + 1]
+  const int32_t* kv_len = nullptr;        // [n_seqs] tokens in the cache after this step's writes
+  const int32_t* block_indptr = nullptr;  // [n_seqs + 1]
+  const int32_t* block_ids = nullptr;     // [block_indptr[n_seqs]] pages of each sequence, in order
+  const uint8_t* seq_mask = nullptr;      // [n_seqs] 1 = attend for this sequence; null = all
+  int64_t n_seqs = 0;
+  int64_t block_size = 0;  // tokens per page
+
+  bool selected(int64_t seq) const { return seq_mask == nullptr || seq_mask[seq] != 0; }
+};
+
+enum class MlaForm {
+  kNaive,     // decompress K/V per head through kv_b_proj (MHA form; prefill)
+  kAbsorbed,  // attend over the latent with W_UK absorbed into q and W_UV applied after (decode)
+};
+
+struct MlaParams {
+  int64_t n_heads = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  int64_t kv_lora_rank = 0;
+  float softmax_scale = 0.0f;
+  const LinearWeight* kv_b_proj = nullptr;  // [n_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
+};
+
+struct RouterParams {
+  ScoringFunc scoring_func = ScoringFunc::kSigmoid;
+  TopkMethod topk_method = TopkMethod::kNoauxTc;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  int64_t top_k = 1;
+  bool norm_topk_prob = false;
+  float routed_scaling_factor = 1.0f;
+  const float* correction_bias = nullptr;  // [n_experts] f32, selection only; may be null
+};
+
+// One SwiGLU MLP: down(silu(gate(x)) * up(x)).
+struct MlpWeights {
+  LinearWeight gate_proj;  // [intermediate, hidden]
+  LinearWeight up_proj;    // [intermediate, hidden]
+  LinearWeight down_proj;  // [hidden, intermediate]
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,189 @@
+#include "model/deepseek/deepseek_model.h"
+
+#include <algorithm>
+
+#include "model/deepseek/deepseek_rope.h"
+
+namespace deepinfer {
+
+int32_t ForwardBatch::add_sequence(const KvSequence& kv, const int32_t* tokens, int64_t n, int64_t block_size) {
+  if (q_indptr.empty()) q_indptr.push_back(0);
+  if (block_indptr.empty()) block_indptr.push_back(0);
+  const int32_t first_row = static_cast<int32_t>(token_ids.size());
+  DI_CHECK_GE(static_cast<int64_t>(kv.block_ids.size()) * block_size, kv.n_tokens + n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t pos = kv.n_tokens + i;
+    token_ids.push_back(tokens[i]);
+    positions.push_back(static_cast<int32_t>(pos));
+    slots.push_back(kv.slot(pos, block_size));
+  }
+  q_indptr.push_back(static_cast<int32_t>(token_ids.size()));
+  kv_len.push_back(static_cast<int32_t>(kv.n_tokens + n));
+  const int64_t n_blocks = (kv.n_tokens + n + block_size - 1) / block_size;
+  block_ids.insert(block_ids.end(), kv.block_ids.begin(), kv.block_ids.begin() + n_blocks);
+  block_indptr.push_back(static_cast<int32_t>(block_ids.size()));
+  return first_row;
+}
+
+Expected<std::unique_ptr<DeepseekModel>> DeepseekModel::load(const Checkpoint& checkpoint) {
+  auto config = parse_deepseek_config(checkpoint.config());
+  if (!config) return config.status().with_context(checkpoint.dir() + "/config.json");
+  auto weights = load_deepseek_weights(checkpoint, *config);
+  if (!weights) return weights.status().with_context(checkpoint.dir());
+  return std::make_unique<DeepseekModel>(std::move(*config), std::move(*weights));
+}
+
+DeepseekModel::DeepseekModel(DeepseekConfig config, DeepseekWeights weights)
+    : config_(std::move(config)), weights_(std::move(weights)), rope_(make_rope_params(config_)) {}
+
+std::vector<KvLayerSpec> DeepseekModel::kv_layers() const {
+  return std::vector<KvLayerSpec>(static_cast<size_t>(config_.num_hidden_layers),
+                                  KvLayerSpec{KvKind::kMlaLatent, config_.kv_latent_dim()});
+}
+
+namespace {
+
+Tensor host_i32(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::empty_host(DType::kI32, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+
+}  // namespace
+
+void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, const Tensor& positions,
+                              const Tensor& slots, const AttentionBatch& decode, const AttentionBatch& prefill,
+                              Tensor& cache_layer, Tensor& attn_out) const {
+  const DeepseekConfig& c = config_;
+  const DeepseekLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+  const int64_t T = x.size(0), H = c.num_attention_heads, dqk = c.qk_head_dim();
+  const int64_t r = c.kv_lora_rank, dr = c.qk_rope_head_dim, width = c.kv_latent_dim();
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  Tensor q = Tensor::empty_host(DType::kF32, {T, H * dqk});  // [T, H * (dn + dr)]
+  if (c.q_lora_rank == 0) {
+    backend.matmul(x, 0, w.q_proj, q);
+  } else {
+    Tensor qa = Tensor::empty_host(DType::kF32, {T, c.q_lora_rank});  // [T, q_lora_rank]
+    backend.matmul(x, 0, w.q_a_proj, qa);
+    backend.rms_norm(qa, 0, w.q_a_layernorm, eps, qa);
+    backend.matmul(qa, 0, w.q_b_proj, q);
+  }
+  Tensor q3 = q.reshape({T, H, dqk});
+  backend.rope(q3, c.qk_nope_head_dim, positions, rope_);
+
+  Tensor kv = Tensor::empty_host(DType::kF32, {T, width});  // [T, r + dr] = [c_kv | k_pe] pre-norm
+  backend.matmul(x, 0, w.kv_a_proj_with_mqa, kv);
+  Tensor c_kv = Tensor::empty_host(DType::kF32, {T, r});  // [T, r] post-norm
+  backend.rms_norm(kv, width, w.kv_a_layernorm, eps, c_kv);
+  float* kvp = kv.data<float>();
+  for (int64_t t = 0; t < T; ++t) std::copy(c_kv.data<float>() + t * r, c_kv.data<float>() + (t + 1) * r, kvp + t * width);
+  Tensor kv3 = kv.reshape({T, 1, width});  // k_pe is one head shared by all query heads
+  backend.rope(kv3, r, positions, rope_);
+  backend.kv_write(kv, slots, cache_layer);
+
+  MlaParams p;
+  p.n_heads = H;
+  p.qk_nope_head_dim = c.qk_nope_head_dim;
+  p.qk_rope_head_dim = dr;
+  p.v_head_dim = c.v_head_dim;
+  p.kv_lora_rank = r;
+  p.softmax_scale = static_cast<float>(c.softmax_scale());
+  p.kv_b_proj = &w.kv_b_proj;
+  Tensor o = Tensor::empty_host(DType::kF32, {T, H, c.v_head_dim});  // [T, H, dv]
+  if (decode.n_seqs > 0) backend.mla_attention(p, MlaForm::kAbsorbed, q3, cache_layer, decode, o);
+  if (prefill.n_seqs > 0) backend.mla_attention(p, MlaForm::kNaive, q3, cache_layer, prefill, o);
+  backend.matmul(o.reshape({T, H * c.v_head_dim}), 0, w.o_proj, attn_out);
+}
+
+void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, const Tensor& x, Tensor& out) const {
+  const DeepseekConfig& c = config_;
+  if (!w.is_moe) {
+    backend.mlp(x, w.mlp, out);
+    return;
+  }
+  const int64_t T = x.size(0), k = c.num_experts_per_tok;
+  Tensor router_logits = Tensor::empty_host(DType::kF32, {T, c.n_routed_experts});  // fp32, like the references
+  backend.matmul(x, 0, w.gate, router_logits);
+  RouterParams rp;
+  rp.scoring_func = c.scoring_func;
+  rp.topk_method = c.topk_method;
+  rp.n_group = c.n_group;
+  rp.topk_group = c.topk_group;
+  rp.top_k = k;
+  rp.norm_topk_prob = c.norm_topk_prob;
+  rp.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
+  rp.correction_bias = w.e_score_correction_bias.empty() ? nullptr : w.e_score_correction_bias.data();
+  Tensor ids = Tensor::empty_host(DType::kI32, {T, k});
+  Tensor weights = Tensor::empty_host(DType::kF32, {T, k});
+  backend.moe_route(router_logits, rp, ids, weights);
+  backend.moe_experts(x, ids, weights, w.experts, out);
+  if (w.has_shared_experts) {
+    Tensor shared = Tensor::empty_host(DType::kF32, {T, c.hidden_size});
+    backend.mlp(x, w.shared_experts, shared);
+    float* o = out.data<float>();
+    const float* s = shared.data<float>();
+    for (int64_t i = 0; i < T * c.hidden_size; ++i) o[i] += s[i];
+  }
+}
+
+Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, PagedKvCache& cache) const {
+  const DeepseekConfig& c = config_;
+  const int64_t T = batch.n_tokens(), D = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  DI_CHECK_EQ(static_cast<int64_t>(batch.positions.size()), T);
+  DI_CHECK_EQ(static_cast<int64_t>(batch.slots.size()), T);
+  DI_CHECK_EQ(static_cast<int64_t>(batch.q_indptr.size()), batch.n_seqs() + 1);
+  DI_CHECK_EQ(cache.n_layers(), c.num_hidden_layers);
+  const Tensor ids = host_i32(batch.token_ids);
+  const Tensor positions = host_i32(batch.positions);
+  const Tensor slots = host_i32(batch.slots);
+
+  // Two views of the batch for the two attention forms: decode rows (q_len == 1) and the rest.
+  std::vector<uint8_t> is_decode(static_cast<size_t>(batch.n_seqs())), is_prefill(is_decode.size());
+  int64_t n_decode = 0;
+  for (int64_t b = 0; b < batch.n_seqs(); ++b) {
+    const bool d = batch.q_indptr[static_cast<size_t>(b) + 1] - batch.q_indptr[static_cast<size_t>(b)] == 1;
+    is_decode[static_cast<size_t>(b)] = d;
+    is_prefill[static_cast<size_t>(b)] = !d;
+    n_decode += d;
+  }
+  AttentionBatch decode;
+  decode.q_indptr = batch.q_indptr.data();
+  decode.kv_len = batch.kv_len.data();
+  decode.block_indptr = batch.block_indptr.data();
+  decode.block_ids = batch.block_ids.data();
+  decode.block_size = cache.block_size();
+  AttentionBatch prefill = decode;
+  decode.seq_mask = is_decode.data();
+  decode.n_seqs = n_decode > 0 ? batch.n_seqs() : 0;
+  prefill.seq_mask = is_prefill.data();
+  prefill.n_seqs = n_decode < batch.n_seqs() ? batch.n_seqs() : 0;
+
+  Tensor h = Tensor::empty_host(DType::kF32, {T, D});       // [T, hidden] residual stream
+  Tensor x = Tensor::empty_host(DType::kF32, {T, D});       // [T, hidden] normalized input of a sublayer
+  Tensor delta = Tensor::empty_host(DType::kF32, {T, D});   // [T, hidden] sublayer output
+  backend.embedding(weights_.embed_tokens, ids, h);
+  backend.rms_norm(h, 0, weights_.layers[0].input_layernorm, eps, x);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const DeepseekLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+    attention(backend, l, x, positions, slots, decode, prefill, cache.layer(l), delta);
+    backend.add_rms_norm(h, delta, w.post_attention_layernorm, eps, x);
+    ffn(backend, w, x, delta);
+    const Tensor& next_norm =
+        l + 1 < c.num_hidden_layers ? weights_.layers[static_cast<size_t>(l) + 1].input_layernorm : weights_.norm;
+    backend.add_rms_norm(h, delta, next_norm, eps, x);  // x = final-normed h after the last layer
+  }
+  const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
+  Tensor rows = Tensor::empty_host(DType::kF32, {R, D});
+  for (int64_t i = 0; i < R; ++i) {
+    const int64_t t = batch.logits_rows[static_cast<size_t>(i)];
+    DI_CHECK(t >= 0 && t < T);
+    std::copy(x.data<float>() + t * D, x.data<float>() + (t + 1) * D, rows.data<float>() + i * D);
+  }
+  Tensor logits = Tensor::empty_host(DType::kF32, {R, c.vocab_size});
+  backend.matmul(rows, 0, weights_.lm_head, logits);
+  return logits;
+}
+
+}  // namespace deepinfer

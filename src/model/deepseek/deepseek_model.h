@@ -1,0 +1,69 @@
+// DeepseekModel: the DeepSeek-V2/V3 forward as straight-line calls to backend ops, over the
+// paged MLA latent cache. Owns the config, weights and RoPE table; borrows the backend.
+// Does not schedule, sample or allocate KV pages: callers describe each step in a ForwardBatch.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "io/checkpoint.h"
+#include "kv/paged_kv_cache.h"
+#include "model/deepseek/deepseek_config.h"
+#include "model/deepseek/deepseek_weights.h"
+
+namespace deepinfer {
+
+// One forward step over several sequences. Sequence b contributes query rows
+// [q_indptr[b], q_indptr[b+1]) — its newest tokens — and has kv_len[b] tokens cached once
+// they are written. Sequences with one query row take the absorbed (decode) attention form,
+// others the naive (prefill) form.
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;     // [T] each < vocab_size (validated by the caller)
+  std::vector<int32_t> positions;     // [T]
+  std::vector<int32_t> slots;         // [T] cache slot for each new token
+  std::vector<int32_t> q_indptr;      // [B + 1]
+  std::vector<int32_t> kv_len;        // [B]
+  std::vector<int32_t> block_indptr;  // [B + 1]
+  std::vector<int32_t> block_ids;     // pages of each sequence in order
+  std::vector<int32_t> logits_rows;   // rows of T whose logits are returned, in this order
+
+  int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int64_t n_seqs() const { return static_cast<int64_t>(kv_len.size()); }
+  // Appends one sequence's step: new tokens at positions [kv.n_tokens, kv.n_tokens + n)
+  // (kv must already own pages for them). Returns the first new row's index.
+  int32_t add_sequence(const KvSequence& kv, const int32_t* tokens, int64_t n, int64_t block_size);
+};
+
+class DeepseekModel {
+ public:
+  // Parses config.json, loads and validates every tensor. Errors name the file/field/tensor.
+  static Expected<std::unique_ptr<DeepseekModel>> load(const Checkpoint& checkpoint);
+  // Builds a model from an already parsed config and loaded weights (tests, dummy weights).
+  DeepseekModel(DeepseekConfig config, DeepseekWeights weights);
+
+  const DeepseekConfig& config() const { return config_; }
+  const DeepseekWeights& weights() const { return weights_; }
+  bool has_mtp() const { return !weights_.mtp.empty(); }
+  // What each main layer caches per token (the MLA latent).
+  std::vector<KvLayerSpec> kv_layers() const;
+
+  // Runs the step, writing the new tokens' KV into `cache`; returns logits
+  // [batch.logits_rows.size(), vocab_size] F32. Preconditions: batch consistent with cache.
+  Tensor forward(Backend& backend, const ForwardBatch& batch, PagedKvCache& cache) const;
+
+ private:
+  // attn_out [T, hidden] = MLA(x [T, hidden]) for layer l; writes the layer's KV.
+  void attention(Backend& backend, int64_t l, const Tensor& x, const Tensor& positions, const Tensor& slots,
+                 const AttentionBatch& decode, const AttentionBatch& prefill, Tensor& cache_layer,
+                 Tensor& attn_out) const;
+  // ffn_out [T, hidden] = dense MLP or MoE (+ shared experts) of x.
+  void ffn(Backend& backend, const DeepseekLayerWeights& w, const Tensor& x, Tensor& ffn_out) const;
+
+  DeepseekConfig config_;
+  DeepseekWeights weights_;
+  RopeParams rope_;
+};
+
+}  // namespace deepinfer
