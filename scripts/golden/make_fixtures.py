@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 
 # Never touch the network: everything is built from local configs.
@@ -307,7 +306,7 @@ FIXTURES = [
         name="v3_fp8",
         arch="DeepseekV3ForCausalLM",
         description="DeepSeek-V3 with FP8 (e4m3fn) 128x128 block-scaled weights + float32 weight_scale_inv "
-        "(quantization_config fp8, weight_block_size [128,128]); dims chosen so full, several and partial blocks "
+        "(quantization_config fp8, weight_block_size [128, 128]); dims chosen so full, several and partial blocks "
         "occur (hidden 288, q_lora 160, kv_lora 144, qk_nope 32, qk_rope 16, v_head 32, 4 heads, intermediate 272, "
         "moe_intermediate 136, 8 experts top-2, n_group=2/topk_group=1); embed/lm_head/router/norms stored "
         "bf16, e_score_correction_bias fp32. Golden computed from the dequantized weights.",
@@ -1258,9 +1257,13 @@ def make_fixture(spec: dict, out_root: str) -> dict:
         "weight_files": [f for f in files if f.endswith(".safetensors")],
         "prompts": entries,
     }
+    text = json.dumps(golden, indent=2)
+    # keep integer id lists on one line
+    text = re.sub(r"\[\s*(\d+(?:,\s*\d+)*)\s*\]", lambda m: "[" + ", ".join(re.split(r",\s*", m.group(1))) + "]", text)
+    if json.loads(text) != golden:
+        fail(f"{name}: golden.json formatting changed its content")
     with open(os.path.join(fixture_dir, "golden.json"), "w") as f:
-        json.dump(golden, f, indent=2)
-        f.write("\n")
+        f.write(text + "\n")
 
     nbytes = sum(os.path.getsize(os.path.join(fixture_dir, f)) for f in os.listdir(fixture_dir))
     rot = rope_state(golden_model)
