@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <random>
 
 namespace deepinfer {
@@ -44,6 +45,7 @@ Status Generator::validate(const GenerateRequest& r) const {
 }
 
 Expected<std::vector<GenerateResult>> Generator::generate(const std::vector<GenerateRequest>& requests) {
+  if (requests.empty()) return make_error(StatusCode::kInvalidArgument, "no requests to generate");
   for (size_t i = 0; i < requests.size(); ++i) {
     Status s = validate(requests[i]);
     if (!s.is_ok()) return requests.size() == 1 ? s : s.with_context(fmt::format("request {}", i));
@@ -77,6 +79,12 @@ Expected<std::vector<GenerateResult>> Generator::generate(const std::vector<Gene
     auto& res = results[static_cast<size_t>(i)];
     // Keyed by the new token's position (the sequence already holds n_tokens tokens).
     const int64_t position = seqs[static_cast<size_t>(i)].n_tokens;
+    for (int64_t v = 0; v < vocab; ++v) {
+      if (!std::isfinite(logits[v])) {  // a broken model or weights: end this request, not the process
+        res.finish_reason = "error";
+        return false;
+      }
+    }
     const int32_t tok = sample_token(logits, vocab, r.sampler, res.seed, static_cast<uint64_t>(position), &scratch);
     if (r.return_step_logits) res.step_logits.insert(res.step_logits.end(), logits, logits + vocab);
     res.token_ids.push_back(tok);

@@ -28,7 +28,7 @@ struct GenerateRequest {
 
 struct GenerateResult {
   std::vector<int32_t> token_ids;
-  std::string finish_reason;             // "stop" (EOS) | "length"
+  std::string finish_reason;             // "stop" (EOS) | "length" | "error" (non-finite logits)
   uint64_t seed = 0;                     // the seed actually used
   std::vector<float> prompt_logits;      // [n_prompt, vocab] when requested
   std::vector<float> step_logits;        // [n_generated, vocab] when requested

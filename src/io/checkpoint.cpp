@@ -49,9 +49,9 @@ Status Checkpoint::index_tensors() {
     for (size_t e = 0; e < entries.size(); ++e) {
       const auto [it, inserted] = by_name_.emplace(entries[e].name, Location{f, e});
       if (!inserted) {
-        return make_error(StatusCode::kCorrupt, "checkpoint {}: tensor {} appears in both {} and {}", quote_text(dir_, 4096),
-                          quote_text(entries[e].name), quote_text(files_[it->second.file].path(), 4096),
-                          quote_text(files_[f].path(), 4096));
+        return make_error(StatusCode::kCorrupt, "checkpoint {}: tensor {} appears in both {} and {}",
+                          quote_text(dir_, 4096), quote_text(entries[e].name),
+                          quote_text(files_[it->second.file].path(), 4096), quote_text(files_[f].path(), 4096));
       }
       total_bytes_ += static_cast<int64_t>(entries[e].n_bytes());
     }
@@ -176,13 +176,15 @@ const SafetensorsEntry* Checkpoint::entry(std::string_view name) const {
 Expected<Tensor> Checkpoint::get(std::string_view name) const {
   const auto it = by_name_.find(name);
   if (it == by_name_.end()) {
-    return make_error(StatusCode::kNotFound, "tensor {} not found in checkpoint {}", quote_text(name), quote_text(dir_, 4096));
+    return make_error(StatusCode::kNotFound, "tensor {} not found in checkpoint {}", quote_text(name),
+                      quote_text(dir_, 4096));
   }
   const SafetensorsFile& file = files_[it->second.file];
   const SafetensorsEntry& e = file.entries()[it->second.entry];
   if (e.shape.size() > static_cast<size_t>(kMaxDims)) {
-    return make_error(StatusCode::kUnsupported, "tensor {} in checkpoint {} has {} dimensions; at most {} are supported",
-                      quote_text(name), quote_text(dir_, 4096), e.shape.size(), kMaxDims);
+    return make_error(StatusCode::kUnsupported,
+                      "tensor {} in checkpoint {} has {} dimensions; at most {} are supported", quote_text(name),
+                      quote_text(dir_, 4096), e.shape.size(), kMaxDims);
   }
   return file.tensor(e);
 }

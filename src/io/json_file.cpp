@@ -9,6 +9,8 @@
 #include <cstring>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "io/text.h"
 
 namespace deepinfer {
@@ -30,15 +32,11 @@ class StrictDomBuilder {
   bool boolean(bool value) { return put(Json(value)) != nullptr; }
   bool number_integer(Json::number_integer_t value) { return put(Json(value)) != nullptr; }
   bool number_unsigned(Json::number_unsigned_t value) { return put(Json(value)) != nullptr; }
-  bool number_float(Json::number_float_t value, const Json::string_t& /*text*/) {
-    return put(Json(value)) != nullptr;
-  }
+  bool number_float(Json::number_float_t value, const Json::string_t& /*text*/) { return put(Json(value)) != nullptr; }
   bool string(Json::string_t& value) { return put(Json(std::move(value))) != nullptr; }
   bool binary(Json::binary_t& value) { return put(Json::binary(std::move(value))) != nullptr; }
 
-  bool start_object(size_t /*n_elements: unknown for text input*/) {
-    return open_container(Json::value_t::object);
-  }
+  bool start_object(size_t /*n_elements: unknown for text input*/) { return open_container(Json::value_t::object); }
   bool key(Json::string_t& key) {
     // Precondition (guaranteed by the parser): the innermost open container is an object.
     auto& object = stack_.back()->get_ref<Json::object_t&>();
@@ -110,16 +108,15 @@ class StrictDomBuilder {
 
   Json& root_;
   std::vector<std::string>* top_level_keys_;
-  std::vector<Json*> stack_;          // open containers, outermost first
-  std::vector<std::string> labels_;   // per open container: the member being filled (for errors)
-  Json* slot_ = nullptr;              // the object member created by the last key()
+  std::vector<Json*> stack_;         // open containers, outermost first
+  std::vector<std::string> labels_;  // per open container: the member being filled (for errors)
+  Json* slot_ = nullptr;             // the object member created by the last key()
   std::string error_;
 };
 
 }  // namespace
 
-Expected<nlohmann::json> parse_json_strict(std::string_view text,
-                                           std::vector<std::string>* top_level_keys) {
+Expected<nlohmann::json> parse_json_strict(std::string_view text, std::vector<std::string>* top_level_keys) {
   if (const auto bad = find_invalid_utf8(text)) {
     return make_error(StatusCode::kCorrupt, "not valid UTF-8 (byte {})", *bad);
   }
@@ -130,8 +127,7 @@ Expected<nlohmann::json> parse_json_strict(std::string_view text,
                                   /*strict=*/true, /*ignore_comments=*/false);
   if (!ok) {
     if (top_level_keys != nullptr) top_level_keys->clear();
-    return Status(StatusCode::kCorrupt,
-                  builder.error().empty() ? std::string("invalid JSON") : builder.error());
+    return Status(StatusCode::kCorrupt, builder.error().empty() ? std::string("invalid JSON") : builder.error());
   }
   return root;
 }
@@ -141,8 +137,7 @@ Expected<nlohmann::json> read_json_file(const std::string& path) {
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return make_error(StatusCode::kNotFound, "{} not found", quote_text(path, 4096));
-    return make_error(StatusCode::kInvalidArgument, "cannot open {}: {}", quote_text(path, 4096),
-                      std::strerror(err));
+    return make_error(StatusCode::kInvalidArgument, "cannot open {}: {}", quote_text(path, 4096), std::strerror(err));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -151,8 +146,8 @@ Expected<nlohmann::json> read_json_file(const std::string& path) {
   }
   // Check the size before allocating; the read loop re-checks in case the file grows meanwhile.
   const auto too_big = [&] {
-    return make_error(StatusCode::kCorrupt, "{} is larger than the {} MiB limit for JSON files",
-                      quote_text(path, 4096), kMaxJsonFileBytes >> 20);
+    return make_error(StatusCode::kCorrupt, "{} is larger than the {} MiB limit for JSON files", quote_text(path, 4096),
+                      kMaxJsonFileBytes >> 20);
   };
   if (static_cast<uint64_t>(st.st_size) > kMaxJsonFileBytes) {
     ::close(fd);
@@ -174,8 +169,7 @@ Expected<nlohmann::json> read_json_file(const std::string& path) {
     if (n < 0) {
       const int err = errno;
       ::close(fd);
-      return make_error(StatusCode::kInvalidArgument, "cannot read {}: {}", quote_text(path, 4096),
-                        std::strerror(err));
+      return make_error(StatusCode::kInvalidArgument, "cannot read {}: {}", quote_text(path, 4096), std::strerror(err));
     }
     if (n == 0) break;
     n_read += static_cast<size_t>(n);

@@ -25,8 +25,7 @@ inline constexpr size_t kMaxJsonFileBytes = size_t{64} << 20;
 // kMaxJsonDepth. If `top_level_keys` is non-null and the root is an object, it receives the
 // root's keys in document order (nlohmann::json itself sorts them). Messages do not name the
 // source; callers add it. Thread-safe (no shared state).
-Expected<nlohmann::json> parse_json_strict(std::string_view text,
-                                           std::vector<std::string>* top_level_keys = nullptr);
+Expected<nlohmann::json> parse_json_strict(std::string_view text, std::vector<std::string>* top_level_keys = nullptr);
 
 // Reads and parses the JSON file at `path` with parse_json_strict. Errors name the file:
 // kNotFound if it does not exist, kInvalidArgument if it cannot be read or is not a regular

@@ -153,8 +153,8 @@ Status check_tiling(const std::vector<SafetensorsEntry>& entries, uint64_t data_
   for (size_t i : order) {
     const SafetensorsEntry& e = entries[i];
     if (e.begin > expected) {
-      return corrupt("tensor {}: field 'data_offsets' [{}, {}] leaves a gap: {} at byte {}", quote_text(e.name), e.begin,
-                     e.end,
+      return corrupt("tensor {}: field 'data_offsets' [{}, {}] leaves a gap: {} at byte {}", quote_text(e.name),
+                     e.begin, e.end,
                      previous ? fmt::format("the previous tensor {} ends", quote_text(previous->name))
                               : std::string("the data section starts"),
                      expected);
@@ -167,13 +167,14 @@ Status check_tiling(const std::vector<SafetensorsEntry>& entries, uint64_t data_
     previous = &e;
   }
   if (expected > data_bytes) {
-    return corrupt("tensor {}: field 'data_offsets' [{}, {}] runs past the end of the file (the data section is {} bytes)",
-                   quote_text(previous->name), previous->begin, previous->end, data_bytes);
+    return corrupt(
+        "tensor {}: field 'data_offsets' [{}, {}] runs past the end of the file (the data section is {} bytes)",
+        quote_text(previous->name), previous->begin, previous->end, data_bytes);
   }
   if (expected < data_bytes) {
     if (previous == nullptr) return corrupt("the header lists no tensors but the data section is {} bytes", data_bytes);
-    return corrupt("the tensors end at byte {} but the data section is {} bytes: the file has trailing bytes",
-                   expected, data_bytes);
+    return corrupt("the tensors end at byte {} but the data section is {} bytes: the file has trailing bytes", expected,
+                   data_bytes);
   }
   return Status::ok();
 }
@@ -254,7 +255,8 @@ Tensor SafetensorsFile::tensor(const SafetensorsEntry& entry) const {
 Status write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                          const std::map<std::string, std::string>& metadata) {
   const auto invalid = [&](const std::string& what) {
-    return make_error(StatusCode::kInvalidArgument, "cannot write safetensors file {}: {}", quote_text(path, 4096), what);
+    return make_error(StatusCode::kInvalidArgument, "cannot write safetensors file {}: {}", quote_text(path, 4096),
+                      what);
   };
   std::string header = "{";
   if (!metadata.empty()) {
@@ -280,9 +282,9 @@ Status write_safetensors(const std::string& path, const std::vector<std::pair<st
       return invalid(fmt::format("tensor {} is not in host memory", quote_text(name)));
     }
     const uint64_t n_bytes = tensor.n_bytes();
-    header += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", header.size() > 1 ? "," : "",
-                          json_string(name), dtype_name(tensor.dtype()), fmt::join(tensor.shape(), ","), offset,
-                          offset + n_bytes);
+    header += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+                          header.size() > 1 ? "," : "", json_string(name), dtype_name(tensor.dtype()),
+                          fmt::join(tensor.shape(), ","), offset, offset + n_bytes);
     offset += n_bytes;
   }
   header += "}";
@@ -294,7 +296,8 @@ Status write_safetensors(const std::string& path, const std::vector<std::pair<st
 
   const std::string tmp_path = path + ".tmp";
   std::FILE* file = std::fopen(tmp_path.c_str(), "wb");
-  if (file == nullptr) return invalid(fmt::format("cannot create {}: {}", quote_text(tmp_path, 4096), std::strerror(errno)));
+  if (file == nullptr)
+    return invalid(fmt::format("cannot create {}: {}", quote_text(tmp_path, 4096), std::strerror(errno)));
   uint8_t length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
   bool ok = std::fwrite(length, 1, 8, file) == 8 && std::fwrite(header.data(), 1, header.size(), file) == header.size();

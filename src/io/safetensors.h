@@ -97,8 +97,7 @@ class SafetensorsFile {
 // partial file. To keep every tensor aligned to its dtype size, order tensors by decreasing
 // dtype size. Errors: kInvalidArgument for duplicate, "__metadata__" or non-UTF-8 names, an
 // undefined or non-CPU tensor, or an I/O failure (naming the path).
-Status write_safetensors(const std::string& path,
-                         const std::vector<std::pair<std::string, Tensor>>& tensors,
+Status write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                          const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace deepinfer

@@ -11,9 +11,7 @@ namespace {
 // Length of the well-formed UTF-8 sequence starting at text[i], or 0 if there is none.
 size_t utf8_sequence_length(std::string_view text, size_t i) {
   const auto byte = [&](size_t k) { return static_cast<uint8_t>(text[k]); };
-  const auto cont = [&](size_t k, uint8_t lo, uint8_t hi) {
-    return k < text.size() && byte(k) >= lo && byte(k) <= hi;
-  };
+  const auto cont = [&](size_t k, uint8_t lo, uint8_t hi) { return k < text.size() && byte(k) >= lo && byte(k) <= hi; };
   const uint8_t b0 = byte(i);
   if (b0 < 0x80) return 1;
   if (b0 >= 0xC2 && b0 <= 0xDF) return cont(i + 1, 0x80, 0xBF) ? 2 : 0;

@@ -1,5 +1,8 @@
 #include "kv/block_pool.h"
 
+#include <algorithm>
+#include <functional>
+
 #include "core/check.h"
 
 namespace deepinfer {
@@ -8,7 +11,7 @@ BlockPool::BlockPool(int64_t n_blocks) : n_blocks_(n_blocks), allocated_(static_
   DI_CHECK_GE(n_blocks, 0);
   DI_CHECK_LE(n_blocks, int64_t{INT32_MAX});
   free_.reserve(static_cast<size_t>(n_blocks));
-  for (int64_t i = n_blocks - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));
+  for (int64_t i = 0; i < n_blocks; ++i) free_.push_back(static_cast<int32_t>(i));  // sorted: a valid min-heap
 }
 
 std::vector<int32_t> BlockPool::allocate(int64_t n) {
@@ -16,6 +19,7 @@ std::vector<int32_t> BlockPool::allocate(int64_t n) {
   std::vector<int32_t> out;
   out.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
+    std::pop_heap(free_.begin(), free_.end(), std::greater<>());
     const int32_t id = free_.back();
     free_.pop_back();
     allocated_[static_cast<size_t>(id)] = 1;
@@ -31,6 +35,7 @@ void BlockPool::release(const std::vector<int32_t>& blocks) {
     DI_CHECK_EQ(allocated_[static_cast<size_t>(id)], 1);
     allocated_[static_cast<size_t>(id)] = 0;
     free_.push_back(id);
+    std::push_heap(free_.begin(), free_.end(), std::greater<>());
   }
 }
 

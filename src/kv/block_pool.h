@@ -16,14 +16,14 @@ class BlockPool {
   int64_t n_blocks() const { return n_blocks_; }
   int64_t n_free() const { return static_cast<int64_t>(free_.size()); }
   bool can_allocate(int64_t n) const { return n >= 0 && n <= n_free(); }
-  // Precondition: can_allocate(n). Lowest ids first, so runs are reproducible.
+  // Precondition: can_allocate(n). Lowest free ids first, so runs are reproducible.
   std::vector<int32_t> allocate(int64_t n);
   // Returns blocks to the pool. Precondition: each id is currently allocated, none repeated.
   void release(const std::vector<int32_t>& blocks);
 
  private:
   int64_t n_blocks_;
-  std::vector<int32_t> free_;         // stack; back() is the next id handed out
+  std::vector<int32_t> free_;         // min-heap of free ids (std::greater): front() is next
   std::vector<uint8_t> allocated_;    // [n_blocks] 1 while handed out (invariant checks)
 };
 

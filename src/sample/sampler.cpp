@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "sample/philox.h"
@@ -27,13 +28,16 @@ int32_t argmax_token(const float* logits, int64_t vocab) {
 
 int32_t sample_token(const float* logits, int64_t vocab, const SamplerParams& p, uint64_t seed, uint64_t position,
                      std::vector<float>* scratch) {
-  if (p.temperature == 0.0f) return argmax_token(logits, vocab);
+  // Temperatures below kGreedyTemperature are greedy: 1/T would overflow the scaled logits.
+  if (p.temperature < kGreedyTemperature) return argmax_token(logits, vocab);
   // Candidate ids sorted by descending logit, ties to the lower id: a deterministic order that
   // top-k, top-p and the final inverse-CDF walk all share.
   std::vector<int32_t> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
   int64_t n = vocab;
-  auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  // NaN ranks below every number (never sampled unless nothing else is left).
+  auto key = [&](int32_t a) { return std::isnan(logits[a]) ? -std::numeric_limits<float>::infinity() : logits[a]; };
+  auto better = [&](int32_t a, int32_t b) { return key(a) > key(b) || (key(a) == key(b) && a < b); };
   if (p.top_k > 0 && p.top_k < vocab) {
     n = p.top_k;
     std::partial_sort(order.begin(), order.begin() + n, order.end(), better);
@@ -42,10 +46,13 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplerParams& p,
   }
   std::vector<float>& probs = *scratch;
   probs.resize(static_cast<size_t>(n));
-  const float inv_t = 1.0f / p.temperature;
-  const float top = logits[order[0]] * inv_t;
+  const double inv_t = 1.0 / static_cast<double>(p.temperature);
+  const double top = key(order[0]);
   double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += (probs[i] = std::exp(logits[order[i]] * inv_t - top));
+  for (int64_t i = 0; i < n; ++i) {
+    const double diff = static_cast<double>(key(order[i])) - top;  // ≤ 0; -inf for masked tokens
+    sum += (probs[i] = diff == 0.0 ? 1.0f : static_cast<float>(std::exp(diff * inv_t)));
+  }
   for (int64_t i = 0; i < n; ++i) probs[i] = static_cast<float>(probs[i] / sum);
   // top-p: the shortest prefix whose mass reaches top_p (at least one token).
   if (p.top_p < 1.0f) {

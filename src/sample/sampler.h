@@ -11,8 +11,11 @@
 
 namespace deepinfer {
 
+// Temperatures below this sample greedily (as vLLM's sampling epsilon).
+inline constexpr float kGreedyTemperature = 1e-5f;
+
 struct SamplerParams {
-  float temperature = 1.0f;  // 0 = greedy (argmax, lowest id on ties)
+  float temperature = 1.0f;  // < kGreedyTemperature (e.g. 0) = greedy (argmax, lowest id on ties)
   int64_t top_k = 0;         // ≤ 0 = off
   float top_p = 1.0f;        // (0, 1]
   float min_p = 0.0f;        // [0, 1]

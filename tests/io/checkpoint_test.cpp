@@ -1,7 +1,6 @@
 // Checkpoint: model-directory discovery, index.json sharding rules, config.json handling.
 #include "io/checkpoint.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -22,6 +21,9 @@ using test::expect_error;
 using test::make_test_dir;
 using test::patterned_tensor;
 using test::write_file;
+using CheckpointOpen = test::IoTest;
+using CheckpointRejects = test::IoTest;
+using ReadJsonFile = test::IoTest;
 
 constexpr const char* kConfig = R"({"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 64})";
 
@@ -46,7 +48,7 @@ std::string make_sharded_dir() {
   return dir;
 }
 
-TEST(Checkpoint, OpensASingleFileDirectory) {
+TEST_F(CheckpointOpen, OpensASingleFileDirectory) {
   const std::string dir = make_test_dir();
   write_file(dir + "/config.json", kConfig);
   write_shard(dir + "/model.safetensors", {"model.norm.weight", "lm_head.weight"});
@@ -71,7 +73,7 @@ TEST(Checkpoint, OpensASingleFileDirectory) {
   EXPECT_EQ(std::memcmp(tensor->raw_data(), expected.raw_data(), expected.n_bytes()), 0);
 }
 
-TEST(Checkpoint, TensorOutlivesTheCheckpoint) {
+TEST_F(CheckpointOpen, TensorOutlivesTheCheckpoint) {
   const std::string dir = make_sharded_dir();
   write_index(dir, {{"a", "model-00001-of-00002.safetensors"},
                     {"b", "model-00001-of-00002.safetensors"},
@@ -86,7 +88,7 @@ TEST(Checkpoint, TensorOutlivesTheCheckpoint) {
   EXPECT_EQ(std::memcmp(c.raw_data(), expected.raw_data(), expected.n_bytes()), 0);
 }
 
-TEST(Checkpoint, LoadsEveryFileInNameOrderWithoutAnIndex) {
+TEST_F(CheckpointOpen, LoadsEveryFileInNameOrderWithoutAnIndex) {
   const std::string dir = make_sharded_dir();
   write_file(dir + "/notes.txt", "not a shard");
   auto checkpoint = Checkpoint::open(dir);
@@ -96,7 +98,7 @@ TEST(Checkpoint, LoadsEveryFileInNameOrderWithoutAnIndex) {
   EXPECT_EQ(checkpoint->tensor_names(), (std::vector<std::string>{"a", "b", "c"}));
 }
 
-TEST(Checkpoint, FollowsTheIndexAndIgnoresUnlistedFiles) {
+TEST_F(CheckpointOpen, FollowsTheIndexAndIgnoresUnlistedFiles) {
   const std::string dir = make_sharded_dir();
   write_shard(dir + "/consolidated.safetensors", {"a", "b", "c"});  // would collide if loaded
   fs::create_directories(dir + "/sub");
@@ -112,7 +114,7 @@ TEST(Checkpoint, FollowsTheIndexAndIgnoresUnlistedFiles) {
   EXPECT_EQ(checkpoint->total_bytes(), 4 * 12);
 }
 
-TEST(CheckpointRejects, IndexPathWithDotDot) {
+TEST_F(CheckpointRejects, IndexPathWithDotDot) {
   const std::string dir = make_sharded_dir();
   write_index(dir, {{"a", "model-00001-of-00002.safetensors"}, {"c", "../model-00002-of-00002.safetensors"}});
   auto checkpoint = Checkpoint::open(dir);
@@ -123,7 +125,7 @@ TEST(CheckpointRejects, IndexPathWithDotDot) {
   expect_error(Checkpoint::open(dir).status(), StatusCode::kCorrupt, {"tensor 'c'", "'..'"});
 }
 
-TEST(CheckpointRejects, IndexAbsolutePath) {
+TEST_F(CheckpointRejects, IndexAbsolutePath) {
   const std::string dir = make_sharded_dir();
   write_index(dir, {{"a", dir + "/model-00001-of-00002.safetensors"}});
   auto checkpoint = Checkpoint::open(dir);
@@ -131,7 +133,7 @@ TEST(CheckpointRejects, IndexAbsolutePath) {
   expect_error(checkpoint.status(), StatusCode::kCorrupt, {"model.safetensors.index.json", "tensor 'a'", "absolute"});
 }
 
-TEST(CheckpointRejects, IndexNamesAMissingShard) {
+TEST_F(CheckpointRejects, IndexNamesAMissingShard) {
   const std::string dir = make_sharded_dir();
   write_index(dir, {{"a", "model-00001-of-00002.safetensors"}, {"z", "model-00009-of-00009.safetensors"}});
   auto checkpoint = Checkpoint::open(dir);
@@ -139,7 +141,7 @@ TEST(CheckpointRejects, IndexNamesAMissingShard) {
   expect_error(checkpoint.status(), StatusCode::kNotFound, {"model-00009-of-00009.safetensors", "tensor 'z'"});
 }
 
-TEST(CheckpointRejects, IndexedTensorAbsentFromItsShard) {
+TEST_F(CheckpointRejects, IndexedTensorAbsentFromItsShard) {
   const std::string dir = make_sharded_dir();
   write_index(dir, {{"a", "model-00001-of-00002.safetensors"},
                     {"c", "model-00001-of-00002.safetensors"},  // c lives in shard 2
@@ -150,7 +152,7 @@ TEST(CheckpointRejects, IndexedTensorAbsentFromItsShard) {
                {"model.safetensors.index.json", "tensor 'c'", "model-00001-of-00002.safetensors", "does not contain"});
 }
 
-TEST(CheckpointRejects, TensorInTwoIndexedShards) {
+TEST_F(CheckpointRejects, TensorInTwoIndexedShards) {
   const std::string dir = make_sharded_dir();
   write_shard(dir + "/model-00002-of-00002.safetensors", {"c", "a"});
   write_index(dir, {{"a", "model-00001-of-00002.safetensors"}, {"c", "model-00002-of-00002.safetensors"}});
@@ -160,7 +162,7 @@ TEST(CheckpointRejects, TensorInTwoIndexedShards) {
                {"tensor 'a'", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"});
 }
 
-TEST(CheckpointRejects, TensorInTwoFilesWithoutIndex) {
+TEST_F(CheckpointRejects, TensorInTwoFilesWithoutIndex) {
   const std::string dir = make_sharded_dir();
   write_shard(dir + "/model-00003.safetensors", {"b"});
   auto checkpoint = Checkpoint::open(dir);
@@ -169,7 +171,7 @@ TEST(CheckpointRejects, TensorInTwoFilesWithoutIndex) {
                {"tensor 'b'", "model-00001-of-00002.safetensors", "model-00003.safetensors"});
 }
 
-TEST(CheckpointRejects, IndexWithoutWeightMap) {
+TEST_F(CheckpointRejects, IndexWithoutWeightMap) {
   const std::string dir = make_sharded_dir();
   write_file(dir + "/model.safetensors.index.json", R"({"metadata": {}})");
   expect_error(Checkpoint::open(dir).status(), StatusCode::kCorrupt, {"model.safetensors.index.json", "weight_map"});
@@ -177,14 +179,14 @@ TEST(CheckpointRejects, IndexWithoutWeightMap) {
   expect_error(Checkpoint::open(dir).status(), StatusCode::kCorrupt, {"tensor 'a'", "not a shard file name"});
 }
 
-TEST(CheckpointRejects, CorruptShard) {
+TEST_F(CheckpointRejects, CorruptShard) {
   const std::string dir = make_test_dir();
   write_file(dir + "/config.json", kConfig);
   write_file(dir + "/model.safetensors", "tiny");
   expect_error(Checkpoint::open(dir).status(), StatusCode::kCorrupt, {"model.safetensors", "4 bytes"});
 }
 
-TEST(CheckpointRejects, MissingConfig) {
+TEST_F(CheckpointRejects, MissingConfig) {
   const std::string dir = make_test_dir();
   write_shard(dir + "/model.safetensors", {"a"});
   auto checkpoint = Checkpoint::open(dir);
@@ -192,7 +194,7 @@ TEST(CheckpointRejects, MissingConfig) {
   expect_error(checkpoint.status(), StatusCode::kNotFound, {"config.json", dir});
 }
 
-TEST(CheckpointRejects, MalformedConfig) {
+TEST_F(CheckpointRejects, MalformedConfig) {
   const std::string dir = make_test_dir();
   write_shard(dir + "/model.safetensors", {"a"});
   write_file(dir + "/config.json", "{\n  \"hidden_size\": 64,\n  \"n_heads\": \n}");
@@ -206,7 +208,7 @@ TEST(CheckpointRejects, MalformedConfig) {
   expect_error(Checkpoint::open(dir).status(), StatusCode::kCorrupt, {"config.json", "JSON object"});
 }
 
-TEST(CheckpointRejects, DirectoryWithoutSafetensors) {
+TEST_F(CheckpointRejects, DirectoryWithoutSafetensors) {
   const std::string dir = make_test_dir();
   write_file(dir + "/config.json", kConfig);
   auto checkpoint = Checkpoint::open(dir);
@@ -214,12 +216,12 @@ TEST(CheckpointRejects, DirectoryWithoutSafetensors) {
   expect_error(checkpoint.status(), StatusCode::kNotFound, {dir, "no *.safetensors"});
 }
 
-TEST(CheckpointRejects, MissingDirectory) {
+TEST_F(CheckpointRejects, MissingDirectory) {
   const std::string dir = make_test_dir() + "/nope";
   expect_error(Checkpoint::open(dir).status(), StatusCode::kNotFound, {dir, "does not exist"});
 }
 
-TEST(CheckpointRejects, UnknownTensor) {
+TEST_F(CheckpointRejects, UnknownTensor) {
   const std::string dir = make_sharded_dir();
   auto checkpoint = Checkpoint::open(dir);
   ASSERT_TRUE(checkpoint.has_value()) << checkpoint.status().to_string();
@@ -227,7 +229,7 @@ TEST(CheckpointRejects, UnknownTensor) {
   expect_error(checkpoint->get("zz").status(), StatusCode::kNotFound, {"tensor 'zz'", dir});
 }
 
-TEST(CheckpointRejects, TensorOfRankAboveMaxDims) {
+TEST_F(CheckpointRejects, TensorOfRankAboveMaxDims) {
   const std::string dir = make_test_dir();
   write_file(dir + "/config.json", kConfig);
   write_file(dir + "/model.safetensors",
@@ -238,18 +240,19 @@ TEST(CheckpointRejects, TensorOfRankAboveMaxDims) {
   expect_error(checkpoint->get("r5").status(), StatusCode::kUnsupported, {"tensor 'r5'", "5 dimensions"});
 }
 
-TEST(ReadJsonFile, RejectsOversizedFilesWithoutReadingThem) {
+TEST_F(ReadJsonFile, RejectsOversizedFilesWithoutReadingThem) {
   const std::string path = make_test_dir() + "/huge.json";
   write_file(path, "{}");
   ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(kMaxJsonFileBytes) + 1), 0);  // sparse
   expect_error(read_json_file(path).status(), StatusCode::kCorrupt, {"huge.json", "64 MiB"});
 }
 
-TEST(ReadJsonFile, ReportsMissingFilesAndInvalidUtf8) {
+TEST_F(ReadJsonFile, ReportsMissingFilesAndInvalidUtf8) {
   const std::string dir = make_test_dir();
   expect_error(read_json_file(dir + "/absent.json").status(), StatusCode::kNotFound, {"absent.json"});
   write_file(dir + "/latin1.json", "{\"name\": \"caf\xE9\"}");
-  expect_error(read_json_file(dir + "/latin1.json").status(), StatusCode::kCorrupt, {"latin1.json", "UTF-8", "byte 13"});
+  expect_error(read_json_file(dir + "/latin1.json").status(), StatusCode::kCorrupt,
+               {"latin1.json", "UTF-8", "byte 13"});
   expect_error(read_json_file(dir).status(), StatusCode::kInvalidArgument, {"not a regular file"});
 }
 

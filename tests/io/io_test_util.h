@@ -10,6 +10,8 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -19,15 +21,29 @@
 
 namespace deepinfer::test {
 
-// A fresh, empty directory under ::testing::TempDir() named after the running test.
-inline std::string make_test_dir() {
+// This test's scratch directory under ::testing::TempDir() (unique per process and test).
+inline std::filesystem::path test_dir_path() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
-                                    fmt::format("deepinfer_io_{}_{}_{}", ::getpid(), info->test_suite_name(), info->name());
+  return std::filesystem::path(::testing::TempDir()) /
+         fmt::format("deepinfer_io_{}_{}_{}", ::getpid(), info->test_suite_name(), info->name());
+}
+
+// test_dir_path(), emptied and created.
+inline std::string make_test_dir() {
+  const std::filesystem::path dir = test_dir_path();
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
 }
+
+// Fixture that removes the test's scratch directory afterwards.
+class IoTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(test_dir_path(), ec);
+  }
+};
 
 inline void write_file(const std::string& path, std::string_view bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -6,11 +6,16 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 namespace deepinfer::simd {
 
 typedef float v16f __attribute__((vector_size(64)));
 typedef uint32_t v16u32 __attribute__((vector_size(64)));
 typedef uint16_t v16u16 __attribute__((vector_size(32)));
+typedef uint8_t v16u8 __attribute__((vector_size(16)));
 
 inline v16f zero() { return v16f{}; }
 inline v16f splat(float x) { return v16f{} + x; }
@@ -27,6 +32,33 @@ inline v16f load_bf16(const uint16_t* p) {
   v16u32 w = __builtin_convertvector(h, v16u32) << 16;
   return (v16f)w;  // bit cast between same-size vector types
 }
+// 16 bytes zero-extended to 16 uint32 lanes (GCC lowers __builtin_convertvector for this
+// widening to scalar inserts, so the x86 widening moves are spelled out).
+#pragma GCC diagnostic push
+// GCC 12's avx512fintrin.h builds the widening from an undefined vector (false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+inline v16u32 load_u8_widen(const uint8_t* p) {
+#if defined(__AVX512F__)
+  const __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  v16u32 out;
+  std::memcpy(&out, &w, sizeof(out));
+  return out;
+#elif defined(__AVX2__)
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i lo = _mm256_cvtepu8_epi32(bytes);
+  const __m256i hi = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
+  v16u32 out;
+  std::memcpy(&out, &lo, 32);
+  std::memcpy(reinterpret_cast<char*>(&out) + 32, &hi, 32);
+  return out;
+#else
+  v16u32 out;
+  for (int i = 0; i < 16; ++i) out[i] = p[i];
+  return out;
+#endif
+}
+#pragma GCC diagnostic pop
+
 // Fixed pairwise tree: (0+8, 1+9, ...) then halves again, so the sum is reproducible.
 inline float hsum(v16f v) {
   float a[16];

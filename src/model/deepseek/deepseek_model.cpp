@@ -127,7 +127,8 @@ void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, const T
   }
 }
 
-Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, PagedKvCache& cache) const {
+Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, PagedKvCache& cache,
+                              MlaPolicy policy) const {
   const DeepseekConfig& c = config_;
   const int64_t T = batch.n_tokens(), D = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -143,7 +144,8 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
   std::vector<uint8_t> is_decode(static_cast<size_t>(batch.n_seqs())), is_prefill(is_decode.size());
   int64_t n_decode = 0;
   for (int64_t b = 0; b < batch.n_seqs(); ++b) {
-    const bool d = batch.q_indptr[static_cast<size_t>(b) + 1] - batch.q_indptr[static_cast<size_t>(b)] == 1;
+    const bool d = policy == MlaPolicy::kAbsorbed ||
+                   batch.q_indptr[static_cast<size_t>(b) + 1] - batch.q_indptr[static_cast<size_t>(b)] == 1;
     is_decode[static_cast<size_t>(b)] = d;
     is_prefill[static_cast<size_t>(b)] = !d;
     n_decode += d;

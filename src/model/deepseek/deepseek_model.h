@@ -36,6 +36,12 @@ struct ForwardBatch {
   int32_t add_sequence(const KvSequence& kv, const int32_t* tokens, int64_t n, int64_t block_size);
 };
 
+// How a step's sequences attend. kAuto: one-token steps use the absorbed form, longer ones
+// the naive form (cheaper for long prompts). kAbsorbed: every row uses the absorbed form, so a
+// token's result does not depend on how its sequence was chunked, batched, preempted or
+// prefix-cached (batch-invariant mode).
+enum class MlaPolicy { kAuto, kAbsorbed };
+
 class DeepseekModel {
  public:
   // Parses config.json, loads and validates every tensor. Errors name the file/field/tensor.
@@ -51,7 +57,8 @@ class DeepseekModel {
 
   // Runs the step, writing the new tokens' KV into `cache`; returns logits
   // [batch.logits_rows.size(), vocab_size] F32. Preconditions: batch consistent with cache.
-  Tensor forward(Backend& backend, const ForwardBatch& batch, PagedKvCache& cache) const;
+  Tensor forward(Backend& backend, const ForwardBatch& batch, PagedKvCache& cache,
+                 MlaPolicy policy = MlaPolicy::kAuto) const;
 
  private:
   // attn_out [T, hidden] = MLA(x [T, hidden]) for layer l; writes the layer's KV.

@@ -1,5 +1,6 @@
 #include "model/deepseek/deepseek_random.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -166,8 +167,12 @@ Status write_random_deepseek_checkpoint(const std::string& dir, const nlohmann::
     f << config_json.dump(2) << "\n";
     if (!f) return make_error(StatusCode::kInvalidArgument, "cannot write '{}/config.json'", dir);
   }
-  return write_safetensors(dir + "/model.safetensors", make_random_deepseek_tensors(config, seed, weight_dtype, with_mtp),
-                           {{"format", "pt"}});
+  // Widest elements first, so every tensor starts at a multiple of its element size.
+  auto tensors = make_random_deepseek_tensors(config, seed, weight_dtype, with_mtp);
+  std::stable_sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
+    return dtype_size(a.second.dtype()) > dtype_size(b.second.dtype());
+  });
+  return write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
 }
 
 }  // namespace deepinfer

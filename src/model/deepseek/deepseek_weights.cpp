@@ -1,6 +1,7 @@
 #include "model/deepseek/deepseek_weights.h"
 
 #include <cmath>
+#include <cstring>
 
 #include <fmt/ranges.h>
 
@@ -127,15 +128,25 @@ class Loader {
                       t.describe(), expected);
   }
 
+  // safetensors only orders offsets; a file mixing dtypes can place a tensor at an address
+  // that is not a multiple of its element size. Such tensors are copied once to aligned memory.
+  static Tensor aligned(const Tensor& t) {
+    if (reinterpret_cast<uintptr_t>(t.raw_data()) % dtype_size(t.dtype()) == 0) return t;
+    Tensor copy = Tensor::empty_host(t.dtype(), t.shape());
+    std::memcpy(copy.raw_data(), t.raw_data(), t.n_bytes());
+    return copy;
+  }
+
   // F32/BF16 in place; F16 widened to F32 (the CPU kernels read fp32 or bf16).
   static Expected<Tensor> float_tensor(const std::string& name, const Tensor& t) {
-    if (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16) return t;
+    if (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16) return aligned(t);
     if (t.dtype() == DType::kF16) return to_f32(name, t);
     return make_error(StatusCode::kUnsupported, "tensor '{}' has dtype {}: expected F32, BF16 or F16", name,
                       dtype_name(t.dtype()));
   }
 
-  static Expected<Tensor> to_f32(const std::string& name, const Tensor& t) {
+  static Expected<Tensor> to_f32(const std::string& name, const Tensor& t_in) {
+    const Tensor t = aligned(t_in);
     if (t.dtype() == DType::kF32) return t;
     Tensor out = Tensor::empty_host(DType::kF32, t.shape());
     float* o = out.data<float>();

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Test command: the whole CPU suite (Release), the same suite under AddressSanitizer and
+# UndefinedBehaviorSanitizer, and the safetensors-header fuzzer for a short budget.
+# Assumes scripts/setup.sh has run. FUZZ_SECONDS (default 60) sets the fuzzing budget.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS="$(nproc)"
+
+echo "== Release build and tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$JOBS"
+(cd build && ctest --output-on-failure -j"$JOBS")
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDEEPINFER_SANITIZE=address,undefined \
+  -DDEEPINFER_BENCH=OFF >/dev/null
+cmake --build build-asan -j"$JOBS"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$JOBS")
+
+echo "== libFuzzer: safetensors header parser"
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -DDEEPINFER_FUZZ=ON -DDEEPINFER_TESTS=OFF -DDEEPINFER_BENCH=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-fuzz -j"$JOBS" --target safetensors_fuzz
+bash fuzz/run_fuzz.sh build-fuzz "${FUZZ_SECONDS:-60}"
+echo "all checks passed"

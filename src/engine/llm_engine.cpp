@@ -1,0 +1,208 @@
+#include "engine/llm_engine.h"
+
+#include <algorithm>
+#include <random>
+
+namespace deepinfer {
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<LLMEngine>> LLMEngine::create(const EngineConfig& config) {
+  DI_RETURN_IF_ERROR(config.validate());
+  if (config.model_dir.empty())
+    return make_error(StatusCode::kInvalidArgument, "no model given: pass a model directory or set DEEPINFER_HF_MODEL_DIR");
+  DI_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(config.model_dir));
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekModel> model, DeepseekModel::load(checkpoint));
+  std::unique_ptr<Backend> backend = make_backend(config.device, config.n_threads);
+  if (!backend) return make_error(StatusCode::kInvalidArgument, "unknown device '{}'", config.device);
+  return std::make_unique<LLMEngine>(config, std::move(model), std::move(backend));
+}
+
+LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, std::unique_ptr<Backend> backend)
+    : config_(std::move(config)), model_(std::move(model)), backend_(std::move(backend)) {
+  const int64_t bs = config_.kv_block_size;
+  int64_t n_blocks = config_.num_kv_blocks;
+  if (n_blocks == 0) {
+    const int64_t block_bytes = bs * model_->config().kv_latent_dim() * model_->config().num_hidden_layers *
+                                static_cast<int64_t>(sizeof(float));
+    n_blocks = std::max<int64_t>(1, config_.kv_cache_bytes / block_bytes);
+  }
+  SchedulerConfig sc;
+  sc.max_num_seqs = config_.max_num_seqs;
+  sc.max_num_batched_tokens = config_.max_num_batched_tokens;
+  scheduler_ = std::make_unique<Scheduler>(sc, std::make_unique<BlockManager>(n_blocks, bs, config_.enable_prefix_caching));
+  runner_ = std::make_unique<ModelRunner>(*model_, *backend_, n_blocks, bs,
+                                          config_.batch_invariant ? MlaPolicy::kAbsorbed : MlaPolicy::kAuto);
+}
+
+int64_t LLMEngine::max_model_len() const {
+  const int64_t model_max = model_->config().max_position_embeddings;
+  return config_.max_model_len > 0 ? std::min(config_.max_model_len, model_max) : model_max;
+}
+
+double LLMEngine::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+Expected<std::string> LLMEngine::add_request(EngineRequest req) {
+  const DeepseekConfig& mc = model_->config();
+  if (req.prompt_ids.empty()) return make_error(StatusCode::kInvalidArgument, "the prompt is empty");
+  for (size_t i = 0; i < req.prompt_ids.size(); ++i)
+    if (req.prompt_ids[i] < 0 || req.prompt_ids[i] >= mc.vocab_size)
+      return make_error(StatusCode::kInvalidArgument, "prompt token id {} at index {} is out of range [0, {})",
+                        req.prompt_ids[i], i, mc.vocab_size);
+  ParamLimits limits;
+  limits.vocab_size = mc.vocab_size;
+  DI_RETURN_IF_ERROR(validate_sampling_params(req.params, limits));
+  if (!req.params.stop.empty())
+    return make_error(StatusCode::kInvalidArgument, "stop strings need a tokenizer; use stop_token_ids");
+  const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
+  // The last generated token is never fed back: a prompt of exactly the context length may
+  // still generate one token.
+  if (n_prompt + req.params.max_tokens - 1 > max_model_len())
+    return make_error(StatusCode::kOutOfRange,
+                      "maximum context length is {} tokens, requested {} (prompt {} + max_tokens {})", max_model_len(),
+                      n_prompt + req.params.max_tokens, n_prompt, req.params.max_tokens);
+  if (!scheduler_->fits_alone(n_prompt + req.params.max_tokens - 1) && !scheduler_->fits_alone(n_prompt))
+    return make_error(StatusCode::kResourceExhausted, "the prompt ({} tokens) does not fit the KV cache ({} pages of {})",
+                      n_prompt, scheduler_->blocks().n_blocks(), scheduler_->blocks().block_size());
+  if (req.request_id.empty()) req.request_id = std::to_string(next_request_id_++);
+  if (requests_.count(req.request_id))
+    return make_error(StatusCode::kInvalidArgument, "request id '{}' is already in flight", req.request_id);
+
+  uint64_t base_seed;
+  if (req.params.seq_seed) {
+    base_seed = *req.params.seq_seed;
+  } else {
+    std::random_device rd;
+    base_seed = (static_cast<uint64_t>(rd()) << 32) | rd();
+  }
+  RequestState& r = requests_[req.request_id];
+  r.id = req.request_id;
+  r.prompt = req.prompt;
+  r.prompt_ids = req.prompt_ids;
+  r.metrics.arrival_time = now();
+  r.outputs.resize(static_cast<size_t>(req.params.n));
+  for (int64_t i = 0; i < req.params.n; ++i) {
+    auto seq = std::make_unique<Sequence>();
+    seq->completion_index = i;
+    seq->prompt_ids = req.prompt_ids;
+    seq->params = req.params;
+    // Completion 0 uses seq_seed itself, so n = 1 reproduces a single request exactly.
+    seq->seed = i == 0 ? base_seed : splitmix64(base_seed + static_cast<uint64_t>(i));
+    seq->salt = req.salt;
+    r.outputs[static_cast<size_t>(i)].index = i;
+    r.outputs[static_cast<size_t>(i)].seed = seq->seed;
+    Sequence* raw = scheduler_->add(std::move(seq));
+    r.seqs.push_back(raw);
+    seq_to_request_[raw->seq_id] = r.id;
+  }
+  r.n_live = req.params.n;
+  return r.id;
+}
+
+void LLMEngine::finish_sequence(Sequence* s, FinishReason reason, const std::string& error) {
+  scheduler_->finish(s, reason, error);
+}
+
+bool LLMEngine::abort_request(const std::string& id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return false;
+  for (Sequence* s : it->second.seqs)
+    if (s != nullptr) finish_sequence(s, FinishReason::kAbort);
+  return true;
+}
+
+void LLMEngine::check_stop(Sequence* s) {
+  const SamplingParams& p = s->params;
+  const int32_t tok = s->output_ids.back();
+  const int64_t n_out = static_cast<int64_t>(s->output_ids.size());
+  const auto& eos = model_->config().eos_token_ids;
+  if (n_out >= p.min_tokens) {
+    if (!p.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) return finish_sequence(s, FinishReason::kStop);
+    if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end())
+      return finish_sequence(s, FinishReason::kStop);
+  }
+  if (n_out >= p.max_tokens || s->n_tokens() >= max_model_len() + 1) return finish_sequence(s, FinishReason::kLength);
+}
+
+RequestOutput LLMEngine::snapshot(const RequestState& r) const {
+  RequestOutput out;
+  out.request_id = r.id;
+  out.prompt = r.prompt;
+  out.prompt_token_ids = r.prompt_ids;
+  out.outputs = r.outputs;
+  out.metrics = r.metrics;
+  for (Sequence* s : r.seqs) {
+    if (s == nullptr) continue;
+    CompletionOutput& c = out.outputs[static_cast<size_t>(s->completion_index)];
+    c.token_ids = s->output_ids;
+    c.logprobs = s->logprobs;
+    c.cumulative_logprob = s->cumulative_logprob;
+  }
+  out.finished = r.n_live == 0;
+  return out;
+}
+
+std::vector<RequestOutput> LLMEngine::step() {
+  StepPlan plan = scheduler_->schedule();
+  ++n_steps_;
+  std::vector<SampledToken> sampled = runner_->execute(plan);
+  scheduler_->on_step_computed(plan);
+  std::vector<std::string> changed;
+  for (const SampledToken& t : sampled) {
+    Sequence* s = t.seq;
+    if (s->status != SeqStatus::kRunning) continue;
+    const std::string& rid = seq_to_request_.at(s->seq_id);
+    changed.push_back(rid);
+    if (t.non_finite) {
+      finish_sequence(s, FinishReason::kError, "the model produced non-finite logits");
+      continue;
+    }
+    scheduler_->append_token(s, t.token);
+    s->cumulative_logprob += t.logprob;
+    if (s->params.logprobs) s->logprobs.push_back({t.token, t.logprob, t.top});
+    RequestState& r = requests_.at(rid);
+    if (r.metrics.first_token_time < 0) r.metrics.first_token_time = now();
+    check_stop(s);
+  }
+  // Sequences finished here or by schedule() (length) or abort: move them into outputs.
+  for (auto& s : scheduler_->take_finished()) {
+    const std::string rid = seq_to_request_.at(s->seq_id);
+    seq_to_request_.erase(s->seq_id);
+    RequestState& r = requests_.at(rid);
+    CompletionOutput& c = r.outputs[static_cast<size_t>(s->completion_index)];
+    c.token_ids = s->output_ids;
+    c.finish_reason = finish_reason_name(s->finish);
+    c.error = s->error;
+    c.logprobs = s->logprobs;
+    c.cumulative_logprob = s->cumulative_logprob;
+    if (s->completion_index == 0) r.metrics.n_cached_prompt_tokens = s->n_cached_prompt_tokens;
+    r.metrics.n_preemptions += s->n_preemptions;
+    for (Sequence*& p : r.seqs)
+      if (p == s.get()) p = nullptr;
+    --r.n_live;
+    changed.push_back(rid);
+  }
+  std::sort(changed.begin(), changed.end());
+  changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
+  std::vector<RequestOutput> outputs;
+  for (const std::string& rid : changed) {
+    RequestState& r = requests_.at(rid);
+    if (r.n_live == 0 && r.metrics.finished_time < 0) r.metrics.finished_time = now();
+    outputs.push_back(snapshot(r));
+    if (r.n_live == 0) requests_.erase(rid);
+  }
+  return outputs;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,79 @@
+// LLMEngine: the serving runtime's core loop, synchronous form. Requests are validated at
+// add_request (nothing invalid reaches the scheduler); each step() schedules one continuous-
+// batching step, executes it, samples, applies stop conditions and returns snapshots of the
+// requests that progressed. Every accepted request ends with "stop", "length", "abort" or
+// "error" — never silently. Single-threaded: call from one thread (the engine thread).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine_config.h"
+#include "engine/request_output.h"
+#include "runner/model_runner.h"
+#include "sched/scheduler.h"
+
+namespace deepinfer {
+
+struct EngineRequest {
+  std::string request_id;                  // empty: assigned ("0", "1", ...)
+  std::string prompt;                      // informational (echoed in the output)
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+  uint64_t salt = 0;                       // prefix-cache salt; server-side only
+};
+
+class LLMEngine {
+ public:
+  static Expected<std::unique_ptr<LLMEngine>> create(const EngineConfig& config);
+  LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, std::unique_ptr<Backend> backend);
+
+  const DeepseekModel& model() const { return *model_; }
+  const EngineConfig& config() const { return config_; }
+  int64_t max_model_len() const;
+
+  // Validates and queues. Returns the request id. Errors name the offending parameter.
+  Expected<std::string> add_request(EngineRequest request);
+  // Ends every completion of the request with "abort" and frees its pages. False if unknown.
+  bool abort_request(const std::string& request_id);
+  // One step. Returns a snapshot of every request that changed (new tokens or finished).
+  std::vector<RequestOutput> step();
+  bool has_unfinished() const { return !requests_.empty(); }
+  int64_t n_unfinished() const { return static_cast<int64_t>(requests_.size()); }
+
+  Scheduler& scheduler() { return *scheduler_; }
+  const Scheduler& scheduler() const { return *scheduler_; }
+  int64_t n_steps() const { return n_steps_; }
+
+ private:
+  struct RequestState {
+    std::string id;
+    std::string prompt;
+    std::vector<int32_t> prompt_ids;
+    std::vector<Sequence*> seqs;           // live sequences (null once finished and taken)
+    std::vector<CompletionOutput> outputs; // filled as sequences finish
+    RequestMetrics metrics;
+    int64_t n_live = 0;
+  };
+  double now() const;
+  void finish_sequence(Sequence* s, FinishReason reason, const std::string& error = {});
+  RequestOutput snapshot(const RequestState& r) const;
+  void check_stop(Sequence* s);
+
+  EngineConfig config_;
+  std::unique_ptr<DeepseekModel> model_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::map<std::string, RequestState> requests_;
+  std::map<int64_t, std::string> seq_to_request_;
+  int64_t next_request_id_ = 0;
+  int64_t n_steps_ = 0;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace deepinfer

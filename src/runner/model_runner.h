@@ -1,0 +1,43 @@
+// ModelRunner: executes one StepPlan — builds the ForwardBatch (token rows, positions, slots,
+// CSR block tables), runs the model over the paged cache, then for every sequence that reached
+// its last known token applies its logits processors and samples (seeded by the sequence's
+// seed and the new token's position). Owns the KV pages' memory; not the page bookkeeping.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kv/paged_kv_cache.h"
+#include "model/deepseek/deepseek_model.h"
+#include "sched/scheduler.h"
+
+namespace deepinfer {
+
+struct SampledToken {
+  Sequence* seq = nullptr;
+  int32_t token = 0;
+  float logprob = 0;                            // log-softmax of the raw logits at `token`
+  std::vector<std::pair<int32_t, float>> top;   // when the sequence asked for logprobs
+  bool non_finite = false;                      // the row held NaN/Inf: the sequence must fail
+};
+
+class ModelRunner {
+ public:
+  ModelRunner(const DeepseekModel& model, Backend& backend, int64_t n_blocks, int64_t block_size,
+              MlaPolicy policy);
+
+  // Runs the step; returns one SampledToken per ScheduledSeq with sample == true, in plan order.
+  std::vector<SampledToken> execute(const StepPlan& plan);
+  PagedKvCache& cache() { return cache_; }
+
+ private:
+  const DeepseekModel& model_;
+  Backend& backend_;
+  PagedKvCache cache_;
+  MlaPolicy policy_;
+  std::vector<float> scratch_;
+  std::vector<int32_t> counts_;
+};
+
+}  // namespace deepinfer

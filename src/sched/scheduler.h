@@ -1,0 +1,87 @@
+// Scheduler: continuous batching under a per-step token budget. Each step takes every running
+// sequence's next decode token first, then continues chunked prefills, then admits waiting
+// sequences first-come-first-served while pages and budget last. When a decode cannot get a
+// page, the most recently admitted running sequence is preempted by recompute (its pages are
+// released — they stay in the prefix cache — and it re-queues at the front with its output so
+// far). Owns the sequences and the BlockManager; engine thread only.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "kv/block_manager.h"
+#include "sched/sequence.h"
+
+namespace deepinfer {
+
+struct SchedulerConfig {
+  int64_t max_num_seqs = 256;            // running sequences at once
+  int64_t max_num_batched_tokens = 2048; // tokens per step (decode + prefill chunks)
+  int64_t max_prefill_chunk = 32768;     // cap on one sequence's prefill chunk
+  // Optional chunk size policy (the fitted cost model): given the step's decode count and a
+  // sequence's cached prefix, the largest chunk that fits the time budget. Null = budget only.
+  std::function<int64_t(int64_t n_decode, int64_t n_cached)> chunk_limit;
+};
+
+// One sequence's share of a step: rows [start, start + n_tokens) of its token list.
+struct ScheduledSeq {
+  Sequence* seq = nullptr;
+  int64_t start = 0;
+  int64_t n_tokens = 0;
+  bool sample = false;  // the chunk reaches the sequence's last known token: sample the next
+};
+
+struct StepPlan {
+  std::vector<ScheduledSeq> seqs;
+  int64_t n_tokens = 0;
+  bool empty() const { return seqs.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, std::unique_ptr<BlockManager> blocks);
+
+  const SchedulerConfig& config() const { return config_; }
+  BlockManager& blocks() { return *blocks_; }
+  const BlockManager& blocks() const { return *blocks_; }
+
+  // Takes ownership; the sequence waits for admission. Precondition: validated, and its prompt
+  // alone fits the pool (the engine checks; see fits_alone).
+  Sequence* add(std::unique_ptr<Sequence> seq);
+  // Whether a sequence of n_tokens could ever hold its pages (plus one for its next token).
+  bool fits_alone(int64_t n_tokens) const;
+
+  StepPlan schedule();
+  // After the step's KV was written: advances computed counts, registers full pages in the
+  // prefix cache. Sampled tokens are appended by the caller with append_token.
+  void on_step_computed(const StepPlan& plan);
+  void append_token(Sequence* seq, int32_t token);
+  // Finishes a sequence: releases its pages (cacheable unless an error), marks it finished.
+  void finish(Sequence* seq, FinishReason reason, const std::string& error = {});
+  // Removes finished sequences and returns them (the engine turns them into outputs).
+  std::vector<std::unique_ptr<Sequence>> take_finished();
+
+  int64_t n_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  Sequence* find(int64_t seq_id);
+  int64_t n_preemptions() const { return n_preemptions_; }
+  // Every page held is accounted for by a live sequence (tests, debug).
+  Status check_invariants() const;
+
+ private:
+  void preempt(Sequence* seq);
+  bool admit(Sequence* seq);
+
+  SchedulerConfig config_;
+  std::unique_ptr<BlockManager> blocks_;
+  std::vector<std::unique_ptr<Sequence>> seqs_;  // every live sequence
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;               // in admission order
+  int64_t next_seq_id_ = 0;
+  int64_t n_preemptions_ = 0;
+};
+
+}  // namespace deepinfer
