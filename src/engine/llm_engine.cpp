@@ -1,6 +1,7 @@
 #include "engine/llm_engine.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <random>
 
 namespace deepinfer {
@@ -24,11 +25,17 @@ Expected<std::unique_ptr<LLMEngine>> LLMEngine::create(const EngineConfig& confi
   DI_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekModel> model, DeepseekModel::load(checkpoint));
   std::unique_ptr<Backend> backend = make_backend(config.device, config.n_threads);
   if (!backend) return make_error(StatusCode::kInvalidArgument, "unknown device '{}'", config.device);
-  return std::make_unique<LLMEngine>(config, std::move(model), std::move(backend));
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(std::filesystem::path(config.model_dir) / "tokenizer.json", ec)) {
+    DI_ASSIGN_OR_RETURN(tokenizer, Tokenizer::load(config.model_dir));
+  }
+  return std::make_unique<LLMEngine>(config, std::move(model), std::move(backend), std::move(tokenizer));
 }
 
-LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, std::unique_ptr<Backend> backend)
-    : config_(std::move(config)), model_(std::move(model)), backend_(std::move(backend)) {
+LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, std::unique_ptr<Backend> backend,
+                     std::unique_ptr<Tokenizer> tokenizer)
+    : config_(std::move(config)), model_(std::move(model)), backend_(std::move(backend)), tokenizer_(std::move(tokenizer)) {
   const int64_t bs = config_.kv_block_size;
   int64_t n_blocks = config_.num_kv_blocks;
   if (n_blocks == 0) {
@@ -53,8 +60,14 @@ double LLMEngine::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-Expected<std::string> LLMEngine::add_request(EngineRequest req) {
+Expected<EngineRequest> LLMEngine::prepare(EngineRequest req) const {
   const DeepseekConfig& mc = model_->config();
+  if (req.prompt_ids.empty() && !req.prompt.empty()) {
+    if (!tokenizer_) return make_error(StatusCode::kInvalidArgument, "text prompts need a tokenizer (the model ships no tokenizer.json)");
+    EncodeOptions options;
+    options.add_special_tokens = true;
+    DI_ASSIGN_OR_RETURN(req.prompt_ids, tokenizer_->encode(req.prompt, options));
+  }
   if (req.prompt_ids.empty()) return make_error(StatusCode::kInvalidArgument, "the prompt is empty");
   for (size_t i = 0; i < req.prompt_ids.size(); ++i)
     if (req.prompt_ids[i] < 0 || req.prompt_ids[i] >= mc.vocab_size)
@@ -63,8 +76,12 @@ Expected<std::string> LLMEngine::add_request(EngineRequest req) {
   ParamLimits limits;
   limits.vocab_size = mc.vocab_size;
   DI_RETURN_IF_ERROR(validate_sampling_params(req.params, limits));
-  if (!req.params.stop.empty())
-    return make_error(StatusCode::kInvalidArgument, "stop strings need a tokenizer; use stop_token_ids");
+  if (!req.params.stop.empty()) {
+    if (!tokenizer_)
+      return make_error(StatusCode::kInvalidArgument, "stop strings need a tokenizer (the model ships no tokenizer.json); use stop_token_ids");
+    auto matcher = StopStringMatcher::create(req.params.stop);
+    if (!matcher) return matcher.status().with_context("stop");
+  }
   const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
   // The last generated token is never fed back: a prompt of exactly the context length may
   // still generate one token.
@@ -75,6 +92,15 @@ Expected<std::string> LLMEngine::add_request(EngineRequest req) {
   if (!scheduler_->fits_alone(n_prompt + req.params.max_tokens - 1) && !scheduler_->fits_alone(n_prompt))
     return make_error(StatusCode::kResourceExhausted, "the prompt ({} tokens) does not fit the KV cache ({} pages of {})",
                       n_prompt, scheduler_->blocks().n_blocks(), scheduler_->blocks().block_size());
+  return req;
+}
+
+Expected<std::string> LLMEngine::add_request(EngineRequest req) {
+  DI_ASSIGN_OR_RETURN(EngineRequest prepared, prepare(std::move(req)));
+  return enqueue(std::move(prepared));
+}
+
+Expected<std::string> LLMEngine::enqueue(EngineRequest req) {
   if (req.request_id.empty()) req.request_id = std::to_string(next_request_id_++);
   if (requests_.count(req.request_id))
     return make_error(StatusCode::kInvalidArgument, "request id '{}' is already in flight", req.request_id);
@@ -104,6 +130,11 @@ Expected<std::string> LLMEngine::add_request(EngineRequest req) {
     r.outputs[static_cast<size_t>(i)].seed = seq->seed;
     Sequence* raw = scheduler_->add(std::move(seq));
     r.seqs.push_back(raw);
+    if (tokenizer_) {
+      TextState ts{IncrementalDetokenizer(*tokenizer_), std::nullopt, {}};
+      if (!req.params.stop.empty()) ts.stops = *StopStringMatcher::create(req.params.stop);
+      text_.emplace(raw->seq_id, std::move(ts));
+    }
     seq_to_request_[raw->seq_id] = r.id;
   }
   r.n_live = req.params.n;
@@ -146,6 +177,7 @@ RequestOutput LLMEngine::snapshot(const RequestState& r) const {
     if (s == nullptr) continue;
     CompletionOutput& c = out.outputs[static_cast<size_t>(s->completion_index)];
     c.token_ids = s->output_ids;
+    if (auto it = text_.find(s->seq_id); it != text_.end()) c.text = it->second.text;
     c.logprobs = s->logprobs;
     c.cumulative_logprob = s->cumulative_logprob;
   }
@@ -169,6 +201,19 @@ std::vector<RequestOutput> LLMEngine::step() {
       continue;
     }
     scheduler_->append_token(s, t.token);
+    if (auto it = text_.find(s->seq_id); it != text_.end()) {
+      TextState& ts = it->second;
+      std::string delta = ts.detokenizer.push(t.token);
+      if (ts.stops) {
+        ts.stops->push(delta, ts.text);
+        if (ts.stops->stopped()) {
+          finish_sequence(s, FinishReason::kStop);
+          continue;
+        }
+      } else {
+        ts.text += delta;
+      }
+    }
     s->cumulative_logprob += t.logprob;
     if (s->params.logprobs) s->logprobs.push_back({t.token, t.logprob, t.top});
     RequestState& r = requests_.at(rid);
@@ -181,6 +226,20 @@ std::vector<RequestOutput> LLMEngine::step() {
     seq_to_request_.erase(s->seq_id);
     RequestState& r = requests_.at(rid);
     CompletionOutput& c = r.outputs[static_cast<size_t>(s->completion_index)];
+    if (auto it = text_.find(s->seq_id); it != text_.end()) {
+      TextState& ts = it->second;
+      if (!ts.stops || !ts.stops->stopped()) {
+        std::string tail = ts.detokenizer.finish();
+        if (ts.stops) {
+          ts.stops->push(tail, ts.text);
+          ts.stops->finish(ts.text);
+        } else {
+          ts.text += tail;
+        }
+      }
+      c.text = std::move(ts.text);
+      text_.erase(it);
+    }
     c.token_ids = s->output_ids;
     c.finish_reason = finish_reason_name(s->finish);
     c.error = s->error;

@@ -16,12 +16,15 @@
 #include "engine/request_output.h"
 #include "runner/model_runner.h"
 #include "sched/scheduler.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/stop_string_matcher.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deepinfer {
 
 struct EngineRequest {
   std::string request_id;                  // empty: assigned ("0", "1", ...)
-  std::string prompt;                      // informational (echoed in the output)
+  std::string prompt;                      // tokenized (with BOS per tokenizer_config) when prompt_ids is empty
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
   uint64_t salt = 0;                       // prefix-cache salt; server-side only
@@ -30,14 +33,23 @@ struct EngineRequest {
 class LLMEngine {
  public:
   static Expected<std::unique_ptr<LLMEngine>> create(const EngineConfig& config);
-  LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, std::unique_ptr<Backend> backend);
+  LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, std::unique_ptr<Backend> backend,
+            std::unique_ptr<Tokenizer> tokenizer = nullptr);
 
   const DeepseekModel& model() const { return *model_; }
+  // The model directory's tokenizer (tokenizer.json), or null when it ships none.
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const EngineConfig& config() const { return config_; }
   int64_t max_model_len() const;
 
   // Validates and queues. Returns the request id. Errors name the offending parameter.
   Expected<std::string> add_request(EngineRequest request);
+  // The validation half of add_request: tokenizes a text prompt and checks everything. Reads
+  // only immutable state, so any thread may call it while the engine thread steps.
+  Expected<EngineRequest> prepare(EngineRequest request) const;
+  // The queueing half. Precondition: `request` came from prepare(). Fails only on a duplicate
+  // in-flight request id. Engine thread only.
+  Expected<std::string> enqueue(EngineRequest request);
   // Ends every completion of the request with "abort" and frees its pages. False if unknown.
   bool abort_request(const std::string& request_id);
   // One step. Returns a snapshot of every request that changed (new tokens or finished).
@@ -59,6 +71,12 @@ class LLMEngine {
     RequestMetrics metrics;
     int64_t n_live = 0;
   };
+  // Detokenized text of one sequence, with its stop-string matcher.
+  struct TextState {
+    IncrementalDetokenizer detokenizer;
+    std::optional<StopStringMatcher> stops;
+    std::string text;
+  };
   double now() const;
   void finish_sequence(Sequence* s, FinishReason reason, const std::string& error = {});
   RequestOutput snapshot(const RequestState& r) const;
@@ -67,6 +85,8 @@ class LLMEngine {
   EngineConfig config_;
   std::unique_ptr<DeepseekModel> model_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::map<int64_t, TextState> text_;      // seq_id → text, when there is a tokenizer
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   std::map<std::string, RequestState> requests_;

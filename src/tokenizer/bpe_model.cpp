@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "core/check.h"
 
@@ -32,8 +33,6 @@ uint64_t hash_bytes(std::string_view s) {
   return h;
 }
 
-// Heap order: lowest rank first, then leftmost position (HF's Merge ordering).
-bool heap_after(const auto& a, const auto& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; }
 
 }  // namespace
 
@@ -50,6 +49,7 @@ void BpeScratch::clear_cache() {
 BpeModel::BpeModel(const std::array<int32_t, 256>& byte_ids, const std::vector<BpeMerge>& merges,
                    bool ignore_merges, std::unordered_map<std::string, int32_t> whole_tokens)
     : byte_ids_(byte_ids), n_merges_(merges.size()), ignore_merges_(ignore_merges), whole_tokens_(std::move(whole_tokens)) {
+  DI_CHECK(merges.size() < kNoRank);
   // Load factor ≤ 0.5 keeps linear probes short.
   size_t capacity = 16;
   int bits = 4;
@@ -67,6 +67,12 @@ BpeModel::BpeModel(const std::array<int32_t, 256>& byte_ids, const std::vector<B
     size_t i = static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> pair_shift_);
     while (pairs_[i].key != kEmptyKey && pairs_[i].key != key) i = (i + 1) & pair_mask_;
     pairs_[i] = PairSlot{key, static_cast<uint32_t>(rank), m.result};  // a later duplicate wins
+  }
+  byte_pairs_.assign(256 * 256, PairSlot{kEmptyKey, kNoRank, -1});
+  for (int a = 0; a < 256; ++a) {
+    for (int b = 0; b < 256; ++b) {
+      if (const PairSlot* p = find_pair(byte_ids_[a], byte_ids_[b])) byte_pairs_[a * 256 + b] = *p;
+    }
   }
 }
 
@@ -88,14 +94,12 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& out, B
     hash = hash_bytes(piece);
     if (cache_lookup(piece, hash, out, s)) return;
   }
-  s.ids_.resize(n);
-  for (size_t i = 0; i < n; ++i) s.ids_[i] = byte_ids_[static_cast<uint8_t>(piece[i])];
   const size_t first = out.size();
   if (n <= kLinearMergeMaxBytes) {
-    merge_linear(n, s);
-    for (int32_t id : s.ids_) out.push_back(id);
+    merge_linear(piece, s);
+    out.insert(out.end(), s.ids_.begin(), s.ids_.end());
   } else {
-    merge_heap(n, s);
+    merge_heap(piece, s);
     for (int32_t i = 0; i >= 0; i = s.next_[i]) out.push_back(s.ids_[i]);
   }
   if (cacheable) cache_store(piece, hash, out.data() + first, out.size() - first, s);
@@ -103,18 +107,25 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& out, B
 
 // Repeatedly merges the lowest-ranked (then leftmost) adjacent pair; ranks of untouched pairs
 // are kept, so each merge costs one scan plus two lookups. Leaves the result in s.ids_.
-void BpeModel::merge_linear(size_t n, BpeScratch& s) const {
+void BpeModel::merge_linear(std::string_view piece, BpeScratch& s) const {
+  const size_t n = piece.size();
   auto& ids = s.ids_;
   auto& ranks = s.ranks_;
   auto& results = s.results_;
+  ids.resize(n);
   ranks.resize(n - 1);
   results.resize(n - 1);
+  for (size_t i = 0; i < n; ++i) ids[i] = byte_ids_[static_cast<uint8_t>(piece[i])];
+  for (size_t i = 0; i + 1 < n; ++i) {
+    const PairSlot& p = byte_pair(static_cast<uint8_t>(piece[i]), static_cast<uint8_t>(piece[i + 1]));
+    ranks[i] = p.rank;
+    results[i] = p.result;
+  }
   const auto set_pair = [&](size_t i) {
     const PairSlot* p = find_pair(ids[i], ids[i + 1]);
     ranks[i] = p ? p->rank : kNoRank;
     results[i] = p ? p->result : -1;
   };
-  for (size_t i = 0; i + 1 < n; ++i) set_pair(i);
   size_t count = n;
   while (count > 1) {
     size_t best = 0;
@@ -139,45 +150,54 @@ void BpeModel::merge_linear(size_t n, BpeScratch& s) const {
 }
 
 // HF's algorithm: a min-heap of candidate merges keyed by (rank, position) over a doubly linked
-// list of symbols; stale entries are skipped when popped. O(n log n). Leaves the symbols in
+// list of symbols; an entry is stale when its left symbol was merged away or the pair at its
+// position no longer has its rank (ranks identify pairs). O(n log n); heap entries are one
+// 64-bit key so the heap of a megabyte-long piece stays cache-friendly. Leaves the symbols in
 // s.ids_ linked from index 0 by s.next_ (-1 ends).
-void BpeModel::merge_heap(size_t n, BpeScratch& s) const {
+void BpeModel::merge_heap(std::string_view piece, BpeScratch& s) const {
+  const size_t n = piece.size();
   auto& ids = s.ids_;
   auto& next = s.next_;
   auto& prev = s.prev_;
   auto& heap = s.heap_;
+  ids.resize(n);
   next.resize(n);
   prev.resize(n);
   heap.clear();
-  const auto cmp = [](const BpeScratch::HeapEntry& a, const BpeScratch::HeapEntry& b) { return heap_after(a, b); };
-  const auto push = [&](int32_t pos, int32_t right_pos) {
-    const PairSlot* p = find_pair(ids[pos], ids[right_pos]);
-    if (p == nullptr) return;
-    heap.push_back({p->rank, static_cast<uint32_t>(pos), ids[pos], ids[right_pos], p->result});
-    std::push_heap(heap.begin(), heap.end(), cmp);
-  };
+  const auto cmp = std::greater<uint64_t>();
+  const auto key = [](uint32_t rank, size_t pos) { return (static_cast<uint64_t>(rank) << 32) | pos; };
   for (size_t i = 0; i < n; ++i) {
+    ids[i] = byte_ids_[static_cast<uint8_t>(piece[i])];
     next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
     prev[i] = static_cast<int32_t>(i) - 1;
   }
   for (size_t i = 0; i + 1 < n; ++i) {
-    const PairSlot* p = find_pair(ids[i], ids[i + 1]);
-    if (p) heap.push_back({p->rank, static_cast<uint32_t>(i), ids[i], ids[i + 1], p->result});
+    const uint32_t rank = byte_pair(static_cast<uint8_t>(piece[i]), static_cast<uint8_t>(piece[i + 1])).rank;
+    if (rank != kNoRank) heap.push_back(key(rank, i));
   }
   std::make_heap(heap.begin(), heap.end(), cmp);
+  const auto push = [&](int32_t pos) {
+    if (const PairSlot* p = find_pair(ids[pos], ids[next[pos]])) {
+      heap.push_back(key(p->rank, static_cast<size_t>(pos)));
+      std::push_heap(heap.begin(), heap.end(), cmp);
+    }
+  };
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), cmp);
-    const BpeScratch::HeapEntry e = heap.back();
+    const uint64_t top = heap.back();
     heap.pop_back();
-    const auto pos = static_cast<int32_t>(e.pos);
+    const auto pos = static_cast<int32_t>(top & 0xFFFFFFFFu);
+    const auto rank = static_cast<uint32_t>(top >> 32);
     const int32_t right = next[pos];
-    if (ids[pos] != e.left || right < 0 || ids[right] != e.right) continue;  // stale
-    ids[pos] = e.result;
+    if (ids[pos] < 0 || right < 0) continue;
+    const PairSlot* p = find_pair(ids[pos], ids[right]);
+    if (p == nullptr || p->rank != rank) continue;  // stale
+    ids[pos] = p->result;
     ids[right] = -1;
     next[pos] = next[right];
     if (next[right] >= 0) prev[next[right]] = pos;
-    if (prev[pos] >= 0) push(prev[pos], pos);
-    if (next[pos] >= 0) push(pos, next[pos]);
+    if (prev[pos] >= 0) push(prev[pos]);
+    if (next[pos] >= 0) push(pos);
   }
 }
 

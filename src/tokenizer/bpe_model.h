@@ -30,13 +30,6 @@ class BpeScratch {
 
  private:
   friend class BpeModel;
-  struct HeapEntry {
-    uint32_t rank;
-    uint32_t pos;
-    int32_t left;
-    int32_t right;
-    int32_t result;
-  };
   struct CacheSlot {
     uint64_t hash = 0;
     uint32_t text_offset = 0;
@@ -50,7 +43,7 @@ class BpeScratch {
   std::vector<int32_t> results_;    // [n_symbols - 1] id that pair merges into (linear path)
   std::vector<int32_t> next_;       // [n_symbols] linked list (heap path)
   std::vector<int32_t> prev_;       // [n_symbols]
-  std::vector<HeapEntry> heap_;
+  std::vector<uint64_t> heap_;      // (rank << 32 | position) of candidate merges (heap path)
 
   std::vector<CacheSlot> cache_slots_;  // power-of-two open-addressing table
   std::string cache_text_;              // arena of cached piece bytes
@@ -88,6 +81,9 @@ class BpeModel {
   };
   static constexpr uint64_t kEmptyKey = ~uint64_t{0};
 
+  // Rank and result of the pair of two single-byte tokens (the first round of every piece),
+  // from a dense 256x256 table instead of the hash map.
+  const PairSlot& byte_pair(uint8_t a, uint8_t b) const { return byte_pairs_[a * 256 + b]; }
   const PairSlot* find_pair(int32_t left, int32_t right) const {
     const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
     size_t i = static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> pair_shift_);
@@ -98,12 +94,13 @@ class BpeModel {
       i = (i + 1) & pair_mask_;
     }
   }
-  void merge_linear(size_t n, BpeScratch& s) const;
-  void merge_heap(size_t n, BpeScratch& s) const;
+  void merge_linear(std::string_view piece, BpeScratch& s) const;
+  void merge_heap(std::string_view piece, BpeScratch& s) const;
   bool cache_lookup(std::string_view piece, uint64_t hash, std::vector<int32_t>& out, BpeScratch& s) const;
   void cache_store(std::string_view piece, uint64_t hash, const int32_t* ids, size_t n_ids, BpeScratch& s) const;
 
   std::array<int32_t, 256> byte_ids_{};
+  std::vector<PairSlot> byte_pairs_;  // [256 * 256]; rank kNoRank where there is no merge
   std::vector<PairSlot> pairs_;
   size_t pair_mask_ = 0;
   int pair_shift_ = 64;

@@ -126,10 +126,15 @@ Expected<bool> UnicodeRegex::find(std::string_view subject, size_t start, size_t
   const uint64_t limit = std::min<uint64_t>(UINT32_MAX, 10'000'000 + 64 * static_cast<uint64_t>(subject.size()));
   pcre2_set_match_limit(scratch.match_context_, static_cast<uint32_t>(limit));
   const auto* data = reinterpret_cast<PCRE2_SPTR>(subject.data());
-  const int rc = jit_ ? pcre2_jit_match(code_.get(), data, subject.size(), start, 0, scratch.match_data_,
+  int rc = jit_ ? pcre2_jit_match(code_.get(), data, subject.size(), start, 0, scratch.match_data_,
                                         scratch.match_context_)
                       : pcre2_match(code_.get(), data, subject.size(), start, PCRE2_NO_UTF_CHECK, scratch.match_data_,
                                     scratch.match_context_);
+  if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+    // Out of JIT stack: the interpreter keeps its backtracking state on the heap.
+    rc = pcre2_match(code_.get(), data, subject.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, scratch.match_data_,
+                     scratch.match_context_);
+  }
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) {
     PCRE2_UCHAR message[256];
