@@ -145,6 +145,7 @@ def normalise_ids(r):
 def render_with_jinja(template, messages, bos, eos, agp):
     """transformers' rendering (chat_template_utils._compile_jinja_template) without transformers."""
     import jinja2
+    import jinja2.ext
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message):
@@ -256,7 +257,7 @@ def main():
                              "no_special": tf_tok.encode(t, add_special_tokens=False)})
             extra["add_special"]["transformers"] = {"class": type(tf_tok).__name__, "rows": rows}
             # Does transformers' tokenizer agree with tokenizers on the corpus?
-            tf_ids = [tf_tok.encode(t, add_special_tokens=False) for t in texts]
+            tf_ids = [list(x) for x in tf_tok(texts, add_special_tokens=False)["input_ids"]]
             extra["add_special"]["transformers_corpus_mismatches"] = [i for i, (a, b) in enumerate(zip(tf_ids, ids)) if a != b][:200]
         except Exception:  # noqa: BLE001
             extra["add_special"]["transformers_error"] = traceback.format_exc()[-2000:]
@@ -291,7 +292,10 @@ def main():
     n_agree = 0
     for name, messages, agp in conversations():
         row = {"name": name, "messages": messages, "add_generation_prompt": agp}
-        row["rendered_jinja"] = render_with_jinja(template, messages, bos, eos, agp)
+        try:
+            row["rendered_jinja"] = render_with_jinja(template, messages, bos, eos, agp)
+        except Exception:  # noqa: BLE001
+            row["rendered_jinja_error"] = traceback.format_exc()[-1500:]
         if tf_tok is not None:
             try:
                 row["rendered"] = tf_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=agp)
@@ -301,7 +305,10 @@ def main():
                 row["transformers_ids"] = normalise_ids(tf_tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=agp))
             except Exception:  # noqa: BLE001
                 row["transformers_ids_error"] = traceback.format_exc()[-1500:]
-        rendered = row.get("rendered", row["rendered_jinja"])
+        rendered = row.get("rendered", row.get("rendered_jinja"))
+        if rendered is None:
+            rows.append(row)
+            continue
         row["ids"] = tok.encode(rendered, add_special_tokens=False).ids
         n_agree += row.get("transformers_ids") == row["ids"]
         rows.append(row)
@@ -311,7 +318,7 @@ def main():
     with open(os.path.join(args.out, "golden_chat.json"), "w", encoding="utf-8", newline="\n") as f:
         json.dump({"meta": chat_meta, "conversations": rows}, f, ensure_ascii=False, indent=1)
         f.write("\n")
-    same_render = sum(r.get("rendered") == r["rendered_jinja"] for r in rows)
+    same_render = sum(r.get("rendered") is not None and r.get("rendered") == r.get("rendered_jinja") for r in rows)
     print(f"[ok] chat: {len(rows)} conversations; transformers ids equal {n_agree}; transformers render == jinja {same_render}", flush=True)
 
     if args.debug_dir:

@@ -93,6 +93,7 @@ Expected<std::shared_ptr<RequestStream>> LLM::stream(EngineRequest request) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (request.request_id.empty()) request.request_id = "llm-" + std::to_string(next_id_++);
   }
+  request.stream = true;
   DI_ASSIGN_OR_RETURN(EngineRequest prepared, engine_->prepare(std::move(request)));
   auto s = std::make_shared<RequestStream>();
   s->id_ = prepared.request_id;

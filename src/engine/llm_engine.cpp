@@ -47,7 +47,7 @@ LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, 
   sc.max_num_seqs = config_.max_num_seqs;
   sc.max_num_batched_tokens = config_.max_num_batched_tokens;
   scheduler_ = std::make_unique<Scheduler>(sc, std::make_unique<BlockManager>(n_blocks, bs, config_.enable_prefix_caching));
-  runner_ = std::make_unique<ModelRunner>(*model_, *backend_, n_blocks, bs,
+  executor_ = std::make_unique<ModelRunner>(*model_, *backend_, n_blocks, bs,
                                           config_.batch_invariant ? MlaPolicy::kAbsorbed : MlaPolicy::kAuto);
 }
 
@@ -117,6 +117,7 @@ Expected<std::string> LLMEngine::enqueue(EngineRequest req) {
   r.prompt = req.prompt;
   r.prompt_ids = req.prompt_ids;
   r.metrics.arrival_time = now();
+  r.stream = req.stream;
   r.outputs.resize(static_cast<size_t>(req.params.n));
   for (int64_t i = 0; i < req.params.n; ++i) {
     auto seq = std::make_unique<Sequence>();
@@ -135,7 +136,7 @@ Expected<std::string> LLMEngine::enqueue(EngineRequest req) {
       if (!req.params.stop.empty()) ts.stops = *StopStringMatcher::create(req.params.stop);
       text_.emplace(raw->seq_id, std::move(ts));
     }
-    seq_to_request_[raw->seq_id] = r.id;
+    seq_to_request_[raw->seq_id] = &r;
   }
   r.n_live = req.params.n;
   return r.id;
@@ -188,14 +189,14 @@ RequestOutput LLMEngine::snapshot(const RequestState& r) const {
 std::vector<RequestOutput> LLMEngine::step() {
   StepPlan plan = scheduler_->schedule();
   ++n_steps_;
-  std::vector<SampledToken> sampled = runner_->execute(plan);
+  std::vector<SampledToken> sampled = executor_->execute(plan);
   scheduler_->on_step_computed(plan);
-  std::vector<std::string> changed;
+  std::vector<RequestState*> changed;
   for (const SampledToken& t : sampled) {
     Sequence* s = t.seq;
     if (s->status != SeqStatus::kRunning) continue;
-    const std::string& rid = seq_to_request_.at(s->seq_id);
-    changed.push_back(rid);
+    RequestState& r = *seq_to_request_.at(s->seq_id);
+    if (r.stream) changed.push_back(&r);
     if (t.non_finite) {
       finish_sequence(s, FinishReason::kError, "the model produced non-finite logits");
       continue;
@@ -216,15 +217,13 @@ std::vector<RequestOutput> LLMEngine::step() {
     }
     s->cumulative_logprob += t.logprob;
     if (s->params.logprobs) s->logprobs.push_back({t.token, t.logprob, t.top});
-    RequestState& r = requests_.at(rid);
     if (r.metrics.first_token_time < 0) r.metrics.first_token_time = now();
     check_stop(s);
   }
-  // Sequences finished here or by schedule() (length) or abort: move them into outputs.
+  // Sequences finished here, by schedule() ("length") or by an abort: move them into outputs.
   for (auto& s : scheduler_->take_finished()) {
-    const std::string rid = seq_to_request_.at(s->seq_id);
+    RequestState& r = *seq_to_request_.at(s->seq_id);
     seq_to_request_.erase(s->seq_id);
-    RequestState& r = requests_.at(rid);
     CompletionOutput& c = r.outputs[static_cast<size_t>(s->completion_index)];
     if (auto it = text_.find(s->seq_id); it != text_.end()) {
       TextState& ts = it->second;
@@ -240,27 +239,30 @@ std::vector<RequestOutput> LLMEngine::step() {
       c.text = std::move(ts.text);
       text_.erase(it);
     }
-    c.token_ids = s->output_ids;
+    c.token_ids = std::move(s->output_ids);
     c.finish_reason = finish_reason_name(s->finish);
     c.error = s->error;
-    c.logprobs = s->logprobs;
+    c.logprobs = std::move(s->logprobs);
     c.cumulative_logprob = s->cumulative_logprob;
     if (s->completion_index == 0) r.metrics.n_cached_prompt_tokens = s->n_cached_prompt_tokens;
     r.metrics.n_preemptions += s->n_preemptions;
     for (Sequence*& p : r.seqs)
       if (p == s.get()) p = nullptr;
     --r.n_live;
-    changed.push_back(rid);
+    changed.push_back(&r);
   }
   std::sort(changed.begin(), changed.end());
   changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
   std::vector<RequestOutput> outputs;
-  for (const std::string& rid : changed) {
-    RequestState& r = requests_.at(rid);
-    if (r.n_live == 0 && r.metrics.finished_time < 0) r.metrics.finished_time = now();
-    outputs.push_back(snapshot(r));
-    if (r.n_live == 0) requests_.erase(rid);
+  for (RequestState* r : changed) {
+    if (r->n_live == 0 && r->metrics.finished_time < 0) r->metrics.finished_time = now();
+    outputs.push_back(snapshot(*r));
   }
+  for (RequestState* r : changed)
+    if (r->n_live == 0) requests_.erase(r->id);
+  // Deterministic order for callers: by request id.
+  std::sort(outputs.begin(), outputs.end(),
+            [](const RequestOutput& a, const RequestOutput& b) { return a.request_id < b.request_id; });
   return outputs;
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/engine_config.h"
@@ -28,6 +29,7 @@ struct EngineRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
   uint64_t salt = 0;                       // prefix-cache salt; server-side only
+  bool stream = false;                     // step() reports progress, not only the final output
 };
 
 class LLMEngine {
@@ -35,6 +37,8 @@ class LLMEngine {
   static Expected<std::unique_ptr<LLMEngine>> create(const EngineConfig& config);
   LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, std::unique_ptr<Backend> backend,
             std::unique_ptr<Tokenizer> tokenizer = nullptr);
+  // Replaces the model runner (tests and benchmarks: null or delayed executors).
+  void set_executor(std::unique_ptr<Executor> executor) { executor_ = std::move(executor); }
 
   const DeepseekModel& model() const { return *model_; }
   // The model directory's tokenizer (tokenizer.json), or null when it ships none.
@@ -52,7 +56,8 @@ class LLMEngine {
   Expected<std::string> enqueue(EngineRequest request);
   // Ends every completion of the request with "abort" and frees its pages. False if unknown.
   bool abort_request(const std::string& request_id);
-  // One step. Returns a snapshot of every request that changed (new tokens or finished).
+  // One step. Returns a snapshot of every request that finished, and of every streaming
+  // request that produced tokens.
   std::vector<RequestOutput> step();
   bool has_unfinished() const { return !requests_.empty(); }
   int64_t n_unfinished() const { return static_cast<int64_t>(requests_.size()); }
@@ -70,6 +75,7 @@ class LLMEngine {
     std::vector<CompletionOutput> outputs; // filled as sequences finish
     RequestMetrics metrics;
     int64_t n_live = 0;
+    bool stream = false;
   };
   // Detokenized text of one sequence, with its stop-string matcher.
   struct TextState {
@@ -88,9 +94,9 @@ class LLMEngine {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::map<int64_t, TextState> text_;      // seq_id → text, when there is a tokenizer
   std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Executor> executor_;
   std::map<std::string, RequestState> requests_;
-  std::map<int64_t, std::string> seq_to_request_;
+  std::unordered_map<int64_t, RequestState*> seq_to_request_;  // nodes of requests_ are stable
   int64_t next_request_id_ = 0;
   int64_t n_steps_ = 0;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
 
 #include "core/check.h"
@@ -17,12 +18,12 @@ BlockManager::BlockManager(int64_t n_blocks, int64_t block_size, bool enable_pre
 }
 
 BlockHash BlockManager::chain(const BlockHash& parent, const int32_t* tokens, uint64_t salt) const {
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_128bits_reset_withSeed(state, salt);
-  XXH3_128bits_update(state, &parent, sizeof(parent));
-  XXH3_128bits_update(state, tokens, static_cast<size_t>(block_size_) * sizeof(int32_t));
-  const XXH128_hash_t h = XXH3_128bits_digest(state);
-  XXH3_freeState(state);
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_128bits_reset_withSeed(&state, salt);
+  XXH3_128bits_update(&state, &parent, sizeof(parent));
+  XXH3_128bits_update(&state, tokens, static_cast<size_t>(block_size_) * sizeof(int32_t));
+  const XXH128_hash_t h = XXH3_128bits_digest(&state);
   return {h.low64, h.high64};
 }
 
@@ -120,11 +121,19 @@ void BlockManager::append(KvAllocation& a, int64_t n_new) {
   for (int64_t i = 0; i < need; ++i) a.kv.block_ids.push_back(take_fresh());
 }
 
-void BlockManager::commit(KvAllocation& a, const std::vector<int32_t>& tokens) {
+void BlockManager::commit(KvAllocation& a, const std::vector<int32_t>& prompt, const std::vector<int32_t>& output) {
   if (!prefix_caching_) return;
-  const int64_t full = std::min<int64_t>(a.kv.n_tokens, static_cast<int64_t>(tokens.size())) / block_size_;
+  const int64_t n_known = static_cast<int64_t>(prompt.size() + output.size());
+  const int64_t full = std::min<int64_t>(a.kv.n_tokens, n_known) / block_size_;
+  if (full <= a.n_committed_blocks) return;
+  std::vector<int32_t> page(static_cast<size_t>(block_size_));
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   for (int64_t i = a.n_committed_blocks; i < full; ++i) {
-    const int32_t* t = tokens.data() + i * block_size_;
+    for (int64_t j = 0; j < block_size_; ++j) {
+      const int64_t pos = i * block_size_ + j;
+      page[static_cast<size_t>(j)] = pos < n_prompt ? prompt[static_cast<size_t>(pos)] : output[static_cast<size_t>(pos - n_prompt)];
+    }
+    const int32_t* t = page.data();
     a.last_hash = chain(a.last_hash, t, a.salt);
     const int32_t id = a.kv.block_ids[static_cast<size_t>(i)];
     Block& b = blocks_[static_cast<size_t>(id)];
@@ -137,7 +146,7 @@ void BlockManager::commit(KvAllocation& a, const std::vector<int32_t>& tokens) {
       by_hash_.emplace(a.last_hash, id);
     }
   }
-  a.n_committed_blocks = std::max(a.n_committed_blocks, full);
+  a.n_committed_blocks = full;
 }
 
 void BlockManager::release(KvAllocation& a, bool cacheable) {

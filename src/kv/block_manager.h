@@ -61,7 +61,10 @@ class BlockManager {
   void append(KvAllocation& a, int64_t n_new);
   // Registers the hash of every page that became full now that `a.kv.n_tokens` tokens (the
   // first n of `tokens`) are computed.
-  void commit(KvAllocation& a, const std::vector<int32_t>& tokens);
+  void commit(KvAllocation& a, const std::vector<int32_t>& tokens) { commit(a, tokens, {}); }
+  // The same over a sequence held as prompt + output (no concatenated copy). O(1) unless a
+  // page became full.
+  void commit(KvAllocation& a, const std::vector<int32_t>& prompt, const std::vector<int32_t>& output);
   // Drops the sequence's hold on its pages. `cacheable` false (a failed request) also removes
   // the hashes this sequence registered, so nothing it computed can be hit later.
   void release(KvAllocation& a, bool cacheable = true);

@@ -22,13 +22,24 @@ struct SampledToken {
   bool non_finite = false;                      // the row held NaN/Inf: the sequence must fail
 };
 
-class ModelRunner {
+// Runs steps. The engine sees only this interface, so tests and benchmarks can substitute a
+// fake (a null executor for bookkeeping cost, a delayed one for the overlap logic) and the
+// CUDA runner can execute asynchronously behind it.
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // Executes the step (the new tokens' KV is written) and returns one SampledToken per
+  // ScheduledSeq with sample == true, in plan order.
+  virtual std::vector<SampledToken> execute(const StepPlan& plan) = 0;
+};
+
+class ModelRunner : public Executor {
  public:
   ModelRunner(const DeepseekModel& model, Backend& backend, int64_t n_blocks, int64_t block_size,
               MlaPolicy policy);
 
   // Runs the step; returns one SampledToken per ScheduledSeq with sample == true, in plan order.
-  std::vector<SampledToken> execute(const StepPlan& plan);
+  std::vector<SampledToken> execute(const StepPlan& plan) override;
   PagedKvCache& cache() { return cache_; }
 
  private:

@@ -64,10 +64,12 @@ bool Scheduler::admit(Sequence* seq) {
 
 StepPlan Scheduler::schedule() {
   StepPlan plan;
+  plan.seqs.reserve(running_.size() + 8);
   int64_t budget = config_.max_num_batched_tokens;
 
   // 1. Decode: every running sequence whose known tokens are all computed but the last.
-  std::vector<Sequence*> decode;
+  std::vector<Sequence*>& decode = decode_scratch_;
+  decode.clear();
   for (Sequence* s : running_)
     if (s->n_computed() == s->n_tokens() - 1) decode.push_back(s);
   for (size_t i = 0; i < decode.size() && budget > 0; ++i) {
@@ -137,7 +139,7 @@ void Scheduler::on_step_computed(const StepPlan& plan) {
     if (s->status != SeqStatus::kRunning) continue;  // finished or preempted meanwhile
     DI_CHECK_EQ(s->n_computed(), x.start);
     s->kv.kv.n_tokens = x.start + x.n_tokens;
-    blocks_->commit(s->kv, s->all_tokens());
+    blocks_->commit(s->kv, s->prompt_ids, s->output_ids);
   }
 }
 
@@ -155,10 +157,13 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, const std::string& er
   seq->status = SeqStatus::kFinished;
   seq->finish = reason;
   seq->error = error;
+  ++n_finished_untaken_;
 }
 
 std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {
   std::vector<std::unique_ptr<Sequence>> out;
+  if (n_finished_untaken_ == 0) return out;
+  n_finished_untaken_ = 0;
   for (auto& s : seqs_)
     if (s->finished()) out.push_back(std::move(s));
   seqs_.erase(std::remove(seqs_.begin(), seqs_.end(), nullptr), seqs_.end());

@@ -82,6 +82,8 @@ class Scheduler {
   std::vector<Sequence*> running_;               // in admission order
   int64_t next_seq_id_ = 0;
   int64_t n_preemptions_ = 0;
+  int64_t n_finished_untaken_ = 0;       // finished since the last take_finished()
+  std::vector<Sequence*> decode_scratch_;
 };
 
 }  // namespace deepinfer
