@@ -73,8 +73,8 @@ class [[nodiscard]] Expected {
   const T& operator*() const& { return value(); }
   T* operator->() { return &std::get<T>(v_); }
   const T* operator->() const { return &std::get<T>(v_); }
-  // Precondition: !has_value().
-  const Status& status() const { return std::get<Status>(v_); }
+  // The error, or an ok Status when a value is held.
+  Status status() const { return has_value() ? Status::ok() : std::get<Status>(v_); }
 
  private:
   std::variant<T, Status> v_;

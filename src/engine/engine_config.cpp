@@ -56,6 +56,10 @@ Expected<EngineConfig> EngineConfig::from_env() {
   int64_t flag = c.enable_prefix_caching ? 1 : 0;
   DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_ENABLE_PREFIX_CACHING", 0, 1, &flag));
   c.enable_prefix_caching = flag != 0;
+  if (const char* v = std::getenv("DEEPINFER_CHUNK_COST_MODEL"); v != nullptr) c.chunk_cost_model = v;
+  int64_t budget_ms = 0;
+  DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_STEP_TIME_BUDGET_MS", 0, 3600000, &budget_ms));
+  if (budget_ms > 0) c.step_time_budget_ms = static_cast<double>(budget_ms);
   flag = c.batch_invariant ? 1 : 0;
   DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_BATCH_INVARIANT", 0, 1, &flag));
   c.batch_invariant = flag != 0;
@@ -74,6 +78,10 @@ Status EngineConfig::validate() const {
     return make_error(StatusCode::kInvalidArgument, "max_num_batched_tokens must be >= 1, got {}", max_num_batched_tokens);
   if (num_kv_blocks < 0) return make_error(StatusCode::kInvalidArgument, "num_kv_blocks must be >= 0, got {}", num_kv_blocks);
   if (kv_cache_bytes < 1) return make_error(StatusCode::kInvalidArgument, "kv_cache_bytes must be positive, got {}", kv_cache_bytes);
+  if (!(step_time_budget_ms >= 0))
+    return make_error(StatusCode::kInvalidArgument, "step_time_budget_ms must be >= 0, got {}", step_time_budget_ms);
+  if (!chunk_cost_model.empty() && step_time_budget_ms <= 0)
+    return make_error(StatusCode::kInvalidArgument, "a chunk cost model needs a step time budget (DEEPINFER_STEP_TIME_BUDGET_MS)");
   if (max_model_len < 0)
     return make_error(StatusCode::kInvalidArgument, "max_model_len must be >= 0, got {}", max_model_len);
   return Status::ok();

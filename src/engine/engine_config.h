@@ -25,6 +25,10 @@ struct EngineConfig {
   // not depend on batching, chunking, preemption or prefix-cache hits (CPU kernels are already
   // invariant otherwise).
   bool batch_invariant = false;
+  // Chunked prefill against a time budget: a fitted cost model (`deepinfer calibrate`) and
+  // the per-step budget. Both unset: chunks are limited by max_num_batched_tokens alone.
+  std::string chunk_cost_model;            // DEEPINFER_CHUNK_COST_MODEL: path to the JSON
+  double step_time_budget_ms = 0;          // DEEPINFER_STEP_TIME_BUDGET_MS
 
   // Defaults overridden by any DEEPINFER_* variables that are set. Bad values name the variable.
   static Expected<EngineConfig> from_env();

@@ -4,6 +4,9 @@
 #include <filesystem>
 #include <random>
 
+#include "io/json_file.h"
+#include "sched/cost_model.h"
+
 namespace deepinfer {
 
 namespace {
@@ -25,6 +28,10 @@ Expected<std::unique_ptr<LLMEngine>> LLMEngine::create(const EngineConfig& confi
   DI_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekModel> model, DeepseekModel::load(checkpoint));
   std::unique_ptr<Backend> backend = make_backend(config.device, config.n_threads);
   if (!backend) return make_error(StatusCode::kInvalidArgument, "unknown device '{}'", config.device);
+  if (!config.chunk_cost_model.empty()) {  // fail at start-up, not on the first long prompt
+    DI_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(config.chunk_cost_model));
+    if (auto m = ChunkCostModel::from_json(j); !m) return m.status().with_context(config.chunk_cost_model);
+  }
   std::unique_ptr<Tokenizer> tokenizer;
   std::error_code ec;
   if (std::filesystem::is_regular_file(std::filesystem::path(config.model_dir) / "tokenizer.json", ec)) {
@@ -46,6 +53,14 @@ LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, 
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;
   sc.max_num_batched_tokens = config_.max_num_batched_tokens;
+  if (!config_.chunk_cost_model.empty()) {
+    // Validated in create(); the decode tokens of a step take k1 each out of the budget.
+    const ChunkCostModel cost = *ChunkCostModel::from_json(*read_json_file(config_.chunk_cost_model));
+    const double budget_s = config_.step_time_budget_ms / 1000.0;
+    sc.chunk_limit = [cost, budget_s](int64_t n_decode, int64_t n_cached) {
+      return cost.max_chunk(n_cached, budget_s - cost.k1 * static_cast<double>(n_decode), 32768);
+    };
+  }
   scheduler_ = std::make_unique<Scheduler>(sc, std::make_unique<BlockManager>(n_blocks, bs, config_.enable_prefix_caching));
   executor_ = std::make_unique<ModelRunner>(*model_, *backend_, n_blocks, bs,
                                           config_.batch_invariant ? MlaPolicy::kAbsorbed : MlaPolicy::kAuto);

@@ -121,17 +121,18 @@ bool ToolCallParser::step(ToolCallParseResult& r, bool at_end) {
       return true;
     }
     case State::kCallType: {
+      // The type ends at the first separator, which must start within kMaxTypeBytes. Deciding
+      // only on that (not on what else the buffer holds) keeps the outcome independent of
+      // where chunks split.
       const size_t sep = buf.find(kSep);
-      if (sep == std::string_view::npos) {
-        if (buf.size() <= kMaxTypeBytes + kSep.size() && buf.find(kMarkerStart) == std::string_view::npos && !at_end)
-          return false;
+      if (sep == std::string_view::npos || sep > kMaxTypeBytes) {
+        if (!at_end && buf.size() < kMaxTypeBytes + kSep.size()) return false;
         if (buf.empty()) return false;
-        fail(r, fmt::format("tool call {}: no {} after the call type", n_started_ - 1, kSep));
+        fail(r, fmt::format("tool call {}: no {} within {} bytes after {}", n_started_ - 1, kSep, kMaxTypeBytes, kCallBegin));
         return true;
       }
       const std::string_view type = buf.substr(0, sep);
-      if (type.empty() || type.size() > kMaxTypeBytes || has_control_byte(type) ||
-          type.find(kMarkerStart) != std::string_view::npos) {
+      if (type.empty() || has_control_byte(type) || type.find(kMarkerStart) != std::string_view::npos) {
         fail(r, fmt::format("tool call {}: bad call type {}", n_started_ - 1, quote_text(type, 40)));
         return true;
       }
@@ -143,15 +144,15 @@ bool ToolCallParser::step(ToolCallParseResult& r, bool at_end) {
     }
     case State::kCallName: {
       const size_t nl = buf.find('\n');
-      if (nl == std::string_view::npos) {
-        if (buf.size() <= kMaxNameBytes && buf.find(kMarkerStart) == std::string_view::npos && !at_end) return false;
+      if (nl == std::string_view::npos || nl > kMaxNameBytes) {
+        if (!at_end && buf.size() <= kMaxNameBytes) return false;
         if (buf.empty()) return false;
-        fail(r, fmt::format("tool call {}: the function name does not end with a newline", n_started_ - 1));
+        fail(r, fmt::format("tool call {}: the function name does not end with a newline within {} bytes", n_started_ - 1,
+                            kMaxNameBytes));
         return true;
       }
       const std::string_view name = buf.substr(0, nl);
-      if (name.empty() || name.size() > kMaxNameBytes || has_control_byte(name) ||
-          name.find(kMarkerStart) != std::string_view::npos) {
+      if (name.empty() || has_control_byte(name) || name.find(kMarkerStart) != std::string_view::npos) {
         fail(r, fmt::format("tool call {}: bad function name {}", n_started_ - 1, quote_text(name, 40)));
         return true;
       }
