@@ -25,6 +25,10 @@ struct EngineConfig {
   // not depend on batching, chunking, preemption or prefix-cache hits (CPU kernels are already
   // invariant otherwise).
   bool batch_invariant = false;
+  // DEEPINFER_OVERLAP=1: schedule step N+1 while step N executes (the executor resolves N's
+  // samples as N+1's inputs). Outputs are identical either way; on the synchronous CPU
+  // executor it gains nothing, so it is off by default there.
+  bool overlap = false;
   // Chunked prefill against a time budget: a fitted cost model (`deepinfer calibrate`) and
   // the per-step budget. Both unset: chunks are limited by max_num_batched_tokens alone.
   std::string chunk_cost_model;            // DEEPINFER_CHUNK_COST_MODEL: path to the JSON

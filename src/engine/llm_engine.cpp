@@ -202,17 +202,50 @@ RequestOutput LLMEngine::snapshot(const RequestState& r) const {
 }
 
 std::vector<RequestOutput> LLMEngine::step() {
-  StepPlan plan = scheduler_->schedule();
   ++n_steps_;
-  std::vector<SampledToken> sampled = executor_->execute(plan);
+  if (!config_.overlap) {
+    StepPlan plan = scheduler_->schedule();
+    if (plan.empty()) return postprocess(plan, {});
+    executor_->launch(plan);
+    return postprocess(plan, executor_->collect());
+  }
+  // Overlap: schedule and launch N+1 while N runs, then post-process N.
+  std::vector<RequestOutput> outputs;
+  StepPlan next = scheduler_->schedule();
+  if (next.needs_drain && inflight_) {
+    // A page can only come from a sequence of the running step: finish that step first.
+    for (const ScheduledSeq& x : next.seqs) {  // withdraw the unlaunched plan
+      x.seq->n_scheduled -= x.n_tokens;
+      x.seq->n_pending -= x.sample ? 1 : 0;
+      --x.seq->n_inflight_steps;
+    }
+    StepPlan running = std::move(*inflight_);
+    inflight_.reset();
+    outputs = postprocess(running, executor_->collect());
+    next = scheduler_->schedule();
+  }
+  if (!next.empty()) executor_->launch(next);
+  if (inflight_) {
+    StepPlan running = std::move(*inflight_);
+    inflight_.reset();
+    auto more = postprocess(running, executor_->collect());
+    outputs.insert(outputs.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
+  if (!next.empty()) inflight_ = std::move(next);
+  else if (outputs.empty()) outputs = postprocess(StepPlan{}, {});  // collect finishes from schedule()
+  return outputs;
+}
+
+std::vector<RequestOutput> LLMEngine::postprocess(const StepPlan& plan, const std::vector<SampledToken>& sampled) {
   scheduler_->on_step_computed(plan);
   std::vector<RequestState*> changed;
   for (const SampledToken& t : sampled) {
     Sequence* s = t.seq;
-    if (s->status != SeqStatus::kRunning) continue;
+    if (s->status != SeqStatus::kRunning) continue;  // finished while the step ran: drop
     RequestState& r = *seq_to_request_.at(s->seq_id);
     if (r.stream) changed.push_back(&r);
     if (t.non_finite) {
+      scheduler_->drop_sample(s);
       finish_sequence(s, FinishReason::kError, "the model produced non-finite logits");
       continue;
     }
@@ -239,6 +272,7 @@ std::vector<RequestOutput> LLMEngine::step() {
   for (auto& s : scheduler_->take_finished()) {
     RequestState& r = *seq_to_request_.at(s->seq_id);
     seq_to_request_.erase(s->seq_id);
+    executor_->forget(s->seq_id);
     CompletionOutput& c = r.outputs[static_cast<size_t>(s->completion_index)];
     if (auto it = text_.find(s->seq_id); it != text_.end()) {
       TextState& ts = it->second;

@@ -57,9 +57,10 @@ class LLMEngine {
   // Ends every completion of the request with "abort" and frees its pages. False if unknown.
   bool abort_request(const std::string& request_id);
   // One step. Returns a snapshot of every request that finished, and of every streaming
-  // request that produced tokens.
+  // request that produced tokens. With overlap, a call launches step N+1 and then
+  // post-processes step N, so outputs trail the launches by one step.
   std::vector<RequestOutput> step();
-  bool has_unfinished() const { return !requests_.empty(); }
+  bool has_unfinished() const { return !requests_.empty() || inflight_.has_value(); }
   int64_t n_unfinished() const { return static_cast<int64_t>(requests_.size()); }
 
   Scheduler& scheduler() { return *scheduler_; }
@@ -86,6 +87,8 @@ class LLMEngine {
   double now() const;
   void finish_sequence(Sequence* s, FinishReason reason, const std::string& error = {});
   RequestOutput snapshot(const RequestState& r) const;
+  // Applies a completed step's samples: appends tokens, stop checks, finished outputs.
+  std::vector<RequestOutput> postprocess(const StepPlan& plan, const std::vector<SampledToken>& sampled);
   void check_stop(Sequence* s);
 
   EngineConfig config_;
@@ -95,6 +98,7 @@ class LLMEngine {
   std::map<int64_t, TextState> text_;      // seq_id → text, when there is a tokenizer
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Executor> executor_;
+  std::optional<StepPlan> inflight_;       // overlap: the launched, not yet post-processed step
   std::map<std::string, RequestState> requests_;
   std::unordered_map<int64_t, RequestState*> seq_to_request_;  // nodes of requests_ are stable
   int64_t next_request_id_ = 0;

@@ -9,6 +9,15 @@ ModelRunner::ModelRunner(const DeepseekModel& model, Backend& backend, int64_t n
                          MlaPolicy policy)
     : model_(model), backend_(backend), cache_(model.kv_layers(), n_blocks, block_size), policy_(policy) {}
 
+int32_t ModelRunner::future_token(int64_t seq_id, int64_t position) const {
+  // Absent only when that earlier sample failed (non-finite logits): the sequence is failing
+  // and this step's result for it will be dropped, so any valid id will do.
+  auto it = future_.find(seq_id);
+  if (it == future_.end()) return 0;
+  auto jt = it->second.find(position);
+  return jt == it->second.end() ? 0 : jt->second;
+}
+
 std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
   const int64_t bs = cache_.block_size();
   const DeepseekConfig& mc = model_.config();
@@ -19,7 +28,13 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
   for (const ScheduledSeq& x : plan.seqs) {
     Sequence* s = x.seq;
     tokens.resize(static_cast<size_t>(x.n_tokens));
-    for (int64_t i = 0; i < x.n_tokens; ++i) tokens[static_cast<size_t>(i)] = s->token_at(x.start + i);
+    auto fut = future_.find(s->seq_id);
+    if (fut != future_.end())  // positions the engine has appended need no memory here
+      fut->second.erase(fut->second.begin(), fut->second.lower_bound(s->n_tokens()));
+    for (int64_t i = 0; i < x.n_tokens; ++i) {
+      const int64_t pos = x.start + i;
+      tokens[static_cast<size_t>(i)] = pos < s->n_tokens() ? s->token_at(pos) : future_token(s->seq_id, pos);
+    }
     KvSequence kv = s->kv.kv;
     kv.n_tokens = x.start;
     const int32_t row = batch.add_sequence(kv, tokens.data(), x.n_tokens, bs);
@@ -46,9 +61,18 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
       continue;
     }
     std::copy(raw, raw + vocab, row.begin());
-    apply_logits_processors(row.data(), vocab, s->params, s->prompt_ids, s->output_ids, mc.eos_token_ids, &counts_);
     const int64_t position = x.start + x.n_tokens;  // the new token's position
+    // The output so far includes samples of earlier overlapped steps not yet appended.
+    const std::vector<int32_t>* output = &s->output_ids;
+    std::vector<int32_t> with_future;
+    if (position > s->n_tokens()) {
+      with_future = s->output_ids;
+      for (int64_t p = s->n_tokens(); p < position; ++p) with_future.push_back(future_token(s->seq_id, p));
+      output = &with_future;
+    }
+    apply_logits_processors(row.data(), vocab, s->params, s->prompt_ids, *output, mc.eos_token_ids, &counts_);
     t.token = sample_token(row.data(), vocab, s->params.sampler(), s->seed, static_cast<uint64_t>(position), &scratch_);
+    future_[s->seq_id][position] = t.token;
     // Log-probabilities of the model's raw distribution (before penalties and temperature).
     double mx = raw[0];
     for (int64_t v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(raw[v]));

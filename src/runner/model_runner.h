@@ -4,7 +4,10 @@
 // seed and the new token's position). Owns the KV pages' memory; not the page bookkeeping.
 #pragma once
 
+#include <deque>
+#include <map>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -29,8 +32,23 @@ class Executor {
  public:
   virtual ~Executor() = default;
   // Executes the step (the new tokens' KV is written) and returns one SampledToken per
-  // ScheduledSeq with sample == true, in plan order.
+  // ScheduledSeq with sample == true, in plan order. A row at a position the sequence has not
+  // appended yet takes the token this executor sampled there in an earlier step (a "future"
+  // token of an overlapped step).
   virtual std::vector<SampledToken> execute(const StepPlan& plan) = 0;
+  // Asynchronous form: launch starts a step (later steps queue behind it), collect waits for
+  // the oldest launched step and returns its samples. The default runs at launch.
+  virtual void launch(const StepPlan& plan) { done_.push_back(execute(plan)); }
+  virtual std::vector<SampledToken> collect() {
+    std::vector<SampledToken> out = std::move(done_.front());
+    done_.pop_front();
+    return out;
+  }
+  // The engine is done with a sequence: drop what the executor remembers of it.
+  virtual void forget(int64_t seq_id) { (void)seq_id; }
+
+ private:
+  std::deque<std::vector<SampledToken>> done_;
 };
 
 class ModelRunner : public Executor {
@@ -40,15 +58,20 @@ class ModelRunner : public Executor {
 
   // Runs the step; returns one SampledToken per ScheduledSeq with sample == true, in plan order.
   std::vector<SampledToken> execute(const StepPlan& plan) override;
+  void forget(int64_t seq_id) override { future_.erase(seq_id); }
   PagedKvCache& cache() { return cache_; }
 
  private:
+  int32_t future_token(int64_t seq_id, int64_t position) const;
+
   const DeepseekModel& model_;
   Backend& backend_;
   PagedKvCache cache_;
   MlaPolicy policy_;
   std::vector<float> scratch_;
   std::vector<int32_t> counts_;
+  // Tokens sampled but possibly not yet appended by the engine: seq_id → (position → token).
+  std::unordered_map<int64_t, std::map<int64_t, int32_t>> future_;
 };
 
 }  // namespace deepinfer

@@ -3,7 +3,10 @@
 // sequences first-come-first-served while pages and budget last. When a decode cannot get a
 // page, the most recently admitted running sequence is preempted by recompute (its pages are
 // released — they stay in the prefix cache — and it re-queues at the front with its output so
-// far). Owns the sequences and the BlockManager; engine thread only.
+// far). Steps may overlap: a step can be scheduled while the previous one still runs, counting
+// its launched positions and pending samples as done; sequences in a running step are never
+// preempted (the plan asks for a drain instead) and release their pages only once no running
+// step references them. Owns the sequences and the BlockManager; engine thread only.
 #pragma once
 
 #include <deque>
@@ -36,6 +39,9 @@ struct ScheduledSeq {
 struct StepPlan {
   std::vector<ScheduledSeq> seqs;
   int64_t n_tokens = 0;
+  // A decode needed a page that only preempting a sequence of a running step could free:
+  // post-process the running step, then schedule again.
+  bool needs_drain = false;
   bool empty() const { return seqs.empty(); }
 };
 
@@ -55,9 +61,12 @@ class Scheduler {
 
   StepPlan schedule();
   // After the step's KV was written: advances computed counts, registers full pages in the
-  // prefix cache. Sampled tokens are appended by the caller with append_token.
+  // prefix cache, releases pages of sequences that finished while it ran. Sampled tokens are
+  // appended by the caller with append_token (or dropped with drop_sample).
   void on_step_computed(const StepPlan& plan);
   void append_token(Sequence* seq, int32_t token);
+  // A launched sample that will not be appended (its sequence failed).
+  void drop_sample(Sequence* seq);
   // Finishes a sequence: releases its pages (cacheable unless an error), marks it finished.
   void finish(Sequence* seq, FinishReason reason, const std::string& error = {});
   // Removes finished sequences and returns them (the engine turns them into outputs).

@@ -34,12 +34,19 @@ struct Sequence {
   FinishReason finish = FinishReason::kNone;
   std::string error;                 // set when finish == kError
   KvAllocation kv;                   // kv.kv.n_tokens = tokens whose KV is computed
+  // Overlapped execution: positions whose KV is computed or in a launched step, samples
+  // launched but not yet appended, and launched steps not yet post-processed.
+  int64_t n_scheduled = 0;
+  int64_t n_pending = 0;
+  int64_t n_inflight_steps = 0;
   int64_t n_preemptions = 0;
   int64_t n_cached_prompt_tokens = 0;  // prefix-cache hit at first admission
   double cumulative_logprob = 0;
   std::vector<TokenLogprobs> logprobs;  // when params.logprobs is set
 
   int64_t n_tokens() const { return static_cast<int64_t>(prompt_ids.size() + output_ids.size()); }
+  // Tokens that exist or are being sampled.
+  int64_t n_total() const { return n_tokens() + n_pending; }
   int32_t token_at(int64_t i) const {
     const int64_t np = static_cast<int64_t>(prompt_ids.size());
     return i < np ? prompt_ids[static_cast<size_t>(i)] : output_ids[static_cast<size_t>(i - np)];
