@@ -126,16 +126,19 @@ TEST(LLMEngine, ChunkedPrefillEqualsWholePrefill) {
   expect_same_tokens(whole, chunked);
 }
 
-TEST(LLMEngine, PrefixCacheHitEqualsMiss) {
-  // Prompts sharing prefixes of k×16 and k×16 ± 1 tokens, sent one after another so later
+void prefix_hit_equals_miss(int64_t bs) {
+  // Prompts sharing prefixes of k×bs and k×bs ± 1 tokens, sent one after another so later
   // ones hit pages the earlier ones left in the cache.
   std::vector<Job> jobs;
   std::vector<int32_t> stem;
-  for (int t = 0; t < 70; ++t) stem.push_back(3 + (t * 37) % 280);
-  for (int len : {16, 15, 17, 32, 31, 33, 48, 64, 65, 63, 1, 2}) {
+  for (int t = 0; t < 3 * 64 + 2; ++t) stem.push_back(3 + (t * 37) % 280);
+  std::vector<int64_t> lengths = {1, 2};
+  for (int64_t k = 1; k <= 3; ++k)
+    for (int64_t d : {-1, 0, 1}) lengths.push_back(k * bs + d);
+  for (int64_t len : lengths) {
     Job j;
     j.prompt.assign(stem.begin(), stem.begin() + len);
-    j.prompt.push_back(200 + len);
+    j.prompt.push_back(static_cast<int32_t>(200 + len % 50));
     j.params.temperature = 0.7f;
     j.params.max_tokens = 6;
     j.params.ignore_eos = true;
@@ -143,6 +146,8 @@ TEST(LLMEngine, PrefixCacheHitEqualsMiss) {
     jobs.push_back(j);
   }
   EngineConfig c = base_config();
+  c.kv_block_size = bs;
+  c.num_kv_blocks = 4096 / bs;
   c.batch_invariant = true;
   c.enable_prefix_caching = false;
   auto off_engine = make_engine(c);
@@ -159,9 +164,12 @@ TEST(LLMEngine, PrefixCacheHitEqualsMiss) {
     }
     expect_same_tokens(off, on);
   }
-  EXPECT_GT(hits, 16 * 10);
+  EXPECT_GT(hits, bs * 10);
   EXPECT_EQ(on_engine->scheduler().blocks().n_free(), on_engine->scheduler().blocks().n_blocks());
 }
+
+TEST(LLMEngine, PrefixCacheHitEqualsMissBlock16) { prefix_hit_equals_miss(16); }
+TEST(LLMEngine, PrefixCacheHitEqualsMissBlock64) { prefix_hit_equals_miss(64); }
 
 TEST(LLMEngine, PrefixCacheSurvivesEvictionChurn) {
   EngineConfig c = base_config();
