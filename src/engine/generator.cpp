@@ -1,5 +1,7 @@
 #include "engine/generator.h"
 
+#include "engine/request_checks.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -22,25 +24,11 @@ Generator::Generator(EngineConfig config, std::unique_ptr<DeepseekModel> model, 
     : config_(std::move(config)), model_(std::move(model)), backend_(std::move(backend)) {}
 
 int64_t Generator::max_model_len() const {
-  const int64_t model_max = model_->config().max_position_embeddings;
-  return config_.max_model_len > 0 ? std::min(config_.max_model_len, model_max) : model_max;
+  return effective_max_model_len(config_.max_model_len, model_->config().max_position_embeddings);
 }
 
 Status Generator::validate(const GenerateRequest& r) const {
-  const int64_t vocab = model_->config().vocab_size;
-  if (r.prompt_ids.empty()) return make_error(StatusCode::kInvalidArgument, "the prompt is empty");
-  for (size_t i = 0; i < r.prompt_ids.size(); ++i)
-    if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= vocab)
-      return make_error(StatusCode::kInvalidArgument, "prompt token id {} at index {} is out of range [0, {})",
-                        r.prompt_ids[i], i, vocab);
-  if (r.max_tokens < 1) return make_error(StatusCode::kInvalidArgument, "max_tokens must be >= 1, got {}", r.max_tokens);
-  // The last generated token is never fed back, so a prompt of exactly the context length
-  // may still generate one token.
-  const int64_t n_prompt = static_cast<int64_t>(r.prompt_ids.size());
-  if (n_prompt + r.max_tokens - 1 > max_model_len())
-    return make_error(StatusCode::kOutOfRange,
-                      "maximum context length is {} tokens, requested {} (prompt {} + max_tokens {})", max_model_len(),
-                      n_prompt + r.max_tokens, n_prompt, r.max_tokens);
+  DI_RETURN_IF_ERROR(check_prompt(r.prompt_ids, model_->config().vocab_size, r.max_tokens, max_model_len()));
   return validate_sampler_params(r.sampler);
 }
 

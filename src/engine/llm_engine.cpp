@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <random>
 
+#include "engine/request_checks.h"
 #include "io/json_file.h"
 #include "sched/cost_model.h"
 
@@ -67,8 +68,7 @@ LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, 
 }
 
 int64_t LLMEngine::max_model_len() const {
-  const int64_t model_max = model_->config().max_position_embeddings;
-  return config_.max_model_len > 0 ? std::min(config_.max_model_len, model_max) : model_max;
+  return effective_max_model_len(config_.max_model_len, model_->config().max_position_embeddings);
 }
 
 double LLMEngine::now() const {
@@ -83,11 +83,7 @@ Expected<EngineRequest> LLMEngine::prepare(EngineRequest req) const {
     options.add_special_tokens = true;
     DI_ASSIGN_OR_RETURN(req.prompt_ids, tokenizer_->encode(req.prompt, options));
   }
-  if (req.prompt_ids.empty()) return make_error(StatusCode::kInvalidArgument, "the prompt is empty");
-  for (size_t i = 0; i < req.prompt_ids.size(); ++i)
-    if (req.prompt_ids[i] < 0 || req.prompt_ids[i] >= mc.vocab_size)
-      return make_error(StatusCode::kInvalidArgument, "prompt token id {} at index {} is out of range [0, {})",
-                        req.prompt_ids[i], i, mc.vocab_size);
+  DI_RETURN_IF_ERROR(check_prompt(req.prompt_ids, mc.vocab_size, req.params.max_tokens, max_model_len()));
   ParamLimits limits;
   limits.vocab_size = mc.vocab_size;
   DI_RETURN_IF_ERROR(validate_sampling_params(req.params, limits));
@@ -98,12 +94,6 @@ Expected<EngineRequest> LLMEngine::prepare(EngineRequest req) const {
     if (!matcher) return matcher.status().with_context("stop");
   }
   const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
-  // The last generated token is never fed back: a prompt of exactly the context length may
-  // still generate one token.
-  if (n_prompt + req.params.max_tokens - 1 > max_model_len())
-    return make_error(StatusCode::kOutOfRange,
-                      "maximum context length is {} tokens, requested {} (prompt {} + max_tokens {})", max_model_len(),
-                      n_prompt + req.params.max_tokens, n_prompt, req.params.max_tokens);
   if (!scheduler_->fits_alone(n_prompt + req.params.max_tokens - 1) && !scheduler_->fits_alone(n_prompt))
     return make_error(StatusCode::kResourceExhausted, "the prompt ({} tokens) does not fit the KV cache ({} pages of {})",
                       n_prompt, scheduler_->blocks().n_blocks(), scheduler_->blocks().block_size());
