@@ -4,7 +4,8 @@
 //  - greedy 32-token continuations of golden.json's 5 prompts, token for token;
 //  - perplexity over the committed held-out ids (heldout_ids.json, windows of <= 1024 tokens,
 //    log-softmax in double) within 1% of transformers' (the bound; the logits agree to
-//    ~1e-5, so the measured difference is far smaller).
+//    ~1e-5, so the measured difference is far smaller). Release builds score all 4096 ids (~5 s on
+//    2 threads); unoptimized builds score the first 1024-token window only.
 // Also: without DEEPINFER_HF_MODEL_DIR the engine falls back to this model.
 #include <gtest/gtest.h>
 
@@ -104,8 +105,16 @@ TEST_F(DemoModel, HeldOutPerplexityMatchesTransformers) {
   ASSERT_LE(window, generator_->max_model_len());
   ASSERT_EQ(static_cast<int64_t>(heldout_ids_->size()), ref.at("n_tokens").get<int64_t>());
   const auto& windows = ref.at("windows");
+#ifdef NDEBUG
+  const size_t n_windows = windows.size();
+#else
+  // Unoptimized builds (the sanitizer suite) score window 0 only: -O0 prefill of all 4096 tokens
+  // takes about 2 minutes there. Its NLL is checked against the reference's per-window sum.
+  const size_t n_windows = 1;
+#endif
   std::vector<GenerateRequest> reqs;
-  for (const auto& w : windows) {
+  for (size_t k = 0; k < n_windows; ++k) {
+    const auto& w = windows[k];
     const auto start = w.at("start").get<size_t>();
     const auto n = w.at("n_tokens").get<size_t>();
     ASSERT_LE(start + n, heldout_ids_->size());
@@ -142,6 +151,7 @@ TEST_F(DemoModel, HeldOutPerplexityMatchesTransformers) {
     nll_total += nll;
     n_predicted += static_cast<int64_t>(ids.size()) - 1;
   }
+  if (n_windows < windows.size()) return;
   ASSERT_EQ(n_predicted, ref.at("n_predicted").get<int64_t>());
   const double ppl = std::exp(nll_total / static_cast<double>(n_predicted));
   const double ref_ppl = ref.at("ppl").get<double>();
