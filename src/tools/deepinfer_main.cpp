@@ -15,6 +15,7 @@
 #include "engine/generator.h"
 #include "io/json_file.h"
 #include "tokenizer/chat_encoder.h"
+#include "tools/calibrate_command.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -150,11 +151,15 @@ int main(int argc, char** argv) {
   tok->add_flag("--json", tok_json, "Print one JSON array of id arrays");
   tok->add_option("--threads", config.n_threads, "Threads for long texts (0 = all cores)");
 
+  deepinfer::CalibrateCommand calibrate;
+  calibrate.add_to(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (calibrate.app->parsed()) return calibrate.run();
 
   if (tok->parsed()) {
     return run_tokenize(tokenizer_dir.empty() ? config.model_dir : tokenizer_dir, texts_file, texts, add_special,
