@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Test command: the whole CPU suite (Release), the same suite under AddressSanitizer and
-# UndefinedBehaviorSanitizer, and the safetensors-header fuzzer for a short budget.
-# Assumes scripts/setup.sh has run. FUZZ_SECONDS (default 60) sets the fuzzing budget.
+# UndefinedBehaviorSanitizer, the safetensors-header fuzzer and the two tokenizer fuzzers for
+# short budgets.
+# Assumes scripts/setup.sh has run. FUZZ_SECONDS (default 60) sets the safetensors fuzzing budget,
+# TOKENIZER_FUZZ_SECONDS (default 20) each tokenizer fuzzer's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS="$(nproc)"
@@ -23,4 +25,9 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -DDEEPINFER_FUZZ=ON -DDEEPINFER_TE
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$JOBS" --target safetensors_fuzz
 bash fuzz/run_fuzz.sh build-fuzz "${FUZZ_SECONDS:-60}"
+
+echo "== libFuzzer: tokenizer loading, encode/decode round trip (TOKENIZER_FUZZ_SECONDS each)"
+cmake --build build-fuzz -j"$JOBS" --target tokenizer_load_fuzz tokenizer_roundtrip_fuzz
+bash fuzz/run_fuzz.sh build-fuzz "${TOKENIZER_FUZZ_SECONDS:-20}" tokenizer_load_fuzz
+bash fuzz/run_fuzz.sh build-fuzz "${TOKENIZER_FUZZ_SECONDS:-20}" tokenizer_roundtrip_fuzz
 echo "all checks passed"

@@ -181,7 +181,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
 }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
-  auto it = ids_by_string_.find(std::string(token));
+  auto it = ids_by_string_.find(token);
   if (it == ids_by_string_.end()) return std::nullopt;
   return it->second;
 }

@@ -110,7 +110,12 @@ class Tokenizer {
   std::vector<std::string> strings_;        // [vocab_size] vocabulary string or added content
   std::string bytes_arena_;                 // token_bytes of every id, concatenated
   std::vector<uint64_t> bytes_offsets_;     // [vocab_size + 1] into bytes_arena_
-  std::unordered_map<std::string, int32_t> ids_by_string_;  // vocabulary strings, then added contents
+  // Transparent hashing: lookups by string_view without building a std::string.
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ids_by_string_;  // vocabulary strings, then added contents
   std::optional<int32_t> bos_id_;
   std::optional<int32_t> eos_id_;
   std::vector<int32_t> prefix_ids_;

@@ -99,6 +99,7 @@ Status TokenizerLoader::load_model(const Json& model, Tokenizer& t, int32_t* n_m
   if (vocab->size() > static_cast<size_t>(INT32_MAX / 2)) return corrupt("model.vocab", "too many tokens");
   const auto n_vocab = static_cast<int32_t>(vocab->size());
   t.strings_.assign(n_vocab, std::string());
+  t.ids_by_string_.reserve(vocab->size() + 1024);
   std::vector<bool> assigned(n_vocab, false);
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
     const std::string& token = it.key();
@@ -156,7 +157,7 @@ Status TokenizerLoader::load_model(const Json& model, Tokenizer& t, int32_t* n_m
     }
     BpeMerge rule;
     for (auto [part, slot] : {std::pair{left, &rule.left}, std::pair{right, &rule.right}}) {
-      auto it = t.ids_by_string_.find(std::string(part));
+      auto it = t.ids_by_string_.find(part);
       if (it == t.ids_by_string_.end()) return corrupt(field, fmt::format("{} is not in model.vocab", quote_text(part)));
       *slot = it->second;
     }

@@ -117,7 +117,7 @@ bool ToolCallParser::step(ToolCallParseResult& r, bool at_end) {
       }
       if (!at_end && (rest.empty() || is_prefix_of(rest, kCallBegin) || is_prefix_of(rest, kCallsEnd))) return false;
       if (rest.empty()) return false;
-      fail(r, fmt::format("expected {} or {} after a tool call, got {}", kCallBegin, kCallsEnd, quote_text(rest, 40)));
+      fail(r, fmt::format("expected {} or {} after tool call {}", kCallBegin, kCallsEnd, n_started_ - 1));
       return true;
     }
     case State::kCallType: {

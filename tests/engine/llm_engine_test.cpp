@@ -3,6 +3,7 @@
 // lose a request or leak a page. Identity is bitwise in batch-invariant mode (every attention
 // row in the absorbed form); batching alone is checked in the default mode too.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <map>
 #include <random>
@@ -16,7 +17,7 @@ namespace {
 
 const std::string& model_dir() {
   static const std::string dir = [] {
-    const std::string d = ::testing::TempDir() + "/llm_engine_model";
+    const std::string d = fmt::format("{}/llm_engine_model_{}", ::testing::TempDir(), ::getpid());
     nlohmann::json c = testing::tiny_v3_config();
     c["max_position_embeddings"] = 1024;
     c["rope_scaling"]["original_max_position_embeddings"] = 256;

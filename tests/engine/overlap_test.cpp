@@ -3,6 +3,7 @@
 // ordering and bookkeeping; the real CPU runner checks that outputs equal the synchronous
 // engine's, including stops, preemption and aborts in flight.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <map>
 #include <random>
@@ -55,7 +56,7 @@ class DelayedFakeExecutor : public Executor {
 
 const std::string& model_dir() {
   static const std::string dir = [] {
-    const std::string d = ::testing::TempDir() + "/overlap_model";
+    const std::string d = fmt::format("{}/overlap_model_{}", ::testing::TempDir(), ::getpid());
     nlohmann::json c = testing::tiny_v3_config();
     c["max_position_embeddings"] = 1024;
     c["rope_scaling"]["original_max_position_embeddings"] = 256;

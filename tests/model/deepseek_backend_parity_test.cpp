@@ -3,6 +3,7 @@
 // Tolerance: both compute in fp32 with different summation orders (the reference sums in
 // double), so logits agree to ~1e-5 relative; 2e-4 absolute leaves margin at |logit| ~ 10.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -15,7 +16,7 @@ namespace deepinfer {
 namespace {
 
 std::string make_model(const std::string& name, const nlohmann::json& config, DType dtype) {
-  const std::string dir = ::testing::TempDir() + "/parity_" + name;
+  const std::string dir = fmt::format("{}/parity_{}_{}", ::testing::TempDir(), name, ::getpid());
   Status s = write_random_deepseek_checkpoint(dir, config, 1234, dtype, false);
   EXPECT_TRUE(s.is_ok()) << s.to_string();
   return dir;

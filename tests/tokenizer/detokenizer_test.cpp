@@ -100,7 +100,11 @@ TEST(StopStringMatcher, FindsStopsAcrossAnyDeltaBoundaries) {
     std::string text;
     const int n = 1 + static_cast<int>(rng() % 40);
     for (int i = 0; i < n; ++i) text += alphabet[rng() % std::size(alphabet)];
-    if (trial % 5 == 0) text.insert(rng() % (text.size() + 1), stops[rng() % stops.size()]);
+    if (trial % 5 == 0) {
+      size_t at = rng() % (text.size() + 1);
+      while (at < text.size() && (static_cast<uint8_t>(text[at]) & 0xC0) == 0x80) ++at;  // a character boundary
+      text.insert(at, stops[rng() % stops.size()]);
+    }
     // Split into random deltas at character boundaries.
     std::vector<std::string> deltas;
     size_t pos = 0;

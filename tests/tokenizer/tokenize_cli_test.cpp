@@ -115,7 +115,7 @@ TEST_F(TokenizeCliTest, BadInputsExitTwoWithAMessage) {
     EXPECT_EQ(r.code, 2) << content << ": " << r.err;
     EXPECT_NE(r.err.find("--texts-file"), std::string::npos) << r.err;
   }
-  RunResult r = run(fmt::format("tokenize --tokenizer '{}' --text $'bad \\xff'", tok_dir));
+  RunResult r = run(fmt::format("tokenize --tokenizer '{}' --text \"$(printf 'bad \\377')\"", tok_dir));
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("not valid UTF-8"), std::string::npos) << r.err;
   r = run(fmt::format("tokenize --tokenizer '{}' --texts-file /nonexistent.json", tok_dir));
@@ -174,7 +174,7 @@ TEST_F(TokenizeCliTest, GenerateFromPromptNeedsATokenizerAndOneKindOfPrompt) {
   EXPECT_EQ(r.code, 2) << r.err;
   r = run(fmt::format("generate --model '{}' --chat --prompt-ids 1 --max-tokens 2", kDemoModel));
   EXPECT_EQ(r.code, 2) << r.err;
-  r = run(fmt::format("generate --model '{}' --prompt $'\\xff' --max-tokens 2", kDemoModel));
+  r = run(fmt::format("generate --model '{}' --prompt \"$(printf '\\377')\" --max-tokens 2", kDemoModel));
   EXPECT_EQ(r.code, 2) << r.err;
 }
 

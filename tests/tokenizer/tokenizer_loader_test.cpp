@@ -89,6 +89,8 @@ struct BadCase {
   const char* message_part;  // the field (and detail) the error must name
 };
 
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
+
 class TokenizerLoaderBad : public ::testing::TestWithParam<BadCase> {};
 
 TEST_P(TokenizerLoaderBad, RejectedWithFieldNamed) {
@@ -158,13 +160,13 @@ const BadCase kBadCases[] = {
      "normalizer"},
     {"pre-tokenizer type", [](json& t, json&) { t["pre_tokenizer"]["pretokenizers"][0]["type"] = "Digits"; },
      StatusCode::kUnsupported, "pre_tokenizer.pretokenizers[0].type"},
-    {"no ByteLevel step", [](json& t, json&) { t["pre_tokenizer"]["pretokenizers"].erase(2); },
+    {"no ByteLevel step", [](json& t, json&) { t["pre_tokenizer"]["pretokenizers"].erase(1); },
      StatusCode::kUnsupported, "no ByteLevel step"},
     {"bad regex", [](json& t, json&) { t["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(\\p{N}"; },
      StatusCode::kCorrupt, "pre_tokenizer.pretokenizers[0].pattern"},
-    {"unknown split behavior", [](json& t, json&) { t["pre_tokenizer"]["pretokenizers"][1]["behavior"] = "Sideways"; },
-     StatusCode::kCorrupt, "pre_tokenizer.pretokenizers[1].behavior"},
-    {"add_prefix_space", [](json& t, json&) { t["pre_tokenizer"]["pretokenizers"][2]["add_prefix_space"] = true; },
+    {"unknown split behavior", [](json& t, json&) { t["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sideways"; },
+     StatusCode::kCorrupt, "pre_tokenizer.pretokenizers[0].behavior"},
+    {"add_prefix_space", [](json& t, json&) { t["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true; },
      StatusCode::kUnsupported, "add_prefix_space"},
     {"decoder", [](json& t, json&) { t["decoder"] = {{"type", "WordPiece"}}; }, StatusCode::kUnsupported,
      "decoder.type"},
@@ -191,8 +193,8 @@ const BadCase kBadCases[] = {
 };
 
 INSTANTIATE_TEST_SUITE_P(Cases, TokenizerLoaderBad, ::testing::ValuesIn(kBadCases),
-                         [](const auto& info) {
-                           std::string n = info.param.name;
+                         [](const ::testing::TestParamInfo<BadCase>& param_info) {
+                           std::string n = param_info.param.name;
                            for (char& ch : n) {
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            }

@@ -29,7 +29,7 @@ struct Golden {
 };
 
 const Golden& golden() {
-  static const Golden g = [] {
+  static const Golden loaded = [] {
     Golden g;
     g.texts = testing::corpus_texts();
     auto lines = testing::read_jsonl(tokenizer_fixture("golden_encode.jsonl"));
@@ -37,7 +37,7 @@ const Golden& golden() {
     for (size_t i = 1; i < lines.size(); ++i) g.ids.push_back(lines[i].get<std::vector<int32_t>>());
     return g;
   }();
-  return g;
+  return loaded;
 }
 
 std::string show(const std::string& text) { return quote_text(text, 200); }

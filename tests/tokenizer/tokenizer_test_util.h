@@ -78,10 +78,10 @@ struct TinyTokenizerSpec {
   std::vector<std::pair<std::string, std::string>> merges = {{"Ġ", "t"}, {"h", "e"}, {"Ġt", "he"}, {"a", "a"},
                                                              {"aa", "aa"}, {"Ġ", "Ġ"}, {"1", "2"}};
   std::vector<std::string> added = {"<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"};
+  // Digits in runs of at most 3, then GPT-2's pattern (ByteLevel with use_regex).
   std::string pre_tokenizer = R"({"type": "Sequence", "pretokenizers": [
       {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}, "behavior": "Isolated", "invert": false},
-      {"type": "Split", "pattern": {"Regex": "[^\\s\\p{L}\\p{N}]?\\p{L}+|\\s+(?!\\S)|\\s+|[^\\s\\p{L}]+"}, "behavior": "Isolated", "invert": false},
-      {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]})";
+      {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}]})";
 };
 
 inline nlohmann::json tiny_tokenizer_json(const TinyTokenizerSpec& spec = {}) {

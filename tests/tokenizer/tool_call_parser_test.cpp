@@ -33,6 +33,13 @@ struct Aggregate {
   }
 };
 
+void PrintTo(const Aggregate& a, std::ostream* os) {
+  const auto q = [](const auto& v) { return nlohmann::json(v).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
+  *os << "content=" << q(a.content) << " calls=[";
+  for (const auto& c : a.calls) *os << "{" << c.id << "," << c.type << "," << c.name << "," << q(c.arguments) << "}";
+  *os << "] completed=" << a.completed.size() << " errors=" << q(a.errors);
+}
+
 void absorb(Aggregate& a, const ToolCallParseResult& r) {
   a.content += r.content;
   for (const ToolCallDelta& d : r.tool_calls) {

@@ -1,6 +1,7 @@
 // `deepinfer calibrate` end to end: fits and writes the cost model the engine then loads; a
 // broken cost model file is refused at engine start-up, naming the file and field.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -22,9 +23,9 @@ int run_cli(const std::string& args) {
 }
 
 TEST(CalibrateCli, FitsAndEngineLoadsIt) {
-  const std::string dir = ::testing::TempDir() + "/calibrate_model";
+  const std::string dir = fmt::format("{}/calibrate_model_{}", ::testing::TempDir(), ::getpid());
   ASSERT_TRUE(write_random_deepseek_checkpoint(dir, testing::tiny_v3_config(), 5, DType::kBF16, false).is_ok());
-  const std::string out = ::testing::TempDir() + "/cost.json";
+  const std::string out = fmt::format("{}/cost_{}.json", ::testing::TempDir(), ::getpid());
   ASSERT_EQ(run_cli("calibrate --model " + dir + " --out " + out + " --max-tokens 128 --threads 1"), 0);
   auto j = read_json_file(out);
   ASSERT_TRUE(j.has_value()) << j.status().to_string();
@@ -44,7 +45,7 @@ TEST(CalibrateCli, FitsAndEngineLoadsIt) {
   auto bad = LLMEngine::create(c);
   ASSERT_FALSE(bad.has_value());
   EXPECT_NE(bad.status().message().find("k1"), std::string::npos) << bad.status().message();
-  EXPECT_NE(bad.status().message().find("cost.json"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("cost_"), std::string::npos) << bad.status().message();
   c.step_time_budget_ms = 0;
   EXPECT_FALSE(LLMEngine::create(c).has_value());  // a cost model without a budget
 }
