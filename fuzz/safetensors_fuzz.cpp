@@ -21,7 +21,7 @@ void require(bool condition) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto header = deepinfer::parse_safetensors_header(data, size);
   if (!header) {
-    const std::string& message = header.status().message();
+    const std::string message = header.status().message();
     require(!message.empty());
     require(!deepinfer::find_invalid_utf8(message).has_value());  // safe to embed in JSON errors
     require(message.size() < 4096);                               // hostile names are capped

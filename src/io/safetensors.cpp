@@ -211,7 +211,8 @@ Expected<SafetensorsHeader> parse_safetensors_header(const uint8_t* data, size_t
   header.data_bytes = size - header.data_offset;
   header.entries.reserve(keys.size());
   for (const std::string& key : keys) {
-    const Json& value = json->find(key).value();
+    const auto entry_it = json->find(key);  // named: gcc 13 flags a reference through a temporary iterator
+    const Json& value = entry_it.value();
     if (key == kMetadataKey) {
       DI_RETURN_IF_ERROR(parse_metadata(value, header.metadata));
       continue;
