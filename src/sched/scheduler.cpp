@@ -103,15 +103,11 @@ StepPlan Scheduler::schedule() {
       // every candidate is in one, ask for a drain; if there is none at all, this sequence can
       // never grow: it ends with "length".
       Sequence* victim = nullptr;
-      bool busy = false;
       for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
         if (*it == s) continue;
         // A victim already in this plan gives its slot back (it is not launched yet).
         const bool in_plan = std::any_of(plan.seqs.begin(), plan.seqs.end(), [&](const ScheduledSeq& x) { return x.seq == *it; });
-        if ((*it)->n_inflight_steps > (in_plan ? 1 : 0)) {
-          busy = true;
-          continue;
-        }
+        if ((*it)->n_inflight_steps > (in_plan ? 1 : 0)) continue;  // in a running step
         victim = *it;
         break;
       }
@@ -129,7 +125,6 @@ StepPlan Scheduler::schedule() {
         }
       }
       preempt(victim);
-      (void)busy;
     }
     if (pages_short(s->kv, s->n_scheduled + 1, bs) > blocks_->n_free()) {
       const bool any_busy = std::any_of(running_.begin(), running_.end(),
