@@ -209,32 +209,12 @@ PYBIND11_MODULE(_deepinfer, m) {
           [](LLM& llm, const py::object& prompts, std::optional<SamplingParams> params) {
             const SamplingParams p = params ? *params : SamplingParams{};
             std::vector<EngineRequest> reqs = to_requests(prompts, p);
-            std::vector<RequestOutput> outs;
-            py::gil_scoped_release release;
-            // Submit everything first (continuous batching runs them together), then collect
-            // in input order. A prompt that fails validation withdraws the ones before it.
-            std::vector<std::shared_ptr<RequestStream>> streams;
-            for (size_t i = 0; i < reqs.size(); ++i) {
-              auto s = llm.stream(std::move(reqs[i]));
-              if (!s) {
-                for (auto& q : streams) llm.abort(q->request_id());
-                for (auto& q : streams) {
-                  RequestOutput drop;
-                  while (q->next(&drop)) {
-                  }
-                }
-                py::gil_scoped_acquire acquire;
-                raise(s.status().with_context(fmt::format("prompt {}", i)));
-              }
-              streams.push_back(*s);
+            Expected<std::vector<RequestOutput>> outs = make_error(StatusCode::kInternal, "unset");
+            {
+              py::gil_scoped_release release;
+              outs = llm.generate(std::move(reqs));  // all submitted together, outputs in input order
             }
-            for (auto& q : streams) {
-              RequestOutput last;
-              while (q->next(&last)) {
-              }
-              outs.push_back(std::move(last));
-            }
-            return outs;
+            return unwrap(std::move(outs));
           },
           py::arg("prompts"), py::arg("sampling_params") = py::none())
       .def(

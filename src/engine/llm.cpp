@@ -118,7 +118,7 @@ bool LLM::abort(const std::string& request_id) {
   return true;
 }
 
-Expected<std::vector<RequestOutput>> LLM::run_batch(std::vector<EngineRequest> requests) {
+Expected<std::vector<RequestOutput>> LLM::generate(std::vector<EngineRequest> requests) {
   // Validate everything first: an invalid prompt fails the call before anything runs.
   std::vector<EngineRequest> prepared;
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -151,26 +151,22 @@ Expected<std::vector<RequestOutput>> LLM::run_batch(std::vector<EngineRequest> r
 
 Expected<std::vector<RequestOutput>> LLM::generate(const std::vector<std::vector<int32_t>>& prompts,
                                                    const SamplingParams& params) {
-  std::vector<EngineRequest> reqs;
-  for (const auto& p : prompts) {
-    EngineRequest r;
-    r.prompt_ids = p;
-    r.params = params;
-    reqs.push_back(std::move(r));
+  std::vector<EngineRequest> reqs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    reqs[i].prompt_ids = prompts[i];
+    reqs[i].params = params;
   }
-  return run_batch(std::move(reqs));
+  return generate(std::move(reqs));
 }
 
 Expected<std::vector<RequestOutput>> LLM::generate(const std::vector<std::string>& prompts,
                                                    const SamplingParams& params) {
-  std::vector<EngineRequest> reqs;
-  for (const auto& p : prompts) {
-    EngineRequest r;
-    r.prompt = p;
-    r.params = params;
-    reqs.push_back(std::move(r));
+  std::vector<EngineRequest> reqs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    reqs[i].prompt = prompts[i];
+    reqs[i].params = params;
   }
-  return run_batch(std::move(reqs));
+  return generate(std::move(reqs));
 }
 
 Expected<RequestOutput> LLM::chat(const std::vector<ChatMessage>& messages, const SamplingParams& params,
@@ -182,7 +178,9 @@ Expected<RequestOutput> LLM::chat(const std::vector<ChatMessage>& messages, cons
   EngineRequest r;
   r.prompt_ids = std::move(ids);
   r.params = params;
-  DI_ASSIGN_OR_RETURN(std::vector<RequestOutput> out, run_batch({std::move(r)}));
+  std::vector<EngineRequest> one(1);
+  one[0] = std::move(r);
+  DI_ASSIGN_OR_RETURN(std::vector<RequestOutput> out, generate(std::move(one)));
   return std::move(out.front());
 }
 

@@ -52,6 +52,8 @@ class LLM {
   Expected<std::vector<RequestOutput>> generate(const std::vector<std::vector<int32_t>>& prompts,
                                                 const SamplingParams& params);
   Expected<std::vector<RequestOutput>> generate(const std::vector<std::string>& prompts, const SamplingParams& params);
+  // Requests with their own parameters (text or ids each); the two overloads above build these.
+  Expected<std::vector<RequestOutput>> generate(std::vector<EngineRequest> requests);
   // One conversation in the model's chat format (needs a tokenizer).
   Expected<RequestOutput> chat(const std::vector<ChatMessage>& messages, const SamplingParams& params,
                                const ChatOptions& options = {});
@@ -67,7 +69,6 @@ class LLM {
   explicit LLM(std::unique_ptr<LLMEngine> engine);
   void loop();
   void deliver(std::vector<RequestOutput> outputs);
-  Expected<std::vector<RequestOutput>> run_batch(std::vector<EngineRequest> requests);
 
   std::unique_ptr<LLMEngine> engine_;  // engine thread only (prepare() excepted)
   std::mutex mutex_;                   // guards the queues, streams_, next_id_, stop_
