@@ -17,10 +17,10 @@ void rms_norm_row(const float* x, const Tensor& weight, float eps, int64_t d, fl
   int64_t j = 0;
   for (; j + 16 <= d; j += 16) {
     const simd::v16f v = simd::load(x + j);
-    acc += v * v;
+    acc = simd::fma(v, v, acc);
   }
   float ss = simd::hsum(acc);
-  for (; j < d; ++j) ss += x[j] * x[j];
+  for (; j < d; ++j) ss = std::fma(x[j], x[j], ss);
   const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
   if (weight.dtype() == DType::kF32) {
     const float* w = weight.data<float>();

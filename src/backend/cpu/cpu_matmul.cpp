@@ -5,6 +5,7 @@
 // per-element arithmetic (16-lane partial sums in K order, fixed tree, scalar K tail) is the
 // same for every M, tile and thread count: batch-invariant by construction.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -45,21 +46,21 @@ inline void micro_kernel(const float* x, int64_t ldx, const WT* w, int64_t ldw, 
       for (int j = 0; j < kNr; ++j) wv[j] = load_w<WT>(w + j * ldw + kk);
       for (int i = 0; i < MR; ++i) {
         const simd::v16f xv = simd::load(x + i * ldx + kk);
-        for (int j = 0; j < kNr; ++j) acc[i][j] += xv * wv[j];
+        for (int j = 0; j < kNr; ++j) acc[i][j] = simd::fma(xv, wv[j], acc[i][j]);
       }
     }
   } else {
     for (int64_t kk = 0; kk < k16; kk += 16) {
       for (int j = 0; j < nr; ++j) {
         const simd::v16f wv = load_w<WT>(w + j * ldw + kk);
-        for (int i = 0; i < MR; ++i) acc[i][j] += simd::load(x + i * ldx + kk) * wv;
+        for (int i = 0; i < MR; ++i) acc[i][j] = simd::fma(simd::load(x + i * ldx + kk), wv, acc[i][j]);
       }
     }
   }
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < nr; ++j) {
       float s = simd::hsum(acc[i][j]);
-      for (int64_t kk = k16; kk < k; ++kk) s += x[i * ldx + kk] * scalar_w<WT>(w[j * ldw + kk]);
+      for (int64_t kk = k16; kk < k; ++kk) s = std::fma(x[i * ldx + kk], scalar_w<WT>(w[j * ldw + kk]), s);
       out[i * ldo + j] = s;
     }
 }

@@ -1,12 +1,16 @@
 // 16-lane fp32 vectors through GCC/Clang vector extensions: AVX-512 registers under
 // -march with AVX-512, two AVX2 registers otherwise, plain scalar code elsewhere. Every
 // reduction here has a fixed order, so results do not depend on how work is split.
+// Multiply-adds are fused explicitly (simd::fma, std::fma) and the backend is compiled with
+// -ffp-contract=off: the compiler must not decide per call site, or per template instance,
+// whether a*b+c rounds once or twice — that made batch sizes disagree under gcc 13.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__) || defined(__AVX2__) || defined(__FMA__)
 #include <immintrin.h>
 #endif
 
@@ -18,6 +22,26 @@ typedef uint16_t v16u16 __attribute__((vector_size(32)));
 typedef uint8_t v16u8 __attribute__((vector_size(16)));
 
 inline v16f zero() { return v16f{}; }
+// a·b + c rounded once, lane by lane.
+inline v16f fma(v16f a, v16f b, v16f c) {
+#if defined(__AVX512F__)
+  return (v16f)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif defined(__FMA__)
+  __m256 a2[2], b2[2], c2[2];
+  std::memcpy(a2, &a, 64);
+  std::memcpy(b2, &b, 64);
+  std::memcpy(c2, &c, 64);
+  a2[0] = _mm256_fmadd_ps(a2[0], b2[0], c2[0]);
+  a2[1] = _mm256_fmadd_ps(a2[1], b2[1], c2[1]);
+  v16f r;
+  std::memcpy(&r, a2, 64);
+  return r;
+#else
+  v16f r;
+  for (int i = 0; i < 16; ++i) r[i] = std::fma(a[i], b[i], c[i]);
+  return r;
+#endif
+}
 inline v16f splat(float x) { return v16f{} + x; }
 inline v16f load(const float* p) {
   v16f v;
@@ -81,9 +105,9 @@ inline float hmax(v16f v) {
 inline float dot(const float* a, const float* b, int64_t n) {
   v16f acc = zero();
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) acc += load(a + i) * load(b + i);
+  for (; i + 16 <= n; i += 16) acc = fma(load(a + i), load(b + i), acc);
   float s = hsum(acc);
-  for (; i < n; ++i) s += a[i] * b[i];
+  for (; i < n; ++i) s = std::fma(a[i], b[i], s);
   return s;
 }
 
@@ -91,8 +115,8 @@ inline float dot(const float* a, const float* b, int64_t n) {
 inline void axpy(float alpha, const float* x, float* y, int64_t n) {
   const v16f a = splat(alpha);
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) store(y + i, load(y + i) + a * load(x + i));
-  for (; i < n; ++i) y[i] += alpha * x[i];
+  for (; i + 16 <= n; i += 16) store(y + i, fma(a, load(x + i), load(y + i)));
+  for (; i < n; ++i) y[i] = std::fma(alpha, x[i], y[i]);
 }
 
 }  // namespace deepinfer::simd
