@@ -1,7 +1,11 @@
-// Backend: the ops a DeepSeek forward is made of, with explicit shapes. Implemented by
-// `reference` (naive fp32 loops, the oracle in tests), `cpu` (threaded and vectorized) and,
-// later, `cuda`. Ops never allocate their outputs: callers pass them. Activations are fp32 on
-// the CPU backends. Inputs are validated by the model at load; ops check shapes with DI_CHECK.
+// Backend: the ops a DeepSeek forward is made of, with explicit shapes, and the memory they run
+// on. Implemented by `reference` (naive fp32 loops, the oracle in tests), `cpu` (threaded and
+// vectorized) and `cuda` (src/backend/cuda, built with DEEPINFER_CUDA). Ops never allocate their
+// outputs: callers pass them, in the backend's memory (`empty`, `allocate`, `upload`).
+// Activations are F32 at every op boundary; a backend may compute inside an op in lower
+// precision (CUDA: bf16 GEMM operands, fp32 accumulation). Pointers inside parameter structs
+// (RouterParams::correction_bias, AttentionBatch::dev) point into the backend's memory.
+// Inputs are validated by the model at load; ops check shapes with DI_CHECK.
 #pragma once
 
 #include <memory>
@@ -9,6 +13,7 @@
 #include <vector>
 
 #include "backend/op_params.h"
+#include "core/status.h"
 #include "core/tensor.h"
 
 namespace deepinfer {
@@ -18,11 +23,45 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
 
+  // ---- Memory -------------------------------------------------------------------------------
+  // Where this backend's tensors live. Host backends read checkpoint bytes in place.
+  virtual Device device() const { return Device::cpu(); }
+  bool on_host() const { return device().kind == DeviceKind::kCpu; }
+  // Step memory: valid until the next begin_step(); contents unspecified.
+  virtual Tensor empty(DType dtype, const std::vector<int64_t>& shape) { return Tensor::empty_host(dtype, shape); }
+  // Long-lived, zero-filled memory (KV pages, placed weights).
+  virtual Tensor allocate(DType dtype, const std::vector<int64_t>& shape) { return Tensor::empty_host(dtype, shape); }
+  // Step-memory copy of a host tensor (the tensor itself on host backends).
+  virtual Tensor upload(const Tensor& host) { return host; }
+  // dst ← host bytes (dst.n_bytes() of them), ordered after the ops already issued.
+  virtual void copy_from_host(const void* src, Tensor& dst);
+  // A host tensor holding t's values once every op issued so far has finished (t itself on host).
+  virtual Tensor to_host(const Tensor& t) { return t; }
+  // A new step begins: step memory handed out before may be reused.
+  virtual void begin_step() {}
+  // Element type of KV pages (F32 on host backends, BF16 on CUDA).
+  virtual DType kv_dtype() const { return DType::kF32; }
+  // Weight placement for device backends: one LinearWeight holding `parts` stacked by rows in
+  // this backend's memory and preferred layout (row views give the parts back, see
+  // LinearWeight::rows; part boundaries keep FP8 scale rows aligned). Host backends return the
+  // single part unchanged. Vectors (norm weights, tables, biases) keep their dtype; F16 → F32.
+  virtual LinearWeight place_linear(const std::vector<const LinearWeight*>& parts);
+  virtual Tensor place_tensor(const Tensor& host) { return host; }
+  // An uninitialized Linear [n_out, n_in] of `dtype` (F32 | BF16 | F8E4M3) in this backend's
+  // layout (FP8: its scale grid, block_k = 128; the host keeps 128×128 blocks).
+  virtual LinearWeight allocate_linear(int64_t n_out, int64_t n_in, DType dtype);
+  // t ← N(0, std²) (`normal`) or U(lo, hi) values of t's dtype, deterministic in seed; FP8
+  // tensors get e4m3 codes of N(0, std²). For dummy weights (`--load-format dummy`).
+  virtual void fill_random(Tensor& t, uint64_t seed, bool normal, float a, float b);
+
+  // ---- Ops ----------------------------------------------------------------------------------
+
   // out[t, :] = table[ids[t], :] as f32. table [V, D] F32|BF16|F16; ids [T] I32 (< V); out [T, D] F32.
   virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) = 0;
 
-  // out[t] = weight ⊙ x[t] / sqrt(mean(x[t]²) + eps); statistics in fp32.
-  // x [T, D] F32 (row stride `x_stride` elements, ≥ D; 0 = D); weight [D] F32|BF16|F16; out [T, D] F32 (may alias x).
+  // out[t, :D] = weight ⊙ x[t, :D] / sqrt(mean(x[t, :D]²) + eps); statistics in fp32.
+  // weight [D] F32|BF16|F16; x [T, ≥D] F32 (row stride `x_stride` elements, ≥ D; 0 = D);
+  // out [T, W ≥ D] F32: only its first D columns are written (out may alias x).
   virtual void rms_norm(const Tensor& x, int64_t x_stride, const Tensor& weight, float eps, Tensor& out) = 0;
 
   // residual += delta; out = rms_norm(residual). residual, delta, out [T, D] F32.
@@ -59,9 +98,19 @@ class Backend {
 
   // out = down(silu(gate(x)) * up(x)). x [T, D] F32; out [T, D] F32.
   virtual void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) = 0;
+
+  // out[i, :] = x[rows[i], :]. x [T, D] F32; rows [R] I32 (each < T); out [R, D] F32.
+  virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
+
+  // out += x elementwise. out, x [T, D] F32.
+  virtual void add(Tensor& out, const Tensor& x) = 0;
 };
 
-// "reference" | "cpu"; n_threads applies to "cpu" (0 = all cores).
-std::unique_ptr<Backend> make_backend(const std::string& name, int n_threads = 0);
+// "reference" | "cpu" | "cuda" (when built with DEEPINFER_CUDA); n_threads applies to "cpu"
+// (0 = all cores). Unknown names, or "cuda" without a usable GPU: an error naming the cause.
+Expected<std::unique_ptr<Backend>> make_backend(const std::string& name, int n_threads = 0);
+
+// True when this build has the CUDA backend compiled in (the GPU may still be absent).
+bool cuda_backend_built();
 
 }  // namespace deepinfer

@@ -33,6 +33,16 @@ struct AttentionBatch {
   const uint8_t* seq_mask = nullptr;      // [n_seqs] 1 = attend for this sequence; null = all
   int64_t n_seqs = 0;
   int64_t block_size = 0;  // tokens per page
+  int64_t n_rows = 0;      // q_indptr[n_seqs] (query rows of the whole step)
+
+  // The same arrays in the backend's memory (equal to the pointers above on host backends).
+  struct DeviceView {
+    const int32_t* q_indptr = nullptr;
+    const int32_t* kv_len = nullptr;
+    const int32_t* block_indptr = nullptr;
+    const int32_t* block_ids = nullptr;
+    const uint8_t* seq_mask = nullptr;  // null = all
+  } dev;
 
   bool selected(int64_t seq) const { return seq_mask == nullptr || seq_mask[seq] != 0; }
 };
@@ -60,7 +70,7 @@ struct RouterParams {
   int64_t top_k = 1;
   bool norm_topk_prob = false;
   float routed_scaling_factor = 1.0f;
-  const float* correction_bias = nullptr;  // [n_experts] f32, selection only; may be null
+  const float* correction_bias = nullptr;  // [n_experts] f32 in the backend's memory, selection only; may be null
 };
 
 // One SwiGLU MLP: down(silu(gate(x)) * up(x)).

@@ -10,7 +10,7 @@ Expected<ChunkCostModel> calibrate_chunk_cost(const DeepseekModel& model, Backen
   const int64_t limit = std::min(options.max_tokens, model.config().max_position_embeddings);
   if (limit < 16) return make_error(StatusCode::kInvalidArgument, "calibration needs at least 16 tokens of context");
   const int64_t bs = 64;
-  PagedKvCache cache(model.kv_layers(), (limit + bs - 1) / bs, bs);
+  PagedKvCache cache(backend, model.kv_layers(), (limit + bs - 1) / bs, bs, backend.kv_dtype());
   KvSequence kv;
   kv.block_ids = cache.pool().allocate(cache.pool().n_blocks());
   std::vector<CostSample> out;

@@ -15,8 +15,8 @@ Expected<std::unique_ptr<Generator>> Generator::create(const EngineConfig& confi
     return make_error(StatusCode::kInvalidArgument, "no model given: pass --model DIR or set DEEPINFER_HF_MODEL_DIR");
   DI_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(config.model_dir));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekModel> model, DeepseekModel::load(checkpoint));
-  std::unique_ptr<Backend> backend = make_backend(config.device, config.n_threads);
-  if (!backend) return make_error(StatusCode::kInvalidArgument, "unknown device '{}'", config.device);
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(config.device, config.n_threads));
+  model->place(*backend);
   return std::make_unique<Generator>(config, std::move(model), std::move(backend));
 }
 
@@ -44,7 +44,7 @@ Expected<std::vector<GenerateResult>> Generator::generate(const std::vector<Gene
   int64_t n_blocks = 0;
   for (const auto& r : requests)
     n_blocks += (static_cast<int64_t>(r.prompt_ids.size()) + r.max_tokens + bs - 1) / bs;
-  PagedKvCache cache(model_->kv_layers(), n_blocks, bs);
+  PagedKvCache cache(*backend_, model_->kv_layers(), n_blocks, bs, backend_->kv_dtype());
 
   std::vector<GenerateResult> results(static_cast<size_t>(n));
   std::vector<KvSequence> seqs(static_cast<size_t>(n));
@@ -104,7 +104,7 @@ Expected<std::vector<GenerateResult>> Generator::generate(const std::vector<Gene
         batch.logits_rows.push_back(static_cast<int32_t>(first_row[static_cast<size_t>(i)] + np - 1));
       }
     }
-    Tensor logits = model_->forward(*backend_, batch, cache);
+    const Tensor logits = backend_->to_host(model_->forward(*backend_, batch, cache));
     int64_t row = 0;
     for (int64_t i = 0; i < n; ++i) {
       const auto& r = requests[static_cast<size_t>(i)];
@@ -127,7 +127,7 @@ Expected<std::vector<GenerateResult>> Generator::generate(const std::vector<Gene
       batch.logits_rows.push_back(batch.add_sequence(seqs[static_cast<size_t>(i)], &last_token[static_cast<size_t>(i)], 1, bs));
     }
     if (live.empty()) break;
-    Tensor logits = model_->forward(*backend_, batch, cache);
+    const Tensor logits = backend_->to_host(model_->forward(*backend_, batch, cache));
     for (size_t j = 0; j < live.size(); ++j) {
       const int64_t i = live[j];
       seqs[static_cast<size_t>(i)].n_tokens += 1;

@@ -27,8 +27,8 @@ Expected<std::unique_ptr<LLMEngine>> LLMEngine::create(const EngineConfig& confi
     return make_error(StatusCode::kInvalidArgument, "no model given: pass a model directory or set DEEPINFER_HF_MODEL_DIR");
   DI_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(config.model_dir));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekModel> model, DeepseekModel::load(checkpoint));
-  std::unique_ptr<Backend> backend = make_backend(config.device, config.n_threads);
-  if (!backend) return make_error(StatusCode::kInvalidArgument, "unknown device '{}'", config.device);
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(config.device, config.n_threads));
+  model->place(*backend);
   if (!config.chunk_cost_model.empty()) {  // fail at start-up, not on the first long prompt
     DI_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(config.chunk_cost_model));
     if (auto m = ChunkCostModel::from_json(j); !m) return m.status().with_context(config.chunk_cost_model);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kv/block_pool.h"
@@ -23,8 +24,12 @@ struct KvLayerSpec {
 
 class PagedKvCache {
  public:
-  // Host pages [n_blocks, block_size, width] F32 per layer.
-  PagedKvCache(const std::vector<KvLayerSpec>& layers, int64_t n_blocks, int64_t block_size);
+  // Pages [n_blocks, block_size, width] of `dtype` per layer, in `backend`'s memory
+  // (Backend::allocate, zero-filled).
+  PagedKvCache(Backend& backend, const std::vector<KvLayerSpec>& layers, int64_t n_blocks, int64_t block_size,
+               DType dtype);
+  // Bytes one page costs over all layers.
+  static int64_t bytes_per_block(const std::vector<KvLayerSpec>& layers, int64_t block_size, DType dtype);
 
   int64_t block_size() const { return block_size_; }
   int64_t n_layers() const { return static_cast<int64_t>(pages_.size()); }

@@ -7,7 +7,10 @@ namespace deepinfer {
 
 ModelRunner::ModelRunner(const DeepseekModel& model, Backend& backend, int64_t n_blocks, int64_t block_size,
                          MlaPolicy policy)
-    : model_(model), backend_(backend), cache_(model.kv_layers(), n_blocks, block_size), policy_(policy) {}
+    : model_(model),
+      backend_(backend),
+      cache_(backend, model.kv_layers(), n_blocks, block_size, backend.kv_dtype()),
+      policy_(policy) {}
 
 int32_t ModelRunner::future_token(int64_t seq_id, int64_t position) const {
   // Absent only when that earlier sample failed (non-finite logits): the sequence is failing
@@ -45,7 +48,7 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
   }
   std::vector<SampledToken> out;
   if (batch.n_tokens() == 0) return out;
-  Tensor logits = model_.forward(backend_, batch, cache_, policy_);
+  const Tensor logits = backend_.to_host(model_.forward(backend_, batch, cache_, policy_));
   std::vector<float> row(static_cast<size_t>(vocab));
   for (size_t i = 0; i < sampled.size(); ++i) {
     const ScheduledSeq& x = *sampled[i];

@@ -32,10 +32,12 @@ int CalibrateCommand::run() const {
   auto model = DeepseekModel::load(*checkpoint);
   if (!model) return fail(model.status());
   auto backend = make_backend(env->device, threads);
+  if (!backend) return fail(backend.status());
+  (*model)->place(**backend);
   CalibrationOptions options;
   options.max_tokens = max_tokens;
   std::vector<CostSample> samples;
-  auto fit = calibrate_chunk_cost(**model, *backend, options, &samples);
+  auto fit = calibrate_chunk_cost(**model, **backend, options, &samples);
   if (!fit) return fail(fit.status());
   nlohmann::json j = fit->to_json();
   j["model_dir"] = dir;

@@ -222,7 +222,9 @@ TEST_F(GeneratorTest, EosStopsWithStop) {
     const int32_t eos = free_run.token_ids[k];
     DeepseekConfig cfg = g->model().config();
     cfg.eos_token_ids = {eos};
-    Generator with_eos(g->config(), std::make_unique<DeepseekModel>(cfg, g->model().weights()), make_backend("cpu", 2));
+    auto backend = make_backend("cpu", 2);
+    ASSERT_TRUE(backend);
+    Generator with_eos(g->config(), std::make_unique<DeepseekModel>(cfg, g->model().weights()), std::move(*backend));
     const size_t first = static_cast<size_t>(
         std::find(free_run.token_ids.begin(), free_run.token_ids.end(), eos) - free_run.token_ids.begin());
     const GenerateResult stopped = run_one(with_eos, greedy({3, 4, 5}, 4, /*ignore_eos=*/false));

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backend/reference/reference_backend.h"
 #include "kv/paged_kv_cache.h"
 
 namespace deepinfer {
@@ -227,7 +228,8 @@ TEST(KvSequence, SlotMapsPositionsThroughThePageList) {
 }
 
 TEST(PagedKvCache, LayersAndPool) {
-  PagedKvCache cache({{KvKind::kMlaLatent, 40}, {KvKind::kMlaLatent, 40}}, 6, 4);
+  ReferenceBackend backend;
+  PagedKvCache cache(backend, {{KvKind::kMlaLatent, 40}, {KvKind::kMlaLatent, 40}}, 6, 4, DType::kF32);
   EXPECT_EQ(cache.n_layers(), 2);
   EXPECT_EQ(cache.block_size(), 4);
   EXPECT_EQ(cache.bytes_per_token(), 2 * 40 * 4);

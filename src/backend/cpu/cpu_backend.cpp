@@ -33,13 +33,13 @@ void rms_norm_row(const float* x, const Tensor& weight, float eps, int64_t d, fl
 }  // namespace
 
 void CpuBackend::rms_norm(const Tensor& x, int64_t x_stride, const Tensor& weight, float eps, Tensor& out) {
-  const int64_t n = out.size(0), d = out.size(1);
-  DI_CHECK_EQ(weight.numel(), d);
+  const int64_t n = out.size(0), d = weight.numel(), od = out.size(1);
+  DI_CHECK_GE(od, d);
   if (x_stride == 0) x_stride = d;
   const float* xp = static_cast<const float*>(x.raw_data());
   float* o = out.data<float>();
   pool_.parallel_for(n, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) rms_norm_row(xp + t * x_stride, weight, eps, d, o + t * d);
+    for (int64_t t = t0; t < t1; ++t) rms_norm_row(xp + t * x_stride, weight, eps, d, o + t * od);
   });
 }
 
@@ -130,12 +130,6 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& w
       for (int64_t j = 0; j < k; ++j) simd::axpy(w[t * k + j], y.data<float>() + (t * k + j) * d, ot, d);
     }
   });
-}
-
-std::unique_ptr<Backend> make_backend(const std::string& name, int n_threads) {
-  if (name == "reference") return std::make_unique<ReferenceBackend>();
-  if (name == "cpu") return std::make_unique<CpuBackend>(n_threads);
-  return nullptr;
 }
 
 }  // namespace deepinfer

@@ -30,8 +30,8 @@ void ReferenceBackend::embedding(const Tensor& table, const Tensor& ids, Tensor&
 }
 
 void ReferenceBackend::rms_norm(const Tensor& x, int64_t x_stride, const Tensor& weight, float eps, Tensor& out) {
-  const int64_t n = out.size(0), d = out.size(1);
-  DI_CHECK_EQ(weight.numel(), d);
+  const int64_t n = out.size(0), d = weight.numel(), od = out.size(1);
+  DI_CHECK_GE(od, d);
   if (x_stride == 0) x_stride = d;
   const float* xp = static_cast<const float*>(x.raw_data());
   float* o = out.data<float>();
@@ -39,7 +39,7 @@ void ReferenceBackend::rms_norm(const Tensor& x, int64_t x_stride, const Tensor&
     double ss = 0;
     for (int64_t j = 0; j < d; ++j) ss += static_cast<double>(xp[t * x_stride + j]) * xp[t * x_stride + j];
     const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(d)) + eps);
-    for (int64_t j = 0; j < d; ++j) o[t * d + j] = load_float(weight, j) * (xp[t * x_stride + j] * inv);
+    for (int64_t j = 0; j < d; ++j) o[t * od + j] = load_float(weight, j) * (xp[t * x_stride + j] * inv);
   }
 }
 
@@ -276,6 +276,24 @@ void ReferenceBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) {
   Tensor act = Tensor::empty_host(DType::kF32, {n, inter});
   silu_mul(gate_up, act);
   matmul(act, 0, w.down_proj, out);
+}
+
+void ReferenceBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
+  const int64_t r = rows.numel(), d = x.size(1);
+  DI_CHECK_EQ(out.size(0), r);
+  DI_CHECK_EQ(out.size(1), d);
+  for (int64_t i = 0; i < r; ++i) {
+    const int32_t t = rows.data<int32_t>()[i];
+    DI_CHECK(t >= 0 && t < x.size(0));
+    std::copy(x.data<float>() + t * d, x.data<float>() + (t + 1) * d, out.data<float>() + i * d);
+  }
+}
+
+void ReferenceBackend::add(Tensor& out, const Tensor& x) {
+  DI_CHECK_EQ(out.numel(), x.numel());
+  float* o = out.data<float>();
+  const float* a = x.data<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) o[i] += a[i];
 }
 
 void ReferenceBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,

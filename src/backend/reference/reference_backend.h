@@ -22,6 +22,8 @@ class ReferenceBackend : public Backend {
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const std::vector<MlpWeights>& experts, Tensor& out) override;
   void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) override;
+  void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+  void add(Tensor& out, const Tensor& x) override;
 };
 
 // Reads element i of a float-typed vector tensor (F32, BF16 or F16) as fp32.

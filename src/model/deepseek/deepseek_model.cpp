@@ -1,7 +1,9 @@
 #include "model/deepseek/deepseek_model.h"
 
 #include <algorithm>
+#include <cstring>
 
+#include "model/deepseek/deepseek_placement.h"
 #include "model/deepseek/deepseek_rope.h"
 
 namespace deepinfer {
@@ -33,23 +35,26 @@ Expected<std::unique_ptr<DeepseekModel>> DeepseekModel::load(const Checkpoint& c
   return std::make_unique<DeepseekModel>(std::move(*config), std::move(*weights));
 }
 
-DeepseekModel::DeepseekModel(DeepseekConfig config, DeepseekWeights weights)
-    : config_(std::move(config)), weights_(std::move(weights)), rope_(make_rope_params(config_)) {}
+DeepseekModel::DeepseekModel(DeepseekConfig config, DeepseekWeights weights, Device placed_on)
+    : config_(std::move(config)), weights_(std::move(weights)), rope_(make_rope_params(config_)), placed_on_(placed_on) {}
+
+std::unique_ptr<DeepseekModel> DeepseekModel::dummy(DeepseekConfig config, Backend& backend, DType weight_dtype,
+                                                    uint64_t seed) {
+  DeepseekWeights w = dummy_deepseek_weights(backend, config, weight_dtype, seed);
+  return std::make_unique<DeepseekModel>(std::move(config), std::move(w), backend.device());
+}
+
+void DeepseekModel::place(Backend& backend) {
+  if (backend.device() == placed_on_) return;
+  DI_CHECK(placed_on_ == Device::cpu());
+  weights_ = place_deepseek_weights(backend, config_, weights_);
+  placed_on_ = backend.device();
+}
 
 std::vector<KvLayerSpec> DeepseekModel::kv_layers() const {
   return std::vector<KvLayerSpec>(static_cast<size_t>(config_.num_hidden_layers),
                                   KvLayerSpec{KvKind::kMlaLatent, config_.kv_latent_dim()});
 }
-
-namespace {
-
-Tensor host_i32(const std::vector<int32_t>& v) {
-  Tensor t = Tensor::empty_host(DType::kI32, {static_cast<int64_t>(v.size())});
-  std::copy(v.begin(), v.end(), t.data<int32_t>());
-  return t;
-}
-
-}  // namespace
 
 void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, const Tensor& positions,
                               const Tensor& slots, const AttentionBatch& decode, const AttentionBatch& prefill,
@@ -60,11 +65,11 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
   const int64_t r = c.kv_lora_rank, dr = c.qk_rope_head_dim, width = c.kv_latent_dim();
   const float eps = static_cast<float>(c.rms_norm_eps);
 
-  Tensor q = Tensor::empty_host(DType::kF32, {T, H * dqk});  // [T, H * (dn + dr)]
+  Tensor q = backend.empty(DType::kF32, {T, H * dqk});  // [T, H * (dn + dr)]
   if (c.q_lora_rank == 0) {
     backend.matmul(x, 0, w.q_proj, q);
   } else {
-    Tensor qa = Tensor::empty_host(DType::kF32, {T, c.q_lora_rank});  // [T, q_lora_rank]
+    Tensor qa = backend.empty(DType::kF32, {T, c.q_lora_rank});  // [T, q_lora_rank]
     backend.matmul(x, 0, w.q_a_proj, qa);
     backend.rms_norm(qa, 0, w.q_a_layernorm, eps, qa);
     backend.matmul(qa, 0, w.q_b_proj, q);
@@ -72,12 +77,9 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
   Tensor q3 = q.reshape({T, H, dqk});
   backend.rope(q3, c.qk_nope_head_dim, positions, rope_);
 
-  Tensor kv = Tensor::empty_host(DType::kF32, {T, width});  // [T, r + dr] = [c_kv | k_pe] pre-norm
+  Tensor kv = backend.empty(DType::kF32, {T, width});  // [T, r + dr] = [c_kv | k_pe]
   backend.matmul(x, 0, w.kv_a_proj_with_mqa, kv);
-  Tensor c_kv = Tensor::empty_host(DType::kF32, {T, r});  // [T, r] post-norm
-  backend.rms_norm(kv, width, w.kv_a_layernorm, eps, c_kv);
-  float* kvp = kv.data<float>();
-  for (int64_t t = 0; t < T; ++t) std::copy(c_kv.data<float>() + t * r, c_kv.data<float>() + (t + 1) * r, kvp + t * width);
+  backend.rms_norm(kv, width, w.kv_a_layernorm, eps, kv);  // c_kv normalized in place
   Tensor kv3 = kv.reshape({T, 1, width});  // k_pe is one head shared by all query heads
   backend.rope(kv3, r, positions, rope_);
   backend.kv_write(kv, slots, cache_layer);
@@ -90,7 +92,7 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
   p.kv_lora_rank = r;
   p.softmax_scale = static_cast<float>(c.softmax_scale());
   p.kv_b_proj = &w.kv_b_proj;
-  Tensor o = Tensor::empty_host(DType::kF32, {T, H, c.v_head_dim});  // [T, H, dv]
+  Tensor o = backend.empty(DType::kF32, {T, H, c.v_head_dim});  // [T, H, dv]
   if (decode.n_seqs > 0) backend.mla_attention(p, MlaForm::kAbsorbed, q3, cache_layer, decode, o);
   if (prefill.n_seqs > 0) backend.mla_attention(p, MlaForm::kNaive, q3, cache_layer, prefill, o);
   backend.matmul(o.reshape({T, H * c.v_head_dim}), 0, w.o_proj, attn_out);
@@ -103,7 +105,7 @@ void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, const T
     return;
   }
   const int64_t T = x.size(0), k = c.num_experts_per_tok;
-  Tensor router_logits = Tensor::empty_host(DType::kF32, {T, c.n_routed_experts});  // fp32, like the references
+  Tensor router_logits = backend.empty(DType::kF32, {T, c.n_routed_experts});  // fp32, like the references
   backend.matmul(x, 0, w.gate, router_logits);
   RouterParams rp;
   rp.scoring_func = c.scoring_func;
@@ -113,17 +115,15 @@ void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, const T
   rp.top_k = k;
   rp.norm_topk_prob = c.norm_topk_prob;
   rp.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
-  rp.correction_bias = w.e_score_correction_bias.empty() ? nullptr : w.e_score_correction_bias.data();
-  Tensor ids = Tensor::empty_host(DType::kI32, {T, k});
-  Tensor weights = Tensor::empty_host(DType::kF32, {T, k});
+  rp.correction_bias = w.e_score_correction_bias.defined() ? w.e_score_correction_bias.data<float>() : nullptr;
+  Tensor ids = backend.empty(DType::kI32, {T, k});
+  Tensor weights = backend.empty(DType::kF32, {T, k});
   backend.moe_route(router_logits, rp, ids, weights);
   backend.moe_experts(x, ids, weights, w.experts, out);
   if (w.has_shared_experts) {
-    Tensor shared = Tensor::empty_host(DType::kF32, {T, c.hidden_size});
+    Tensor shared = backend.empty(DType::kF32, {T, c.hidden_size});
     backend.mlp(x, w.shared_experts, shared);
-    float* o = out.data<float>();
-    const float* s = shared.data<float>();
-    for (int64_t i = 0; i < T * c.hidden_size; ++i) o[i] += s[i];
+    backend.add(out, shared);
   }
 }
 
@@ -136,35 +136,64 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
   DI_CHECK_EQ(static_cast<int64_t>(batch.slots.size()), T);
   DI_CHECK_EQ(static_cast<int64_t>(batch.q_indptr.size()), batch.n_seqs() + 1);
   DI_CHECK_EQ(cache.n_layers(), c.num_hidden_layers);
-  const Tensor ids = host_i32(batch.token_ids);
-  const Tensor positions = host_i32(batch.positions);
-  const Tensor slots = host_i32(batch.slots);
+  DI_CHECK(backend.device() == placed_on_);  // weights live where the backend computes
+  backend.begin_step();
 
   // Two views of the batch for the two attention forms: decode rows (q_len == 1) and the rest.
-  std::vector<uint8_t> is_decode(static_cast<size_t>(batch.n_seqs())), is_prefill(is_decode.size());
+  const int64_t B = batch.n_seqs();
+  std::vector<uint8_t> is_decode(static_cast<size_t>(B)), is_prefill(is_decode.size());
   int64_t n_decode = 0;
-  for (int64_t b = 0; b < batch.n_seqs(); ++b) {
+  for (int64_t b = 0; b < B; ++b) {
     const bool d = policy == MlaPolicy::kAbsorbed ||
                    batch.q_indptr[static_cast<size_t>(b) + 1] - batch.q_indptr[static_cast<size_t>(b)] == 1;
     is_decode[static_cast<size_t>(b)] = d;
     is_prefill[static_cast<size_t>(b)] = !d;
     n_decode += d;
   }
+  // Every per-step index array in one upload: ids, positions, slots, q_indptr, kv_len,
+  // block_indptr, block_ids, logits rows, then the two masks packed into i32 words.
+  const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
+  std::vector<int32_t> packed;
+  std::vector<int64_t> at;
+  for (const std::vector<int32_t>* v : {&batch.token_ids, &batch.positions, &batch.slots, &batch.q_indptr, &batch.kv_len,
+                                        &batch.block_indptr, &batch.block_ids, &batch.logits_rows}) {
+    at.push_back(static_cast<int64_t>(packed.size()));
+    packed.insert(packed.end(), v->begin(), v->end());
+  }
+  const int64_t mask_words = (B + 3) / 4;
+  at.push_back(static_cast<int64_t>(packed.size()));
+  packed.resize(packed.size() + 2 * static_cast<size_t>(mask_words), 0);
+  std::memcpy(packed.data() + at[8], is_decode.data(), static_cast<size_t>(B));
+  std::memcpy(packed.data() + at[8] + mask_words, is_prefill.data(), static_cast<size_t>(B));
+  Tensor host_packed = Tensor::empty_host(DType::kI32, {static_cast<int64_t>(packed.size())});
+  std::copy(packed.begin(), packed.end(), host_packed.data<int32_t>());
+  const Tensor dev = backend.upload(host_packed);
+  auto view = [&](int i, int64_t n) { return dev.slice_rows(at[static_cast<size_t>(i)], at[static_cast<size_t>(i)] + n); };
+  const Tensor ids = view(0, T), positions = view(1, T), slots = view(2, T), rows = view(7, R);
+  const int32_t* dp = dev.data<int32_t>();
+
   AttentionBatch decode;
   decode.q_indptr = batch.q_indptr.data();
   decode.kv_len = batch.kv_len.data();
   decode.block_indptr = batch.block_indptr.data();
   decode.block_ids = batch.block_ids.data();
   decode.block_size = cache.block_size();
+  decode.n_rows = T;
+  decode.dev.q_indptr = dp + at[3];
+  decode.dev.kv_len = dp + at[4];
+  decode.dev.block_indptr = dp + at[5];
+  decode.dev.block_ids = dp + at[6];
   AttentionBatch prefill = decode;
   decode.seq_mask = is_decode.data();
-  decode.n_seqs = n_decode > 0 ? batch.n_seqs() : 0;
+  decode.dev.seq_mask = reinterpret_cast<const uint8_t*>(dp + at[8]);
+  decode.n_seqs = n_decode > 0 ? B : 0;
   prefill.seq_mask = is_prefill.data();
-  prefill.n_seqs = n_decode < batch.n_seqs() ? batch.n_seqs() : 0;
+  prefill.dev.seq_mask = reinterpret_cast<const uint8_t*>(dp + at[8] + mask_words);
+  prefill.n_seqs = n_decode < B ? B : 0;
 
-  Tensor h = Tensor::empty_host(DType::kF32, {T, D});       // [T, hidden] residual stream
-  Tensor x = Tensor::empty_host(DType::kF32, {T, D});       // [T, hidden] normalized input of a sublayer
-  Tensor delta = Tensor::empty_host(DType::kF32, {T, D});   // [T, hidden] sublayer output
+  Tensor h = backend.empty(DType::kF32, {T, D});       // [T, hidden] residual stream
+  Tensor x = backend.empty(DType::kF32, {T, D});       // [T, hidden] normalized input of a sublayer
+  Tensor delta = backend.empty(DType::kF32, {T, D});   // [T, hidden] sublayer output
   backend.embedding(weights_.embed_tokens, ids, h);
   backend.rms_norm(h, 0, weights_.layers[0].input_layernorm, eps, x);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -176,15 +205,11 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
         l + 1 < c.num_hidden_layers ? weights_.layers[static_cast<size_t>(l) + 1].input_layernorm : weights_.norm;
     backend.add_rms_norm(h, delta, next_norm, eps, x);  // x = final-normed h after the last layer
   }
-  const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
-  Tensor rows = Tensor::empty_host(DType::kF32, {R, D});
-  for (int64_t i = 0; i < R; ++i) {
-    const int64_t t = batch.logits_rows[static_cast<size_t>(i)];
-    DI_CHECK(t >= 0 && t < T);
-    std::copy(x.data<float>() + t * D, x.data<float>() + (t + 1) * D, rows.data<float>() + i * D);
-  }
-  Tensor logits = Tensor::empty_host(DType::kF32, {R, c.vocab_size});
-  backend.matmul(rows, 0, weights_.lm_head, logits);
+  for (int32_t t : batch.logits_rows) DI_CHECK(t >= 0 && t < T);
+  Tensor last = backend.empty(DType::kF32, {R, D});
+  backend.gather_rows(x, rows, last);
+  Tensor logits = backend.empty(DType::kF32, {R, c.vocab_size});
+  backend.matmul(last, 0, weights_.lm_head, logits);
   return logits;
 }
 

@@ -47,7 +47,17 @@ class DeepseekModel {
   // Parses config.json, loads and validates every tensor. Errors name the file/field/tensor.
   static Expected<std::unique_ptr<DeepseekModel>> load(const Checkpoint& checkpoint);
   // Builds a model from an already parsed config and loaded weights (tests, dummy weights).
-  DeepseekModel(DeepseekConfig config, DeepseekWeights weights);
+  // `placed_on`: where the weights live (host for loaded checkpoints).
+  DeepseekModel(DeepseekConfig config, DeepseekWeights weights, Device placed_on = Device::cpu());
+  // Random weights created directly in `backend`'s memory (`--load-format dummy`); see
+  // dummy_deepseek_weights. weight_dtype BF16 or F8E4M3 (needs config.fp8).
+  static std::unique_ptr<DeepseekModel> dummy(DeepseekConfig config, Backend& backend, DType weight_dtype,
+                                              uint64_t seed);
+
+  // Moves the weights into `backend`'s memory and layout (no-op for host backends); forward
+  // then requires a backend on that device. The host copies are released.
+  void place(Backend& backend);
+  Device placed_on() const { return placed_on_; }
 
   const DeepseekConfig& config() const { return config_; }
   const DeepseekWeights& weights() const { return weights_; }
@@ -71,6 +81,7 @@ class DeepseekModel {
   DeepseekConfig config_;
   DeepseekWeights weights_;
   RopeParams rope_;
+  Device placed_on_;
 };
 
 }  // namespace deepinfer

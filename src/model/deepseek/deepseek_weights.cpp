@@ -103,12 +103,12 @@ class Loader {
     if (c.topk_method == TopkMethod::kNoauxTc) {
       Tensor bias;
       DI_RETURN_IF_ERROR(vector(p + "mlp.gate.e_score_correction_bias", c.n_routed_experts, &bias));
-      out->e_score_correction_bias.resize(static_cast<size_t>(c.n_routed_experts));
+      out->e_score_correction_bias = Tensor::empty_host(DType::kF32, {c.n_routed_experts});
       for (int64_t e = 0; e < c.n_routed_experts; ++e) {
         const float v = bias.dtype() == DType::kF32 ? bias.data<float>()[e] : bf16_to_f32(bias.data<uint16_t>()[e]);
         if (!std::isfinite(v))
           return make_error(StatusCode::kCorrupt, "tensor '{}mlp.gate.e_score_correction_bias' is not finite at {}", p, e);
-        out->e_score_correction_bias[static_cast<size_t>(e)] = v;
+        out->e_score_correction_bias.data<float>()[e] = v;
       }
     }
     out->experts.resize(static_cast<size_t>(c.n_routed_experts));

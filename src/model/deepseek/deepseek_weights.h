@@ -30,7 +30,7 @@ struct DeepseekLayerWeights {
   bool is_moe = false;
   MlpWeights mlp;                       // dense layers: [intermediate_size] wide
   LinearWeight gate;                    // MoE router [n_routed_experts, hidden]
-  std::vector<float> e_score_correction_bias;  // [n_routed_experts] (noaux_tc only)
+  Tensor e_score_correction_bias;       // [n_routed_experts] F32 (noaux_tc only; else undefined)
   std::vector<MlpWeights> experts;      // [n_routed_experts], each moe_intermediate_size wide
   bool has_shared_experts = false;
   MlpWeights shared_experts;            // moe_intermediate_size * n_shared_experts wide

@@ -1,0 +1,85 @@
+#include "backend/backend.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/reference/reference_backend.h"
+#ifdef DEEPINFER_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace deepinfer {
+
+void Backend::copy_from_host(const void* src, Tensor& dst) {
+  DI_CHECK(on_host());
+  std::memcpy(dst.raw_data(), src, dst.n_bytes());
+}
+
+LinearWeight Backend::place_linear(const std::vector<const LinearWeight*>& parts) {
+  DI_CHECK(on_host() && parts.size() == 1);
+  return *parts[0];
+}
+
+LinearWeight Backend::allocate_linear(int64_t n_out, int64_t n_in, DType dtype) {
+  LinearWeight w;
+  w.weight = allocate(dtype, {n_out, n_in});
+  if (dtype == DType::kF8E4M3) {
+    w.block_n = 128;
+    w.block_k = 128;
+    w.scale_inv = allocate(DType::kF32, {(n_out + 127) / 128, (n_in + 127) / 128});
+  }
+  return w;
+}
+
+void Backend::fill_random(Tensor& t, uint64_t seed, bool normal, float a, float b) {
+  DI_CHECK(on_host());
+  uint64_t state = seed;
+  auto next = [&state] {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const uint64_t r = next();
+    float v;
+    if (normal) {  // Irwin-Hall of four 16-bit uniforms, unit variance
+      const float s = static_cast<float>((r & 0xffff) + ((r >> 16) & 0xffff) + ((r >> 32) & 0xffff) + (r >> 48));
+      v = (s / 65536.0f - 2.0f) * 1.7320508f * a;
+    } else {
+      v = a + (b - a) * static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
+    }
+    switch (t.dtype()) {
+      case DType::kF32: t.data<float>()[i] = v; break;
+      case DType::kBF16: t.data<uint16_t>()[i] = f32_to_bf16(v); break;
+      case DType::kF16: t.data<uint16_t>()[i] = f32_to_f16(v); break;
+      case DType::kF8E4M3: t.data<uint8_t>()[i] = f32_to_e4m3(v); break;
+      default: DI_CHECK(false && "fill_random: float dtype expected");
+    }
+  }
+}
+
+bool cuda_backend_built() {
+#ifdef DEEPINFER_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+Expected<std::unique_ptr<Backend>> make_backend(const std::string& name, int n_threads) {
+  if (name == "reference") return std::unique_ptr<Backend>(std::make_unique<ReferenceBackend>());
+  if (name == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(n_threads));
+  if (name == "cuda") {
+#ifdef DEEPINFER_HAVE_CUDA
+    return make_cuda_backend(0);
+#else
+    return make_error(StatusCode::kUnsupported,
+                      "device 'cuda' is not available: this build has no CUDA backend (configure with -DDEEPINFER_CUDA=ON)");
+#endif
+  }
+  return make_error(StatusCode::kInvalidArgument, "unknown device '{}' (expected cpu, cuda or reference)", name);
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,170 @@
+#include "model/deepseek/deepseek_placement.h"
+
+#include <cmath>
+
+namespace deepinfer {
+namespace {
+
+// Walks the config once for both modes: `host` set → copy its tensors; null → random ones.
+class Placer {
+ public:
+  Placer(Backend& backend, const DeepseekConfig& c, const DeepseekWeights* host, DType dtype, uint64_t seed)
+      : b_(backend), c_(c), host_(host), dtype_(dtype), seed_(seed) {}
+
+  DeepseekWeights run() {
+    DeepseekWeights w;
+    const DeepseekWeights* h = host_;
+    w.embed_tokens = table(h ? &h->embed_tokens : nullptr, c_.vocab_size, c_.hidden_size);
+    w.layers.resize(static_cast<size_t>(c_.num_hidden_layers));
+    for (int64_t l = 0; l < c_.num_hidden_layers; ++l)
+      layer(h ? &h->layers[static_cast<size_t>(l)] : nullptr, l, &w.layers[static_cast<size_t>(l)]);
+    w.norm = norm(h ? &h->norm : nullptr, c_.hidden_size);
+    w.lm_head = one(h ? &h->lm_head : nullptr, c_.vocab_size, c_.hidden_size, false);  // tied: a second copy
+    const size_t n_mtp = h ? h->mtp.size() : static_cast<size_t>(c_.num_nextn_predict_layers);
+    for (size_t i = 0; i < n_mtp; ++i) {
+      const MtpWeights* hm = h ? &h->mtp[i] : nullptr;
+      MtpWeights m;
+      m.enorm = norm(hm ? &hm->enorm : nullptr, c_.hidden_size);
+      m.hnorm = norm(hm ? &hm->hnorm : nullptr, c_.hidden_size);
+      m.eh_proj = one(hm ? &hm->eh_proj : nullptr, c_.hidden_size, 2 * c_.hidden_size, false);
+      layer(hm ? &hm->block : nullptr, c_.num_hidden_layers + static_cast<int64_t>(i), &m.block);
+      m.shared_head_norm = norm(hm ? &hm->shared_head_norm : nullptr, c_.hidden_size);
+      const bool shares = !hm || hm->shared_head_head.weight.raw_data() == h->lm_head.weight.raw_data();
+      m.shared_head_head = shares ? w.lm_head : one(&hm->shared_head_head, c_.vocab_size, c_.hidden_size, false);
+      w.mtp.push_back(std::move(m));
+    }
+    return w;
+  }
+
+ private:
+  uint64_t next_seed() { return seed_ * 0x9E3779B97F4A7C15ull + ++counter_; }
+  DType small_dtype() const { return DType::kBF16; }
+
+  Tensor norm(const Tensor* h, int64_t n) {
+    if (h) return b_.place_tensor(*h);
+    Tensor t = b_.allocate(small_dtype(), {n});
+    b_.fill_random(t, next_seed(), false, 0.7f, 1.3f);
+    return t;
+  }
+  Tensor table(const Tensor* h, int64_t rows, int64_t cols) {
+    if (h) return b_.place_tensor(*h);
+    Tensor t = b_.allocate(small_dtype(), {rows, cols});
+    b_.fill_random(t, next_seed(), true, 1.0f, 0.0f);
+    return t;
+  }
+  // A random Linear [n_out, n_in] in the backend's layout, ~N(0, std²).
+  LinearWeight random_linear(int64_t n_out, int64_t n_in, bool quantizable, float std) {
+    const DType dt = quantizable && dtype_ == DType::kF8E4M3 ? DType::kF8E4M3 : small_dtype();
+    LinearWeight w = b_.allocate_linear(n_out, n_in, dt);
+    if (dt == DType::kF8E4M3) {  // codes ~ N(0, 64²) (|code| ≤ 222 < 448), one scale for all blocks
+      b_.fill_random(w.weight, next_seed(), true, 64.0f, 0.0f);
+      b_.fill_random(w.scale_inv, next_seed(), false, std / 64.0f, std / 64.0f);
+    } else {
+      b_.fill_random(w.weight, next_seed(), true, std, 0.0f);
+    }
+    return w;
+  }
+  LinearWeight one(const LinearWeight* h, int64_t n_out, int64_t n_in, bool quantizable) {
+    if (h) return b_.place_linear({h});
+    return random_linear(n_out, n_in, quantizable, 1.0f / std::sqrt(static_cast<float>(n_in)));
+  }
+  // Parts stacked by rows into one placed weight; returns each part as a row view.
+  std::vector<LinearWeight> stack(const std::vector<const LinearWeight*>& h, const std::vector<int64_t>& n_outs,
+                                  int64_t n_in) {
+    std::vector<LinearWeight> parts;
+    if (b_.on_host()) {  // host layouts stay per tensor
+      for (size_t i = 0; i < n_outs.size(); ++i) parts.push_back(one(h.empty() ? nullptr : h[i], n_outs[i], n_in, true));
+      return parts;
+    }
+    int64_t total = 0;
+    for (int64_t n : n_outs) total += n;
+    const LinearWeight all = h.empty() ? random_linear(total, n_in, true, 1.0f / std::sqrt(static_cast<float>(n_in)))
+                                       : b_.place_linear(h);
+    int64_t row = 0;
+    for (int64_t n : n_outs) {
+      parts.push_back(all.rows(row, n));
+      row += n;
+    }
+    return parts;
+  }
+  void mlp(const MlpWeights* h, int64_t inter, MlpWeights* out) {
+    auto gu = stack(h ? std::vector<const LinearWeight*>{&h->gate_proj, &h->up_proj} : std::vector<const LinearWeight*>{},
+                    {inter, inter}, c_.hidden_size);
+    out->gate_proj = gu[0];
+    out->up_proj = gu[1];
+    out->down_proj = one(h ? &h->down_proj : nullptr, c_.hidden_size, inter, true);
+  }
+  void layer(const DeepseekLayerWeights* h, int64_t index, DeepseekLayerWeights* out) {
+    const int64_t d = c_.hidden_size, H = c_.num_attention_heads;
+    out->input_layernorm = norm(h ? &h->input_layernorm : nullptr, d);
+    out->post_attention_layernorm = norm(h ? &h->post_attention_layernorm : nullptr, d);
+    if (c_.q_lora_rank == 0) {
+      out->q_proj = one(h ? &h->q_proj : nullptr, H * c_.qk_head_dim(), d, true);
+    } else {
+      out->q_a_proj = one(h ? &h->q_a_proj : nullptr, c_.q_lora_rank, d, true);
+      out->q_a_layernorm = norm(h ? &h->q_a_layernorm : nullptr, c_.q_lora_rank);
+      out->q_b_proj = one(h ? &h->q_b_proj : nullptr, H * c_.qk_head_dim(), c_.q_lora_rank, true);
+    }
+    out->kv_a_proj_with_mqa = one(h ? &h->kv_a_proj_with_mqa : nullptr, c_.kv_latent_dim(), d, true);
+    out->kv_a_layernorm = norm(h ? &h->kv_a_layernorm : nullptr, c_.kv_lora_rank);
+    out->kv_b_proj = one(h ? &h->kv_b_proj : nullptr, H * (c_.qk_nope_head_dim + c_.v_head_dim), c_.kv_lora_rank, true);
+    out->o_proj = one(h ? &h->o_proj : nullptr, d, H * c_.v_head_dim, true);
+    out->is_moe = h ? h->is_moe : (index >= c_.num_hidden_layers ? c_.n_routed_experts > 0 : c_.is_moe_layer(index));
+    if (!out->is_moe) {
+      mlp(h ? &h->mlp : nullptr, c_.intermediate_size, &out->mlp);
+      return;
+    }
+    const int64_t E = c_.n_routed_experts, I = c_.moe_intermediate_size;
+    out->gate = h ? b_.place_linear({&h->gate}) : random_linear(E, d, false, 2.0f / std::sqrt(static_cast<float>(d)));
+    if (h && h->e_score_correction_bias.defined()) {
+      out->e_score_correction_bias = b_.place_tensor(h->e_score_correction_bias);
+    } else if (!h && c_.topk_method == TopkMethod::kNoauxTc) {
+      out->e_score_correction_bias = b_.allocate(DType::kF32, {E});
+      b_.fill_random(out->e_score_correction_bias, next_seed(), false, 0.0f, 0.2f);
+    }
+    std::vector<const LinearWeight*> gu, down;
+    std::vector<int64_t> gu_rows, down_rows;
+    for (int64_t e = 0; e < E; ++e) {
+      if (h) {
+        gu.push_back(&h->experts[static_cast<size_t>(e)].gate_proj);
+        gu.push_back(&h->experts[static_cast<size_t>(e)].up_proj);
+        down.push_back(&h->experts[static_cast<size_t>(e)].down_proj);
+      }
+      gu_rows.insert(gu_rows.end(), {I, I});
+      down_rows.push_back(d);
+    }
+    const std::vector<LinearWeight> gu_parts = stack(gu, gu_rows, d), down_parts = stack(down, down_rows, I);
+    out->experts.resize(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      MlpWeights& m = out->experts[static_cast<size_t>(e)];
+      m.gate_proj = gu_parts[static_cast<size_t>(2 * e)];
+      m.up_proj = gu_parts[static_cast<size_t>(2 * e + 1)];
+      m.down_proj = down_parts[static_cast<size_t>(e)];
+    }
+    out->has_shared_experts = h ? h->has_shared_experts : c_.n_shared_experts > 0;
+    if (out->has_shared_experts)
+      mlp(h ? &h->shared_experts : nullptr, I * c_.n_shared_experts, &out->shared_experts);
+  }
+
+  Backend& b_;
+  const DeepseekConfig& c_;
+  const DeepseekWeights* host_;
+  DType dtype_;
+  uint64_t seed_;
+  uint64_t counter_ = 0;
+};
+
+}  // namespace
+
+DeepseekWeights place_deepseek_weights(Backend& backend, const DeepseekConfig& config, const DeepseekWeights& host) {
+  if (backend.on_host()) return host;
+  return Placer(backend, config, &host, DType::kBF16, 0).run();
+}
+
+DeepseekWeights dummy_deepseek_weights(Backend& backend, const DeepseekConfig& config, DType weight_dtype,
+                                       uint64_t seed) {
+  DI_CHECK(weight_dtype == DType::kBF16 || (weight_dtype == DType::kF8E4M3 && config.fp8.has_value()));
+  return Placer(backend, config, nullptr, weight_dtype, seed).run();
+}
+
+}  // namespace deepinfer
