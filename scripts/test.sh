@@ -21,7 +21,7 @@ cmake --build build-asan -j"$JOBS"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$JOBS")
 
 echo "== libFuzzer: safetensors header parser"
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -DDEEPINFER_FUZZ=ON -DDEEPINFER_TESTS=OFF -DDEEPINFER_BENCH=OFF -DDEEPINFER_PYTHON=OFF \
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -DDEEPINFER_CUDA=OFF -DDEEPINFER_FUZZ=ON -DDEEPINFER_TESTS=OFF -DDEEPINFER_BENCH=OFF -DDEEPINFER_PYTHON=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$JOBS" --target safetensors_fuzz
 bash fuzz/run_fuzz.sh build-fuzz "${FUZZ_SECONDS:-60}"

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/op_params.h"
@@ -41,6 +42,12 @@ class Backend {
   virtual void begin_step() {}
   // Element type of KV pages (F32 on host backends, BF16 on CUDA).
   virtual DType kv_dtype() const { return DType::kF32; }
+  // Device memory {free, total} in bytes; {0, 0} on host backends (sized by kv_cache_bytes).
+  virtual std::pair<int64_t, int64_t> memory_info() const { return {0, 0}; }
+  // Bytes of step memory held (its high-water mark once steps have run); 0 on host backends.
+  virtual int64_t step_memory_bytes() const { return 0; }
+  // Waits for every op issued so far (no-op on host backends).
+  virtual void synchronize() {}
   // Weight placement for device backends: one LinearWeight holding `parts` stacked by rows in
   // this backend's memory and preferred layout (row views give the parts back, see
   // LinearWeight::rows; part boundaries keep FP8 scale rows aligned). Host backends return the

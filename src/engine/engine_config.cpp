@@ -42,8 +42,8 @@ Expected<EngineConfig> EngineConfig::from_env() {
   else c.model_dir = default_model_dir();
   if (const char* v = std::getenv("DEEPINFER_DEVICE"); v != nullptr && *v != '\0') {
     c.device = v;
-    if (c.device != "cpu" && c.device != "reference")
-      return make_error(StatusCode::kInvalidArgument, "environment variable DEEPINFER_DEVICE='{}' must be cpu or reference", v);
+    if (c.device != "cpu" && c.device != "reference" && c.device != "cuda")
+      return make_error(StatusCode::kInvalidArgument, "environment variable DEEPINFER_DEVICE='{}' must be cpu, cuda or reference", v);
   }
   int64_t threads = c.n_threads;
   DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_NUM_THREADS", 0, 4096, &threads));
@@ -53,6 +53,13 @@ Expected<EngineConfig> EngineConfig::from_env() {
   DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_MAX_NUM_SEQS", 1, 1 << 20, &c.max_num_seqs));
   DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_MAX_NUM_BATCHED_TOKENS", 1, 1 << 24, &c.max_num_batched_tokens));
   DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_KV_CACHE_BYTES", 1 << 20, int64_t{1} << 44, &c.kv_cache_bytes));
+  if (const char* v = std::getenv("DEEPINFER_GPU_MEMORY_UTILIZATION"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    c.gpu_memory_utilization = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0))
+      return make_error(StatusCode::kInvalidArgument,
+                        "environment variable DEEPINFER_GPU_MEMORY_UTILIZATION='{}' must be a number in (0, 1]", v);
+  }
   int64_t flag = c.enable_prefix_caching ? 1 : 0;
   DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_ENABLE_PREFIX_CACHING", 0, 1, &flag));
   c.enable_prefix_caching = flag != 0;
@@ -71,8 +78,10 @@ Expected<EngineConfig> EngineConfig::from_env() {
 }
 
 Status EngineConfig::validate() const {
-  if (device != "cpu" && device != "reference")
-    return make_error(StatusCode::kInvalidArgument, "device '{}' is not available: expected cpu or reference", device);
+  if (device != "cpu" && device != "reference" && device != "cuda")
+    return make_error(StatusCode::kInvalidArgument, "device '{}' is not available: expected cpu, cuda or reference", device);
+  if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0))
+    return make_error(StatusCode::kInvalidArgument, "gpu_memory_utilization must be in (0, 1], got {}", gpu_memory_utilization);
   if (n_threads < 0) return make_error(StatusCode::kInvalidArgument, "n_threads must be >= 0, got {}", n_threads);
   if (kv_block_size < 1 || kv_block_size > 4096)
     return make_error(StatusCode::kInvalidArgument, "kv_block_size must be in [1, 4096], got {}", kv_block_size);

@@ -11,14 +11,17 @@ namespace deepinfer {
 
 struct EngineConfig {
   std::string model_dir;         // DEEPINFER_HF_MODEL_DIR
-  std::string device = "cpu";    // DEEPINFER_DEVICE: cpu | reference
+  std::string device = "cpu";    // DEEPINFER_DEVICE: cpu | cuda | reference
   int n_threads = 0;             // DEEPINFER_NUM_THREADS; 0 = all cores
   int64_t kv_block_size = 64;    // DEEPINFER_KV_BLOCK_SIZE: tokens per KV page
   int64_t max_model_len = 0;     // DEEPINFER_MAX_MODEL_LEN; 0 = the model's max_position_embeddings
   // Serving runtime.
   int64_t max_num_seqs = 256;              // DEEPINFER_MAX_NUM_SEQS
   int64_t max_num_batched_tokens = 2048;   // DEEPINFER_MAX_NUM_BATCHED_TOKENS: tokens per step
-  int64_t kv_cache_bytes = int64_t{1} << 30;  // DEEPINFER_KV_CACHE_BYTES: page memory
+  int64_t kv_cache_bytes = int64_t{1} << 30;  // DEEPINFER_KV_CACHE_BYTES: page memory (host backends)
+  // DEEPINFER_GPU_MEMORY_UTILIZATION: on a GPU, KV pages take what is free once the weights and
+  // a profiled step's scratch are resident, up to this fraction of the card's memory (vLLM's rule).
+  double gpu_memory_utilization = 0.9;
   int64_t num_kv_blocks = 0;               // overrides kv_cache_bytes when > 0 (tests)
   bool enable_prefix_caching = true;       // DEEPINFER_ENABLE_PREFIX_CACHING=0 turns it off
   // DEEPINFER_BATCH_INVARIANT=1: every attention row uses the absorbed MLA form, so outputs do

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <random>
 
+#include "engine/kv_sizing.h"
 #include "engine/request_checks.h"
 #include "io/json_file.h"
 #include "sched/cost_model.h"
@@ -29,6 +30,8 @@ Expected<std::unique_ptr<LLMEngine>> LLMEngine::create(const EngineConfig& confi
   DI_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekModel> model, DeepseekModel::load(checkpoint));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(config.device, config.n_threads));
   model->place(*backend);
+  EngineConfig sized = config;
+  DI_ASSIGN_OR_RETURN(sized.num_kv_blocks, plan_kv_blocks(*model, *backend, config));
   if (!config.chunk_cost_model.empty()) {  // fail at start-up, not on the first long prompt
     DI_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(config.chunk_cost_model));
     if (auto m = ChunkCostModel::from_json(j); !m) return m.status().with_context(config.chunk_cost_model);
@@ -38,19 +41,14 @@ Expected<std::unique_ptr<LLMEngine>> LLMEngine::create(const EngineConfig& confi
   if (std::filesystem::is_regular_file(std::filesystem::path(config.model_dir) / "tokenizer.json", ec)) {
     DI_ASSIGN_OR_RETURN(tokenizer, Tokenizer::load(config.model_dir));
   }
-  return std::make_unique<LLMEngine>(config, std::move(model), std::move(backend), std::move(tokenizer));
+  return std::make_unique<LLMEngine>(sized, std::move(model), std::move(backend), std::move(tokenizer));
 }
 
 LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, std::unique_ptr<Backend> backend,
                      std::unique_ptr<Tokenizer> tokenizer)
     : config_(std::move(config)), model_(std::move(model)), backend_(std::move(backend)), tokenizer_(std::move(tokenizer)) {
   const int64_t bs = config_.kv_block_size;
-  int64_t n_blocks = config_.num_kv_blocks;
-  if (n_blocks == 0) {
-    const int64_t block_bytes = bs * model_->config().kv_latent_dim() * model_->config().num_hidden_layers *
-                                static_cast<int64_t>(sizeof(float));
-    n_blocks = std::max<int64_t>(1, config_.kv_cache_bytes / block_bytes);
-  }
+  const int64_t n_blocks = config_.num_kv_blocks > 0 ? config_.num_kv_blocks : *plan_kv_blocks(*model_, *backend_, config_);
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;
   sc.max_num_batched_tokens = config_.max_num_batched_tokens;

@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   gen->add_flag("--ignore-eos", ignore_eos, "Do not stop at EOS");
   gen->add_flag("--json", json, "Print one JSON object");
   gen->add_flag("--logits", logits, "Include prompt_logits_last (the last prompt position's logits)");
-  gen->add_option("--device", config.device, "cpu | reference");
+  gen->add_option("--device", config.device, "cpu | cuda | reference");
   gen->add_option("--threads", config.n_threads, "CPU threads (0 = all cores)");
 
   CLI::App* tok = app.add_subcommand("tokenize", "Encode texts to token ids with a tokenizer.json");

@@ -2,10 +2,18 @@
 // chunked prefill, prefix caching, preemption and aborts must never change a request's tokens,
 // lose a request or leak a page. Identity is bitwise in batch-invariant mode (every attention
 // row in the absorbed form); batching alone is checked in the default mode too.
+// DEEPINFER_TEST_DEVICE=cuda runs the same scenarios on the GPU (scripts/device/gpu_check.sh).
+// There cuBLAS picks GEMM algorithms by shape, so a token's logits move by bf16 rounding with
+// the batch; identity is then "same tokens up to a near-tie": at the first position where two
+// runs differ, each run's token must be in the other's top-20 with log-probabilities within 0.05
+// (bitwise identity on the GPU is the batch-invariant kernels' job, CUDA part 2).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "engine/llm_engine.h"
@@ -28,8 +36,15 @@ const std::string& model_dir() {
   return dir;
 }
 
+const std::string& test_device() {
+  static const std::string d = std::getenv("DEEPINFER_TEST_DEVICE") ? std::getenv("DEEPINFER_TEST_DEVICE") : "cpu";
+  return d;
+}
+bool tolerant() { return test_device() == "cuda"; }
+
 EngineConfig base_config() {
   EngineConfig c;
+  c.device = test_device();
   c.model_dir = model_dir();
   c.n_threads = 2;
   c.kv_block_size = 16;
@@ -56,6 +71,7 @@ std::map<std::string, RequestOutput> run_all(LLMEngine& engine, const std::vecto
     r.request_id = "r" + std::to_string(i);
     r.prompt_ids = jobs[i].prompt;
     r.params = jobs[i].params;
+    if (tolerant() && !r.params.logprobs) r.params.logprobs = 20;
     auto id = engine.add_request(r);
     EXPECT_TRUE(id.has_value()) << id.status().to_string();
   }
@@ -92,8 +108,29 @@ void expect_same_tokens(const std::map<std::string, RequestOutput>& a, const std
     ASSERT_TRUE(b.count(id)) << id;
     ASSERT_EQ(out.outputs.size(), b.at(id).outputs.size());
     for (size_t k = 0; k < out.outputs.size(); ++k) {
-      EXPECT_EQ(out.outputs[k].token_ids, b.at(id).outputs[k].token_ids) << id;
-      EXPECT_EQ(out.outputs[k].finish_reason, b.at(id).outputs[k].finish_reason) << id;
+      const CompletionOutput &x = out.outputs[k], &y = b.at(id).outputs[k];
+      if (tolerant() && x.token_ids != y.token_ids) {
+        size_t p = 0;
+        while (p < x.token_ids.size() && p < y.token_ids.size() && x.token_ids[p] == y.token_ids[p]) ++p;
+        ASSERT_LT(p, std::min(x.logprobs.size(), y.logprobs.size())) << id << ": lengths differ without a divergence";
+        auto lp_of = [](const TokenLogprobs& l, int32_t tok) -> std::optional<float> {
+          for (const auto& [t, v] : l.top)
+            if (t == tok) return v;
+          return std::nullopt;
+        };
+        const auto x_in_y = lp_of(y.logprobs[p], x.token_ids[p]), y_in_x = lp_of(x.logprobs[p], y.token_ids[p]);
+        EXPECT_TRUE(x_in_y && y_in_x) << id << " diverges at " << p << " beyond the top-20";
+        if (x_in_y) {
+          EXPECT_LT(std::fabs(*x_in_y - x.logprobs[p].logprob), 0.05f) << id << " at " << p;
+        }
+        if (y_in_x) {
+          EXPECT_LT(std::fabs(*y_in_x - y.logprobs[p].logprob), 0.05f) << id << " at " << p;
+        }
+        std::printf("[tolerant] %s diverges at token %zu of %zu (near-tie)\n", id.c_str(), p, x.token_ids.size());
+        continue;
+      }
+      EXPECT_EQ(x.token_ids, y.token_ids) << id;
+      EXPECT_EQ(x.finish_reason, y.finish_reason) << id;
     }
   }
 }

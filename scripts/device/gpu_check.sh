@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# On the GPU machine: build with the CUDA backend (sm_90a) and run everything that needs the GPU,
+# plus the CPU suite with the device's compiler. Logs under $OUT (see the summary at the end).
+# Usage (device `run`, carry [".device_carry", "third_party"]): bash scripts/device/gpu_check.sh [bench]
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+prefix=/tmp/deb
+mkdir -p "$prefix"
+for f in .device_carry/*.deb; do dpkg -x "$f" "$prefix"; done
+{
+  nproc; gcc --version | head -1; nvcc --version | tail -1
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
+} > "$OUT/machine.txt" 2>&1
+t0=$(date +%s)
+cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_PYTHON=OFF -DDEEPINFER_WERROR=OFF \
+  -DCMAKE_PREFIX_PATH="$prefix/usr" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+cmake --build build-device -j"$(nproc)" > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+T=build-device/tests/deepinfer_tests
+status=0
+run() {  # name, command...
+  local name=$1; shift
+  local s=$(date +%s)
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  [ $rc -ne 0 ] && status=1
+  echo "$name: rc=$rc $(( $(date +%s) - s )) s  $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200)"
+}
+run cuda_ops "$T" --gtest_filter='CudaOps.*'
+run cuda_fixtures "$T" --gtest_filter='Fixtures/GoldenFixtureCuda.*'
+grep "\[cuda fixture\]" "$OUT/cuda_fixtures.log" | sed 's|/.*/fixtures/||' | head -30
+run cuda_runtime env DEEPINFER_TEST_DEVICE=cuda "$T" --gtest_filter='LLMEngine.*'
+grep -c "\[tolerant\]" "$OUT/cuda_runtime.log" | sed 's/^/tolerant divergences: /'
+run cli_generate build-device/src/tools/deepinfer generate --device cuda --prompt "The capital of France is" --max-tokens 24
+tail -3 "$OUT/cli_generate.log"
+run cpu_suite bash -c "cd build-device && ctest -j$(nproc) --output-on-failure -E 'Cuda'"
+tail -3 "$OUT/cpu_suite.log"
+grep -E "FAILED|Failure|error" "$OUT"/cuda_*.log | head -30
+if [ "${1:-}" = bench ]; then
+  bash scripts/bench/run_gpu_bench.sh "$OUT/bench"
+fi
+exit $status

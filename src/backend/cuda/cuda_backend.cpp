@@ -1,0 +1,538 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/cuda_common.h"
+#include "core/log.h"
+
+namespace deepinfer {
+
+void cuda::check_failed(const char* file, int line, const char* what, const char* info) {
+  detail::check_failed(file, line, *info ? fmt::format("{}: {}", what, info) : std::string(what));
+}
+
+using cuda::bf16;
+using cuda::Elem;
+
+// ---- State and memory --------------------------------------------------------------------------
+
+// Step memory: bump allocation over chunks of device memory. When a step needs more than the
+// first chunk, later chunks are added; at the next begin_step they are merged into one chunk of
+// the high-water mark, so the steady state is one chunk and stable addresses.
+class StepArena {
+ public:
+  ~StepArena() { release(); }
+  void* alloc(size_t bytes) {
+    bytes = (bytes + 255) / 256 * 256;
+    used_ += bytes;
+    if (!chunks_.empty() && offset_ + bytes <= chunks_[current_].second) {
+      void* p = static_cast<char*>(chunks_[current_].first) + offset_;
+      offset_ += bytes;
+      return p;
+    }
+    while (current_ + 1 < chunks_.size()) {  // later chunks kept from earlier growth
+      ++current_;
+      offset_ = 0;
+      if (bytes <= chunks_[current_].second) {
+        offset_ = bytes;
+        return chunks_[current_].first;
+      }
+    }
+    const size_t size = std::max<size_t>({bytes, size_t{64} << 20, chunks_.empty() ? 0 : 2 * chunks_.back().second});
+    void* p = nullptr;
+    DI_CUDA_CHECK(cudaMalloc(&p, size));
+    chunks_.emplace_back(p, size);
+    current_ = chunks_.size() - 1;
+    offset_ = bytes;
+    return p;
+  }
+  // Starts a new step. Merging frees memory the GPU may still read: the caller synchronizes first
+  // when merge_needed().
+  bool merge_needed() const { return chunks_.size() > 1; }
+  void reset() {
+    if (chunks_.size() > 1) {
+      const size_t high = std::max(high_water_, used_);
+      release();
+      void* p = nullptr;
+      const size_t size = high + high / 4;
+      DI_CUDA_CHECK(cudaMalloc(&p, size));
+      chunks_.emplace_back(p, size);
+    }
+    high_water_ = std::max(high_water_, used_);
+    current_ = 0;
+    offset_ = 0;
+    used_ = 0;
+  }
+  size_t capacity() const {
+    size_t n = 0;
+    for (const auto& c : chunks_) n += c.second;
+    return n;
+  }
+
+ private:
+  void release() {
+    for (auto& c : chunks_) cudaFree(c.first);
+    chunks_.clear();
+  }
+  std::vector<std::pair<void*, size_t>> chunks_;
+  size_t current_ = 0, offset_ = 0, used_ = 0, high_water_ = 0;
+};
+
+struct CudaState {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  StepArena arena;
+};
+
+namespace {
+
+Elem elem_of(DType t) {
+  switch (t) {
+    case DType::kF32: return Elem::kF32;
+    case DType::kBF16: return Elem::kBF16;
+    case DType::kF8E4M3: return Elem::kF8;
+    default: DI_CHECK(false && "CUDA backend: unsupported dtype");
+  }
+  return Elem::kF32;
+}
+
+template <typename T = void>
+T* dptr(const Tensor& t) {
+  DI_CHECK(t.device().kind == DeviceKind::kCuda);
+  return static_cast<T*>(t.raw_data());
+}
+template <typename T>
+const T* cdptr(const Tensor& t) {
+  return dptr<T>(t);
+}
+
+std::shared_ptr<Buffer> device_buffer(size_t bytes, int index) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+  if (err != cudaSuccess)
+    detail::check_failed(__FILE__, __LINE__,
+                         fmt::format("cudaMalloc of {} bytes failed: {}", bytes, cudaGetErrorString(err)));
+  return std::make_shared<Buffer>(p, bytes, Device{DeviceKind::kCuda, index},
+                                  [](void* data, void*) { cudaFree(data); }, nullptr);
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std::make_unique<CudaState>()) {
+  DI_CUDA_CHECK(cudaSetDevice(device_index));
+  DI_CUDA_CHECK(cudaStreamCreateWithFlags(&s_->stream, cudaStreamNonBlocking));
+  DI_CUBLAS_CHECK(cublasCreate(&s_->blas));
+  DI_CUBLAS_CHECK(cublasSetStream(s_->blas, s_->stream));
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(s_->stream);
+  cublasDestroy(s_->blas);
+  cudaStreamDestroy(s_->stream);
+}
+
+void CudaBackend::synchronize() { DI_CUDA_CHECK(cudaStreamSynchronize(s_->stream)); }
+void* CudaBackend::stream() const { return s_->stream; }
+int64_t CudaBackend::step_memory_bytes() const { return static_cast<int64_t>(s_->arena.capacity()); }
+
+std::pair<int64_t, int64_t> CudaBackend::memory_info() const {
+  size_t free_b = 0, total_b = 0;
+  DI_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return {static_cast<int64_t>(free_b), static_cast<int64_t>(total_b)};
+}
+
+Tensor CudaBackend::empty(DType dtype, const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(dtype);
+  void* p = s_->arena.alloc(bytes);
+  return Tensor(Buffer::wrap(p, bytes, device(), nullptr), 0, dtype, shape);
+}
+
+Tensor CudaBackend::allocate(DType dtype, const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(dtype);
+  Tensor t(device_buffer(bytes, device_index_), 0, dtype, shape);
+  if (bytes > 0) DI_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, bytes, s_->stream));
+  return t;
+}
+
+Tensor CudaBackend::upload(const Tensor& host) {
+  DI_CHECK(host.device().kind == DeviceKind::kCpu);
+  Tensor t = empty(host.dtype(), host.shape());
+  copy_from_host(host.raw_data(), t);
+  return t;
+}
+
+void CudaBackend::copy_from_host(const void* src, Tensor& dst) {
+  if (dst.n_bytes() == 0) return;
+  // Pageable source: the call returns once the bytes are staged, so src may be freed after.
+  DI_CUDA_CHECK(cudaMemcpyAsync(dptr(dst), src, dst.n_bytes(), cudaMemcpyHostToDevice, s_->stream));
+}
+
+Tensor CudaBackend::to_host(const Tensor& t) {
+  if (t.device().kind == DeviceKind::kCpu) return t;
+  Tensor h = Tensor::empty_host(t.dtype(), t.shape());
+  if (t.n_bytes() > 0)
+    DI_CUDA_CHECK(cudaMemcpyAsync(h.raw_data(), t.raw_data(), t.n_bytes(), cudaMemcpyDeviceToHost, s_->stream));
+  synchronize();
+  return h;
+}
+
+void CudaBackend::begin_step() {
+  if (s_->arena.merge_needed()) synchronize();
+  s_->arena.reset();
+}
+
+// ---- Weight placement --------------------------------------------------------------------------
+
+Tensor CudaBackend::place_tensor(const Tensor& host) {
+  if (host.dtype() == DType::kF16) {  // widened once, like the host loader
+    Tensor f = Tensor::empty_host(DType::kF32, host.shape());
+    for (int64_t i = 0; i < host.numel(); ++i) f.data<float>()[i] = f16_to_f32(host.data<uint16_t>()[i]);
+    return place_tensor(f);
+  }
+  Tensor t = allocate(host.dtype(), host.shape());
+  copy_from_host(host.raw_data(), t);
+  synchronize();  // the host copy may be released by the caller
+  return t;
+}
+
+LinearWeight CudaBackend::allocate_linear(int64_t n_out, int64_t n_in, DType dtype) {
+  LinearWeight w;
+  if (dtype == DType::kF8E4M3) {
+    w.weight = allocate(DType::kF8E4M3, {n_out, n_in});
+    w.block_n = 1;
+    w.block_k = 128;
+    w.scale_inv = allocate(DType::kF32, {n_out, (n_in + 127) / 128});
+  } else {
+    DI_CHECK(dtype == DType::kBF16 || dtype == DType::kF32);
+    w.weight = allocate(DType::kBF16, {n_out, n_in});
+  }
+  return w;
+}
+
+LinearWeight CudaBackend::place_linear(const std::vector<const LinearWeight*>& parts) {
+  DI_CHECK(!parts.empty());
+  const int64_t K = parts[0]->n_in();
+  const bool fp8 = parts[0]->dtype() == DType::kF8E4M3;
+  int64_t N = 0;
+  for (const LinearWeight* p : parts) {
+    DI_CHECK_EQ(p->n_in(), K);
+    DI_CHECK_EQ(p->dtype() == DType::kF8E4M3, fp8);
+    if (fp8) DI_CHECK_EQ(p->block_k, parts[0]->block_k);
+    N += p->n_out();
+  }
+  LinearWeight w;
+  if (fp8) {
+    // Codes as stored; scales expanded to one row per output row (block_n = 1), so any row
+    // split of the stack keeps its scales.
+    const int64_t bk = parts[0]->block_k, n_kb = (K + bk - 1) / bk;
+    Tensor q = Tensor::empty_host(DType::kF8E4M3, {N, K});
+    Tensor sc = Tensor::empty_host(DType::kF32, {N, n_kb});
+    int64_t row = 0;
+    for (const LinearWeight* p : parts) {
+      std::memcpy(q.data<uint8_t>() + row * K, p->weight.raw_data(), p->weight.n_bytes());
+      const int64_t src_kb = p->scale_inv.size(1);
+      DI_CHECK_EQ(src_kb, n_kb);
+      for (int64_t r = 0; r < p->n_out(); ++r)
+        std::memcpy(sc.data<float>() + (row + r) * n_kb, p->scale_inv.data<float>() + (r / p->block_n) * src_kb,
+                    sizeof(float) * static_cast<size_t>(n_kb));
+      row += p->n_out();
+    }
+    w.weight = place_tensor(q);
+    w.scale_inv = place_tensor(sc);
+    w.block_n = 1;
+    w.block_k = bk;
+    return w;
+  }
+  Tensor b = Tensor::empty_host(DType::kBF16, {N, K});
+  uint16_t* o = b.data<uint16_t>();
+  for (const LinearWeight* p : parts) {
+    const int64_t n = p->weight.numel();
+    if (p->dtype() == DType::kBF16) {
+      std::memcpy(o, p->weight.raw_data(), p->weight.n_bytes());
+    } else {
+      DI_CHECK(p->dtype() == DType::kF32);
+      const float* src = p->weight.data<float>();
+      for (int64_t i = 0; i < n; ++i) o[i] = f32_to_bf16(src[i]);
+    }
+    o += n;
+  }
+  w.weight = place_tensor(b);
+  return w;
+}
+
+void CudaBackend::fill_random(Tensor& t, uint64_t seed, bool normal, float a, float b) {
+  cuda::fill_random(dptr(t), elem_of(t.dtype()), t.numel(), seed, normal, a, b, s_->stream);
+}
+
+// ---- Ops -------------------------------------------------------------------------------------
+
+void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
+  DI_CHECK_EQ(out.size(1), table.size(1));
+  cuda::embedding(dptr(table), elem_of(table.dtype()), cdptr<int32_t>(ids), ids.numel(), table.size(1),
+                  dptr<float>(out), s_->stream);
+}
+
+void CudaBackend::rms_norm(const Tensor& x, int64_t x_stride, const Tensor& weight, float eps, Tensor& out) {
+  const int64_t d = weight.numel();
+  DI_CHECK_GE(out.size(1), d);
+  cuda::rms_norm(cdptr<float>(x), x_stride == 0 ? d : x_stride, dptr(weight), elem_of(weight.dtype()), d, eps,
+                 dptr<float>(out), out.size(1), out.size(0), s_->stream);
+}
+
+void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) {
+  const int64_t d = residual.size(1);
+  DI_CHECK_EQ(weight.numel(), d);
+  cuda::add_rms_norm(dptr<float>(residual), cdptr<float>(delta), dptr(weight), elem_of(weight.dtype()), d, eps,
+                     dptr<float>(out), residual.size(0), s_->stream);
+}
+
+const void* CudaBackend::bf16_weight(const LinearWeight& w) {
+  if (w.dtype() == DType::kBF16) return dptr(w.weight);
+  DI_CHECK(w.dtype() == DType::kF8E4M3);
+  Tensor deq = empty(DType::kBF16, {w.n_out(), w.n_in()});
+  cuda::dequant_fp8(cdptr<uint8_t>(w.weight), cdptr<float>(w.scale_inv), w.n_out(), w.n_in(), w.block_n, w.block_k,
+                    w.scale_inv.size(1), dptr<bf16>(deq), s_->stream);
+  return dptr(deq);
+}
+
+void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& w, Tensor& out) {
+  const int64_t M = out.size(0), N = w.n_out(), K = w.n_in();
+  DI_CHECK_EQ(out.size(1), N);
+  if (M == 0) return;
+  Tensor xb = empty(DType::kBF16, {M, K});
+  cuda::to_bf16(cdptr<float>(x), x_stride == 0 ? K : x_stride, M, K, dptr<bf16>(xb), s_->stream);
+  const auto* wb = static_cast<const bf16*>(bf16_weight(w));
+  cuda::gemm(s_->blas, M, N, K, dptr<bf16>(xb), K, 0, wb, K, 0, true, dptr(out), Elem::kF32, N, 0, 1);
+}
+
+void CudaBackend::rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeParams& rope) {
+  cuda::RopeArgs a;
+  DI_CHECK_LE(static_cast<int64_t>(rope.inv_freq.size()), 64);
+  std::copy(rope.inv_freq.begin(), rope.inv_freq.end(), a.inv_freq);
+  a.half = static_cast<int>(rope.inv_freq.size());
+  a.attention_factor = rope.attention_factor;
+  a.interleave = rope.interleave;
+  DI_CHECK_LE(offset + rope.dim(), x.size(2));
+  cuda::rope(dptr<float>(x), x.size(0), x.size(1), x.size(2), offset, cdptr<int32_t>(positions), a, s_->stream);
+}
+
+void CudaBackend::silu_mul(const Tensor& gate_up, Tensor& out) {
+  DI_CHECK_EQ(gate_up.size(1), 2 * out.size(1));
+  cuda::silu_mul(cdptr<float>(gate_up), out.size(0), out.size(1), dptr(out), Elem::kF32, s_->stream);
+}
+
+void CudaBackend::kv_write(const Tensor& latent, const Tensor& slots, Tensor& cache) {
+  DI_CHECK_EQ(cache.size(2), latent.size(1));
+  cuda::kv_write(cdptr<float>(latent), cdptr<int32_t>(slots), latent.size(0), latent.size(1), dptr(cache),
+                 elem_of(cache.dtype()), s_->stream);
+}
+
+void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
+  DI_CHECK_EQ(out.size(1), x.size(1));
+  cuda::gather_rows(cdptr<float>(x), cdptr<int32_t>(rows), rows.numel(), x.size(1), dptr<float>(out), s_->stream);
+}
+
+void CudaBackend::add(Tensor& out, const Tensor& x) {
+  DI_CHECK_EQ(out.numel(), x.numel());
+  cuda::add(dptr<float>(out), cdptr<float>(x), out.numel(), s_->stream);
+}
+
+void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& q, const Tensor& cache,
+                                const AttentionBatch& batch, Tensor& out) {
+  const int64_t H = p.n_heads, dn = p.qk_nope_head_dim, dr = p.qk_rope_head_dim, dv = p.v_head_dim;
+  const int64_t r = p.kv_lora_rank, dqk = dn + dr, width = r + dr, T = q.size(0);
+  DI_CHECK_EQ(q.size(2), dqk);
+  DI_CHECK_EQ(cache.size(2), width);
+  DI_CHECK(cache.dtype() == DType::kBF16);
+  if (T == 0 || batch.n_seqs == 0) return;
+  cudaStream_t st = s_->stream;
+  // kv_b rows per head: W_UK_h [dn, r] then W_UV_h [dv, r].
+  const auto* kvb = static_cast<const bf16*>(bf16_weight(*p.kv_b_proj));
+  Tensor qb = empty(DType::kBF16, {T, H, dqk});
+  cuda::to_bf16(cdptr<float>(q), H * dqk, T, H * dqk, dptr<bf16>(qb), st);
+  const bf16* cache_p = cdptr<bf16>(cache);
+
+  if (form == MlaForm::kAbsorbed) {
+    // q_lat[t, h, :] = q_nope[t, h, :] · W_UK_h            (batched over heads)
+    Tensor q_lat = empty(DType::kF32, {T, H, r});
+    cuda::gemm(s_->blas, T, r, dn, dptr<bf16>(qb), H * dqk, dqk, kvb, r, (dn + dv) * r, false, dptr(q_lat), Elem::kF32,
+               H * r, r, H);
+    Tensor o_lat = empty(DType::kBF16, {T, H, r});
+    cuda::MlaDecodeArgs a{};
+    a.q_lat = cdptr<float>(q_lat);
+    a.q = cdptr<float>(q);
+    a.cache = cache_p;
+    a.q_indptr = batch.dev.q_indptr;
+    a.kv_len = batch.dev.kv_len;
+    a.block_indptr = batch.dev.block_indptr;
+    a.block_ids = batch.dev.block_ids;
+    a.seq_mask = batch.dev.seq_mask;
+    a.n_seqs = batch.n_seqs;
+    a.T = T;
+    a.H = H;
+    a.r = r;
+    a.dr = dr;
+    a.dn = dn;
+    a.block_size = batch.block_size;
+    a.scale = p.softmax_scale;
+    a.o_lat = dptr<bf16>(o_lat);
+    cuda::mla_decode(a, st);
+    // out[t, h, :] = o_lat[t, h, :] · W_UV_hᵀ, only for the selected sequences' rows.
+    bool all = true;
+    for (int64_t b = 0; b < batch.n_seqs; ++b) all &= batch.selected(b);
+    Tensor o = all ? out : empty(DType::kF32, {T, H, dv});
+    cuda::gemm(s_->blas, T, dv, r, dptr<bf16>(o_lat), H * r, r, kvb + dn * r, r, (dn + dv) * r, true, dptr(o),
+               Elem::kF32, H * dv, dv, H);
+    if (!all)
+      cuda::copy_selected_rows(cdptr<float>(o), batch.dev.q_indptr, batch.dev.seq_mask, batch.n_seqs, T, H * dv,
+                               dptr<float>(out), st);
+    return;
+  }
+
+  // Naive form, per selected sequence: decompress its cached latents, then attention as GEMMs.
+  for (int64_t b = 0; b < batch.n_seqs; ++b) {
+    if (!batch.selected(b)) continue;
+    const int64_t q0 = batch.q_indptr[b], qn = batch.q_indptr[b + 1] - q0, S = batch.kv_len[b];
+    if (qn == 0) continue;
+    Tensor lat = empty(DType::kBF16, {S, width});
+    cuda::gather_latent(cache_p, batch.dev.block_ids + batch.block_indptr[b], batch.block_size, width, S,
+                        dptr<bf16>(lat), st);
+    Tensor kvd = empty(DType::kBF16, {S, H * (dn + dv)});  // [k_nope_h | v_h] per head
+    cuda::gemm(s_->blas, S, H * (dn + dv), r, dptr<bf16>(lat), width, 0, kvb, r, 0, true, dptr(kvd), Elem::kBF16,
+               H * (dn + dv), 0, 1);
+    // Query rows in chunks so the [H, rows, S] score matrix stays under ~256 MB.
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(qn, (int64_t{256} << 20) / (6 * H * S)));
+    for (int64_t i0 = 0; i0 < qn; i0 += chunk) {
+      const int64_t rows = std::min(chunk, qn - i0);
+      Tensor scores = empty(DType::kF32, {H, rows, S});
+      const bf16* qrow = dptr<bf16>(qb) + (q0 + i0) * H * dqk;
+      cuda::gemm(s_->blas, rows, S, dn, qrow, H * dqk, dqk, dptr<bf16>(kvd), H * (dn + dv), dn + dv, true,
+                 dptr(scores), Elem::kF32, S, rows * S, H);
+      cuda::gemm(s_->blas, rows, S, dr, qrow + dn, H * dqk, dqk, dptr<bf16>(lat) + r, width, 0, true, dptr(scores),
+                 Elem::kF32, S, rows * S, H, 1.0f);
+      Tensor P = empty(DType::kBF16, {H, rows, S});
+      cuda::causal_softmax(cdptr<float>(scores), H, rows, S, S - qn + i0, p.softmax_scale, dptr<bf16>(P), st);
+      cuda::gemm(s_->blas, rows, dv, S, dptr<bf16>(P), S, rows * S, dptr<bf16>(kvd) + dn, H * (dn + dv), dn + dv,
+                 false, dptr<float>(out) + (q0 + i0) * H * dv, Elem::kF32, H * dv, dv, H);
+    }
+  }
+}
+
+void CudaBackend::moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) {
+  cuda::RouteArgs a{};
+  a.logits = cdptr<float>(logits);
+  a.bias = p.correction_bias;
+  a.T = logits.size(0);
+  a.E = logits.size(1);
+  a.n_group = p.n_group;
+  a.topk_group = p.topk_group;
+  a.top_k = p.top_k;
+  a.scoring = p.scoring_func == ScoringFunc::kSoftmax ? 0 : 1;
+  a.method = p.topk_method == TopkMethod::kGreedy ? 0 : p.topk_method == TopkMethod::kGroupLimitedGreedy ? 1 : 2;
+  a.norm_topk_prob = p.norm_topk_prob;
+  a.scale = p.routed_scaling_factor;
+  a.ids = dptr<int32_t>(ids);
+  a.weights = dptr<float>(weights);
+  cuda::moe_route(a, s_->stream);
+}
+
+namespace {
+void* arena_alloc(void* ctx, size_t bytes) { return static_cast<StepArena*>(ctx)->alloc(bytes); }
+
+// Whether `parts` are consecutive row blocks of one buffer, in order (see deepseek_placement.h).
+bool stacked(const std::vector<const LinearWeight*>& parts) {
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const LinearWeight& a = *parts[i - 1];
+    const LinearWeight& b = *parts[i];
+    if (static_cast<const char*>(a.weight.raw_data()) + a.weight.n_bytes() != b.weight.raw_data()) return false;
+    if (a.dtype() == DType::kF8E4M3 &&
+        (a.block_n != 1 || static_cast<const char*>(a.scale_inv.raw_data()) + a.scale_inv.n_bytes() !=
+                               b.scale_inv.raw_data()))
+      return false;
+  }
+  return true;
+}
+}  // namespace
+
+void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                              const std::vector<MlpWeights>& experts, Tensor& out) {
+  const int64_t E = static_cast<int64_t>(experts.size());
+  DI_CHECK_GT(E, 0);
+  std::vector<const LinearWeight*> w13, w2;
+  for (const MlpWeights& m : experts) {
+    w13.push_back(&m.gate_proj);
+    w13.push_back(&m.up_proj);
+    w2.push_back(&m.down_proj);
+  }
+  DI_CHECK(stacked(w13) && stacked(w2) && "experts must be placed by place_deepseek_weights (stacked layout)");
+  cuda::MoeArgs a{};
+  a.x = cdptr<float>(x);
+  a.ids = cdptr<int32_t>(ids);
+  a.weights = cdptr<float>(weights);
+  a.T = x.size(0);
+  a.D = x.size(1);
+  a.k = ids.size(1);
+  a.E = E;
+  a.I = experts[0].gate_proj.n_out();
+  a.fp8 = experts[0].gate_proj.dtype() == DType::kF8E4M3;
+  a.w13 = dptr(experts[0].gate_proj.weight);
+  a.w2 = dptr(experts[0].down_proj.weight);
+  if (a.fp8) {
+    a.w13_scale = cdptr<float>(experts[0].gate_proj.scale_inv);
+    a.w2_scale = cdptr<float>(experts[0].down_proj.scale_inv);
+    a.block_k = experts[0].gate_proj.block_k;
+  } else {
+    DI_CHECK(experts[0].gate_proj.dtype() == DType::kBF16);
+  }
+  a.out = dptr<float>(out);
+  cuda::moe_experts(a, arena_alloc, &s_->arena, s_->stream);
+}
+
+void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) {
+  const int64_t T = x.size(0), D = x.size(1), I = w.gate_proj.n_out();
+  if (T == 0) return;
+  cudaStream_t st = s_->stream;
+  Tensor xb = empty(DType::kBF16, {T, D});
+  cuda::to_bf16(cdptr<float>(x), D, T, D, dptr<bf16>(xb), st);
+  Tensor gu = empty(DType::kF32, {T, 2 * I});  // [gate | up]
+  if (stacked({&w.gate_proj, &w.up_proj}) && w.gate_proj.dtype() == DType::kBF16) {
+    cuda::gemm(s_->blas, T, 2 * I, D, dptr<bf16>(xb), D, 0, cdptr<bf16>(w.gate_proj.weight), D, 0, true, dptr(gu),
+               Elem::kF32, 2 * I, 0, 1);
+  } else {
+    const auto* g = static_cast<const bf16*>(bf16_weight(w.gate_proj));
+    cuda::gemm(s_->blas, T, I, D, dptr<bf16>(xb), D, 0, g, D, 0, true, dptr(gu), Elem::kF32, 2 * I, 0, 1);
+    const auto* u = static_cast<const bf16*>(bf16_weight(w.up_proj));
+    cuda::gemm(s_->blas, T, I, D, dptr<bf16>(xb), D, 0, u, D, 0, true, dptr<float>(gu) + I, Elem::kF32, 2 * I, 0, 1);
+  }
+  Tensor act = empty(DType::kBF16, {T, I});
+  cuda::silu_mul(cdptr<float>(gu), T, I, dptr(act), Elem::kBF16, st);
+  const auto* dw = static_cast<const bf16*>(bf16_weight(w.down_proj));
+  cuda::gemm(s_->blas, T, D, I, dptr<bf16>(act), I, 0, dw, I, 0, true, dptr(out), Elem::kF32, D, 0, 1);
+}
+
+// ---- Factory ---------------------------------------------------------------------------------
+
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device_index) {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess)
+    return make_error(StatusCode::kUnsupported, "device 'cuda': no usable CUDA driver or GPU ({})",
+                      cudaGetErrorString(err));
+  if (device_index < 0 || device_index >= n)
+    return make_error(StatusCode::kInvalidArgument, "device 'cuda': GPU index {} out of range ({} present)",
+                      device_index, n);
+  cudaDeviceProp prop{};
+  DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
+  if (prop.major < 9)
+    return make_error(StatusCode::kUnsupported,
+                      "device 'cuda': GPU {} ({}) has compute capability {}.{}; this build targets sm_90a/sm_100a",
+                      device_index, prop.name, prop.major, prop.minor);
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(device_index));
+}
+
+}  // namespace deepinfer

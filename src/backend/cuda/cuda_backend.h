@@ -1,0 +1,82 @@
+// CudaBackend: the Backend ops on one NVIDIA GPU (sm_90a; compiled for sm_100a too). Weights,
+// activations and KV pages live in device memory; every op is issued on the backend's stream
+// without host synchronization (to_host is the only synchronizing call), so a step can be
+// enqueued while the previous one runs.
+//
+// Numerics: activations are F32 at op boundaries; GEMM operands are rounded to bf16 and
+// accumulated in fp32 (cuBLAS for dense GEMMs, a grouped WMMA kernel for MoE experts); FP8
+// weights are dequantized on the fly (per-row scales, block_k = 128). KV pages are BF16.
+// Softmax, norms, RoPE and routing run in fp32. Tolerances against the reference: docs/DESIGN.md.
+//
+// Memory: `allocate` = cudaMalloc (weights, KV pages); `empty`/`upload` = a step arena (bump
+// allocation, reset by begin_step, grown to the high-water mark), so steady-state steps make
+// no allocation and reuse the same addresses.
+//
+// This header is plain C++ (no CUDA includes): the engine includes it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace deepinfer {
+
+struct CudaState;  // stream, cuBLAS handle, arena (cuda_backend.cu)
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(int device_index);
+  ~CudaBackend() override;
+  std::string name() const override { return "cuda"; }
+
+  Device device() const override { return {DeviceKind::kCuda, device_index_}; }
+  Tensor empty(DType dtype, const std::vector<int64_t>& shape) override;
+  Tensor allocate(DType dtype, const std::vector<int64_t>& shape) override;
+  Tensor upload(const Tensor& host) override;
+  void copy_from_host(const void* src, Tensor& dst) override;
+  Tensor to_host(const Tensor& t) override;
+  void begin_step() override;
+  DType kv_dtype() const override { return DType::kBF16; }
+  LinearWeight place_linear(const std::vector<const LinearWeight*>& parts) override;
+  Tensor place_tensor(const Tensor& host) override;
+  LinearWeight allocate_linear(int64_t n_out, int64_t n_in, DType dtype) override;
+  void fill_random(Tensor& t, uint64_t seed, bool normal, float a, float b) override;
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override;
+  void rms_norm(const Tensor& x, int64_t x_stride, const Tensor& weight, float eps, Tensor& out) override;
+  void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) override;
+  void matmul(const Tensor& x, int64_t x_stride, const LinearWeight& w, Tensor& out) override;
+  void rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeParams& rope) override;
+  void silu_mul(const Tensor& gate_up, Tensor& out) override;
+  void kv_write(const Tensor& latent, const Tensor& slots, Tensor& cache) override;
+  void mla_attention(const MlaParams& p, MlaForm form, const Tensor& q, const Tensor& cache,
+                     const AttentionBatch& batch, Tensor& out) override;
+  void moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) override;
+  void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   const std::vector<MlpWeights>& experts, Tensor& out) override;
+  void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) override;
+  void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+  void add(Tensor& out, const Tensor& x) override;
+
+  void synchronize() override;
+  std::pair<int64_t, int64_t> memory_info() const override;  // cudaMemGetInfo
+  int64_t step_memory_bytes() const override;                 // the arena's capacity
+  // The cudaStream_t all ops are issued on, as an opaque pointer.
+  void* stream() const;
+
+ private:
+  // Weight w as a bf16 [n_out, n_in] device pointer: the weight itself, or (FP8) a step-memory
+  // dequantized copy.
+  const void* bf16_weight(const LinearWeight& w);
+
+  int device_index_;
+  std::unique_ptr<CudaState> s_;
+};
+
+// A CudaBackend on GPU `device_index`, or an error naming why not (no driver, no device,
+// compute capability below 9.0 for this sm_90a build).
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device_index);
+
+}  // namespace deepinfer

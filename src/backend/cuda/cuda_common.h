@@ -1,0 +1,136 @@
+// Internal to the CUDA backend: error checks, element types and the kernel launchers each .cu
+// file provides. Every launcher takes sizes in elements, device pointers and the stream, issues
+// its kernels asynchronously, handles empty sizes (no launch) and checks the launch.
+// Kept free of fmt and the engine headers: nvcc's front end rejects fmt's C++20 constexpr code,
+// so the .cu files see only this header and the host glue (cuda_backend.cpp) sees the engine.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+
+namespace deepinfer::cuda {
+// Prints "DI_CHECK failed at file:line: what: detail" and aborts (a broken invariant or a
+// failed CUDA call: never user input).
+[[noreturn]] void check_failed(const char* file, int line, const char* what, const char* detail);
+}  // namespace deepinfer::cuda
+
+#define DI_CUDA_CHECK(expr)                                                                       \
+  do {                                                                                            \
+    const cudaError_t di_err_ = (expr);                                                           \
+    if (di_err_ != cudaSuccess)                                                                   \
+      ::deepinfer::cuda::check_failed(__FILE__, __LINE__, #expr, cudaGetErrorString(di_err_));    \
+  } while (0)
+#define DI_CUBLAS_CHECK(expr)                                                                     \
+  do {                                                                                            \
+    const cublasStatus_t di_st_ = (expr);                                                         \
+    if (di_st_ != CUBLAS_STATUS_SUCCESS)                                                          \
+      ::deepinfer::cuda::check_failed(__FILE__, __LINE__, #expr, cublasGetStatusString(di_st_));  \
+  } while (0)
+#define DI_CUDA_REQUIRE(cond)                                                                     \
+  do {                                                                                            \
+    if (!(cond)) ::deepinfer::cuda::check_failed(__FILE__, __LINE__, #cond, "");                  \
+  } while (0)
+#define DI_CUDA_LAUNCHED() DI_CUDA_CHECK(cudaGetLastError())
+
+namespace deepinfer::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Element type codes for launchers that accept several (the Tensor dtype, narrowed).
+enum class Elem : int { kF32, kBF16, kF8 };
+
+inline unsigned grid_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+// ---- cuda_elementwise.cu ----
+void embedding(const void* table, Elem table_elem, const int32_t* ids, int64_t T, int64_t D, float* out, cudaStream_t s);
+void rms_norm(const float* x, int64_t x_stride, const void* w, Elem w_elem, int64_t D, float eps, float* out,
+              int64_t out_stride, int64_t T, cudaStream_t s);
+void add_rms_norm(float* residual, const float* delta, const void* w, Elem w_elem, int64_t D, float eps, float* out,
+                  int64_t T, cudaStream_t s);
+void to_bf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, bf16* out, cudaStream_t s);
+// out[n, k] = bf16(q[n, k] · scale[n / block_n, k / block_k]) (scale grid [ceil(N/bn), n_kb]).
+void dequant_fp8(const uint8_t* q, const float* scale, int64_t N, int64_t K, int64_t block_n, int64_t block_k,
+                 int64_t n_kb, bf16* out, cudaStream_t s);
+struct RopeArgs {
+  float inv_freq[64];
+  int half = 0;
+  float attention_factor = 1;
+  bool interleave = true;
+};
+void rope(float* x, int64_t T, int64_t heads, int64_t stride, int64_t offset, const int32_t* positions,
+          const RopeArgs& args, cudaStream_t s);
+// out[t, i] = silu(g[t, i]) * g[t, I + i]; out F32 or BF16 (out_elem).
+void silu_mul(const float* gate_up, int64_t T, int64_t I, void* out, Elem out_elem, cudaStream_t s);
+void kv_write(const float* latent, const int32_t* slots, int64_t T, int64_t width, void* cache, Elem cache_elem,
+              cudaStream_t s);
+void gather_rows(const float* x, const int32_t* rows, int64_t R, int64_t D, float* out, cudaStream_t s);
+void add(float* out, const float* x, int64_t n, cudaStream_t s);
+void fill_random(void* data, Elem elem, int64_t n, uint64_t seed, bool normal, float a, float b, cudaStream_t s);
+
+// ---- cuda_gemm.cu ----
+// Row-major C[M, N] (+)= A[M, K] · op(B), batched with element strides; A, B bf16, fp32
+// accumulation. b_nt: B stored [N, K] (C = A·Bᵀ); else stored [K, N]. C F32 or BF16.
+void gemm(cublasHandle_t h, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, int64_t stride_a,
+          const bf16* B, int64_t ldb, int64_t stride_b, bool b_nt, void* C, Elem c_elem, int64_t ldc,
+          int64_t stride_c, int64_t batch, float beta = 0.0f);
+
+// ---- cuda_mla.cu ----
+struct MlaDecodeArgs {
+  const float* q_lat;  // [T, H, r] absorbed queries
+  const float* q;      // [T, H, dqk] (rope part at offset dn)
+  const bf16* cache;   // [n_blocks, block_size, r + dr]
+  const int32_t* q_indptr;
+  const int32_t* kv_len;
+  const int32_t* block_indptr;
+  const int32_t* block_ids;
+  const uint8_t* seq_mask;  // null = all
+  int64_t n_seqs, T, H, r, dr, dn, block_size;
+  float scale;
+  bf16* o_lat;  // [T, H, r]
+};
+void mla_decode(const MlaDecodeArgs& a, cudaStream_t s);
+// lat[i, :] = cache row of position i (< S) of the sequence whose page list starts at block_ids.
+void gather_latent(const bf16* cache, const int32_t* block_ids, int64_t block_size, int64_t width, int64_t S, bf16* lat,
+                   cudaStream_t s);
+// P[h, i, j] = softmax_j(scale · scores[h, i, j]) over j ≤ first_pos + i, 0 beyond (bf16 out).
+void causal_softmax(const float* scores, int64_t H, int64_t rows, int64_t S, int64_t first_pos, float scale, bf16* P,
+                    cudaStream_t s);
+// out[t] = src[t] for rows t of sequences selected by mask (row width W floats).
+void copy_selected_rows(const float* src, const int32_t* q_indptr, const uint8_t* mask, int64_t n_seqs, int64_t T,
+                        int64_t W, float* out, cudaStream_t s);
+
+// ---- cuda_moe.cu ----
+struct RouteArgs {
+  const float* logits;  // [T, E]
+  const float* bias;    // [E] or null
+  int64_t T, E, n_group, topk_group, top_k;
+  int scoring;  // 0 softmax, 1 sigmoid
+  int method;   // 0 greedy, 1 group-limited greedy, 2 noaux_tc
+  bool norm_topk_prob;
+  float scale;
+  int32_t* ids;     // [T, k]
+  float* weights;   // [T, k]
+};
+void moe_route(const RouteArgs& a, cudaStream_t s);
+struct MoeArgs {
+  const float* x;          // [T, D]
+  const int32_t* ids;      // [T, k]
+  const float* weights;    // [T, k]
+  int64_t T, D, k, E, I;
+  const void* w13;         // [E·2I, D] (gate_e; up_e) bf16 | fp8
+  const float* w13_scale;  // fp8: [E·2I, ceil(D / block_k)]
+  const void* w2;          // [E·D, I]
+  const float* w2_scale;   // fp8: [E·D, ceil(I / block_k)]
+  bool fp8;
+  int64_t block_k;
+  float* out;              // [T, D]
+};
+// Scratch comes from `alloc` (step memory).
+void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
+
+}  // namespace deepinfer::cuda

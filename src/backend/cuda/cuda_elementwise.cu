@@ -1,0 +1,234 @@
+// Element-wise and row-wise kernels of the CUDA backend: one thread block per row for the
+// reductions (RMSNorm), grid-stride loops elsewhere. All fp32 math; bf16 only in storage.
+#include "backend/cuda/cuda_common.h"
+
+#include <cuda_fp8.h>
+
+namespace deepinfer::cuda {
+namespace {
+
+__device__ __forceinline__ float load(const void* p, Elem e, int64_t i) {
+  switch (e) {
+    case Elem::kF32: return static_cast<const float*>(p)[i];
+    case Elem::kBF16: return __bfloat162float(static_cast<const bf16*>(p)[i]);
+    default: {
+      __nv_fp8_e4m3 v;
+      v.__x = static_cast<const uint8_t*>(p)[i];
+      return static_cast<float>(v);
+    }
+  }
+}
+
+// Sum over the block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the total.
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // partial may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  float t = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) t += partial[w];
+  return t;
+}
+
+__global__ void embedding_kernel(const void* table, Elem e, const int32_t* ids, int64_t D, float* out) {
+  const int64_t t = blockIdx.x;
+  const int64_t row = ids[t];
+  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) out[t * D + j] = load(table, e, row * D + j);
+}
+
+__global__ void rms_norm_kernel(const float* x, int64_t x_stride, const void* w, Elem we, int64_t D, float eps,
+                                float* out, int64_t out_stride) {
+  const int64_t t = blockIdx.x;
+  const float* xr = x + t * x_stride;
+  float ss = 0;
+  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) ss += xr[j] * xr[j];
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(D) + eps);
+  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) out[t * out_stride + j] = load(w, we, j) * (xr[j] * inv);
+}
+
+__global__ void add_rms_norm_kernel(float* res, const float* delta, const void* w, Elem we, int64_t D, float eps,
+                                    float* out) {
+  const int64_t t = blockIdx.x;
+  float* r = res + t * D;
+  float ss = 0;
+  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+    const float v = r[j] + delta[t * D + j];
+    r[j] = v;
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(D) + eps);
+  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) out[t * D + j] = load(w, we, j) * (r[j] * inv);
+}
+
+__global__ void to_bf16_kernel(const float* x, int64_t x_stride, int64_t rows, int64_t cols, bf16* out) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    out[i] = __float2bfloat16(x[r * x_stride + c]);
+  }
+}
+
+__global__ void dequant_fp8_kernel(const uint8_t* q, const float* scale, int64_t N, int64_t K, int64_t bn,
+                                   int64_t bk, int64_t n_kb, bf16* out) {
+  const int64_t n = N * K;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / K, c = i % K;
+    __nv_fp8_e4m3 v;
+    v.__x = q[i];
+    out[i] = __float2bfloat16(static_cast<float>(v) * scale[(r / bn) * n_kb + c / bk]);
+  }
+}
+
+__global__ void rope_kernel(float* x, int64_t heads, int64_t stride, int64_t offset, const int32_t* positions,
+                            RopeArgs a) {
+  const int64_t t = blockIdx.x;
+  const float pos = static_cast<float>(positions[t]);
+  for (int64_t k = threadIdx.x; k < heads * a.half; k += blockDim.x) {
+    const int64_t h = k / a.half, i = k % a.half;
+    // fp32 angle like transformers; cos/sin in double like the reference backend.
+    const float angle = pos * a.inv_freq[i];
+    const float c = static_cast<float>(cos(static_cast<double>(angle))) * a.attention_factor;
+    const float s = static_cast<float>(sin(static_cast<double>(angle))) * a.attention_factor;
+    float* v = x + (t * heads + h) * stride + offset;
+    const int64_t ia = a.interleave ? 2 * i : i, ib = a.interleave ? 2 * i + 1 : i + a.half;
+    const float x0 = v[ia], x1 = v[ib];
+    v[ia] = x0 * c - x1 * s;
+    v[ib] = x1 * c + x0 * s;
+  }
+}
+
+__global__ void silu_mul_kernel(const float* g, int64_t T, int64_t I, void* out, Elem oe) {
+  const int64_t n = T * I;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i / I, c = i % I;
+    const float a = g[t * 2 * I + c];
+    const float v = a / (1.0f + expf(-a)) * g[t * 2 * I + I + c];
+    if (oe == Elem::kBF16) static_cast<bf16*>(out)[i] = __float2bfloat16(v);
+    else static_cast<float*>(out)[i] = v;
+  }
+}
+
+__global__ void kv_write_kernel(const float* latent, const int32_t* slots, int64_t width, void* cache, Elem ce) {
+  const int64_t t = blockIdx.x;
+  const int64_t slot = slots[t];
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
+    const float v = latent[t * width + j];
+    if (ce == Elem::kBF16) static_cast<bf16*>(cache)[slot * width + j] = __float2bfloat16(v);
+    else static_cast<float*>(cache)[slot * width + j] = v;
+  }
+}
+
+__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t D, float* out) {
+  const int64_t i = blockIdx.x;
+  const int64_t r = rows[i];
+  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) out[i * D + j] = x[r * D + j];
+}
+
+__global__ void add_kernel(float* out, const float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] += x[i];
+}
+
+__device__ __forceinline__ uint64_t splitmix(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+__global__ void fill_random_kernel(void* data, Elem e, int64_t n, uint64_t seed, bool normal, float a, float b) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const uint64_t r = splitmix(seed ^ splitmix(static_cast<uint64_t>(i)));
+    float v;
+    if (normal) {
+      const float s = static_cast<float>((r & 0xffff) + ((r >> 16) & 0xffff) + ((r >> 32) & 0xffff) + (r >> 48));
+      v = (s / 65536.0f - 2.0f) * 1.7320508f * a;
+    } else {
+      v = a + (b - a) * static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
+    }
+    if (e == Elem::kF32) static_cast<float*>(data)[i] = v;
+    else if (e == Elem::kBF16) static_cast<bf16*>(data)[i] = __float2bfloat16(v);
+    else static_cast<uint8_t*>(data)[i] = __nv_fp8_e4m3(v).__x;
+  }
+}
+
+constexpr unsigned kMaxGrid = 65535u * 16u;
+unsigned elementwise_grid(int64_t n) { return grid_for(n, 256) < kMaxGrid ? grid_for(n, 256) : kMaxGrid; }
+unsigned row_threads(int64_t D) { return D >= 1024 ? 1024u : D >= 256 ? 256u : 128u; }
+
+}  // namespace
+
+void embedding(const void* table, Elem e, const int32_t* ids, int64_t T, int64_t D, float* out, cudaStream_t s) {
+  if (T == 0 || D == 0) return;
+  embedding_kernel<<<static_cast<unsigned>(T), row_threads(D), 0, s>>>(table, e, ids, D, out);
+  DI_CUDA_LAUNCHED();
+}
+
+void rms_norm(const float* x, int64_t x_stride, const void* w, Elem we, int64_t D, float eps, float* out,
+              int64_t out_stride, int64_t T, cudaStream_t s) {
+  if (T == 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(T), row_threads(D), 0, s>>>(x, x_stride, w, we, D, eps, out, out_stride);
+  DI_CUDA_LAUNCHED();
+}
+
+void add_rms_norm(float* residual, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,
+                  int64_t T, cudaStream_t s) {
+  if (T == 0) return;
+  add_rms_norm_kernel<<<static_cast<unsigned>(T), row_threads(D), 0, s>>>(residual, delta, w, we, D, eps, out);
+  DI_CUDA_LAUNCHED();
+}
+
+void to_bf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, bf16* out, cudaStream_t s) {
+  if (rows * cols == 0) return;
+  to_bf16_kernel<<<elementwise_grid(rows * cols), 256, 0, s>>>(x, x_stride, rows, cols, out);
+  DI_CUDA_LAUNCHED();
+}
+
+void dequant_fp8(const uint8_t* q, const float* scale, int64_t N, int64_t K, int64_t bn, int64_t bk, int64_t n_kb,
+                 bf16* out, cudaStream_t s) {
+  if (N * K == 0) return;
+  dequant_fp8_kernel<<<elementwise_grid(N * K), 256, 0, s>>>(q, scale, N, K, bn, bk, n_kb, out);
+  DI_CUDA_LAUNCHED();
+}
+
+void rope(float* x, int64_t T, int64_t heads, int64_t stride, int64_t offset, const int32_t* positions,
+          const RopeArgs& args, cudaStream_t s) {
+  if (T == 0 || args.half == 0) return;
+  rope_kernel<<<static_cast<unsigned>(T), 128, 0, s>>>(x, heads, stride, offset, positions, args);
+  DI_CUDA_LAUNCHED();
+}
+
+void silu_mul(const float* gate_up, int64_t T, int64_t I, void* out, Elem oe, cudaStream_t s) {
+  if (T * I == 0) return;
+  silu_mul_kernel<<<elementwise_grid(T * I), 256, 0, s>>>(gate_up, T, I, out, oe);
+  DI_CUDA_LAUNCHED();
+}
+
+void kv_write(const float* latent, const int32_t* slots, int64_t T, int64_t width, void* cache, Elem ce,
+              cudaStream_t s) {
+  if (T == 0) return;
+  kv_write_kernel<<<static_cast<unsigned>(T), 128, 0, s>>>(latent, slots, width, cache, ce);
+  DI_CUDA_LAUNCHED();
+}
+
+void gather_rows(const float* x, const int32_t* rows, int64_t R, int64_t D, float* out, cudaStream_t s) {
+  if (R == 0 || D == 0) return;
+  gather_rows_kernel<<<static_cast<unsigned>(R), row_threads(D), 0, s>>>(x, rows, D, out);
+  DI_CUDA_LAUNCHED();
+}
+
+void add(float* out, const float* x, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  add_kernel<<<elementwise_grid(n), 256, 0, s>>>(out, x, n);
+  DI_CUDA_LAUNCHED();
+}
+
+void fill_random(void* data, Elem e, int64_t n, uint64_t seed, bool normal, float a, float b, cudaStream_t s) {
+  if (n == 0) return;
+  fill_random_kernel<<<elementwise_grid(n), 256, 0, s>>>(data, e, n, seed, normal, a, b);
+  DI_CUDA_LAUNCHED();
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,381 @@
+// Every CUDA op against the reference backend on random inputs with awkward sizes (0 and 1
+// rows, primes, sequences crossing page boundaries, partial FP8 blocks).
+// Tolerances (relative L2 error ‖cuda − ref‖ / ‖ref‖), from what each op rounds:
+//  - pure fp32 ops (norms, RoPE, SiLU·mul, routing weights, copies): 1e-5 (different summation
+//    order, rsqrtf/expf vs libm);
+//  - ops with bf16 GEMM operands (matmul, MLP, MoE experts): 1e-2 (two bf16 roundings of
+//    operands with ~4e-3 relative error each, fp32 accumulation);
+//  - MLA attention: 2e-2 (bf16 latent cache, bf16 queries, probabilities and decompressed K/V).
+// Skipped without a GPU (CI); run on the GPU machine by scripts/device/gpu_check.sh.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "backend/reference/reference_backend.h"
+#include "support/cuda_available.h"
+
+namespace deepinfer {
+namespace {
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    gpu_ = testing::try_cuda_backend();
+    DI_REQUIRE_GPU(gpu_);
+  }
+  Tensor randn(std::vector<int64_t> shape, float scale = 1.0f) {
+    Tensor t = Tensor::empty_host(DType::kF32, shape);
+    std::normal_distribution<float> d(0.0f, scale);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng_);
+    return t;
+  }
+  Tensor up(const Tensor& h) { return gpu_->upload(h); }
+  Tensor down(const Tensor& d) { return gpu_->to_host(d); }
+  Tensor dev_empty(DType dt, std::vector<int64_t> shape) { return gpu_->empty(dt, shape); }
+  static Tensor i32(const std::vector<int32_t>& v) {
+    Tensor t = Tensor::empty_host(DType::kI32, {static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.data<int32_t>());
+    return t;
+  }
+  static double rel_err(const Tensor& a, const Tensor& ref) {
+    EXPECT_EQ(a.numel(), ref.numel());
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+      const double x = a.data<float>()[i], y = ref.data<float>()[i];
+      if (!std::isfinite(x)) return INFINITY;
+      num += (x - y) * (x - y);
+      den += y * y;
+    }
+    return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+  }
+  // Linear weight [n, k] in `dtype` (F32 host → BF16 on device; F8E4M3 with 128×128 scales).
+  LinearWeight host_linear(int64_t n, int64_t k, DType dtype) {
+    LinearWeight w;
+    const float std = 1.0f / std::sqrt(static_cast<float>(k));
+    Tensor f = randn({n, k}, std);
+    if (dtype == DType::kF8E4M3) {
+      w.block_n = w.block_k = 128;
+      const int64_t sr = (n + 127) / 128, sc = (k + 127) / 128;
+      w.weight = Tensor::empty_host(DType::kF8E4M3, {n, k});
+      w.scale_inv = Tensor::empty_host(DType::kF32, {sr, sc});
+      for (int64_t i = 0; i < sr * sc; ++i) w.scale_inv.data<float>()[i] = std / 64.0f * (1.0f + 0.1f * static_cast<float>(i % 3));
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < k; ++c)
+          w.weight.data<uint8_t>()[r * k + c] =
+              f32_to_e4m3(f.data<float>()[r * k + c] / w.scale_inv.data<float>()[(r / 128) * sc + c / 128]);
+    } else {
+      w.weight = f;
+    }
+    return w;
+  }
+
+  std::unique_ptr<Backend> gpu_;
+  ReferenceBackend ref_;
+  std::mt19937 rng_{1234};
+};
+
+TEST_F(CudaOps, EmbeddingRmsNormAddSiluGatherAdd) {
+  for (int64_t T : {0, 1, 7, 61}) {
+    const int64_t V = 97, D = 131;
+    Tensor table = randn({V, D});
+    std::vector<int32_t> ids(static_cast<size_t>(T));
+    for (auto& i : ids) i = static_cast<int32_t>(rng_() % V);
+    Tensor ref_out = Tensor::empty_host(DType::kF32, {T, D});
+    ref_.embedding(table, i32(ids), ref_out);
+    Tensor d_table = gpu_->place_tensor(table);
+    Tensor d_out = dev_empty(DType::kF32, {T, D});
+    gpu_->embedding(d_table, up(i32(ids)), d_out);
+    EXPECT_EQ(rel_err(down(d_out), ref_out), 0.0) << "embedding T=" << T;
+
+    // rms_norm with an input stride and a wider output (the kv_a layout), in place.
+    const int64_t W = D + 13;
+    Tensor x = randn({T, W});
+    Tensor w = randn({D});
+    Tensor ref_n = Tensor::empty_host(DType::kF32, {T, W});
+    std::copy(x.data<float>(), x.data<float>() + T * W, ref_n.data<float>());
+    ref_.rms_norm(ref_n, W, w, 1e-6f, ref_n);
+    Tensor d_n = up(x);
+    gpu_->rms_norm(d_n, W, gpu_->place_tensor(w), 1e-6f, d_n);
+    EXPECT_LT(rel_err(down(d_n), ref_n), 1e-5) << "rms_norm T=" << T;
+
+    Tensor res = randn({T, D}), delta = randn({T, D});
+    Tensor ref_res = Tensor::empty_host(DType::kF32, {T, D}), ref_o = Tensor::empty_host(DType::kF32, {T, D});
+    std::copy(res.data<float>(), res.data<float>() + T * D, ref_res.data<float>());
+    ref_.add_rms_norm(ref_res, delta, w, 1e-6f, ref_o);
+    Tensor d_res = up(res), d_o = dev_empty(DType::kF32, {T, D});
+    gpu_->add_rms_norm(d_res, up(delta), gpu_->place_tensor(w), 1e-6f, d_o);
+    EXPECT_LT(rel_err(down(d_res), ref_res), 1e-6) << "add_rms_norm residual T=" << T;
+    EXPECT_LT(rel_err(down(d_o), ref_o), 1e-5) << "add_rms_norm T=" << T;
+
+    const int64_t I = 37;
+    Tensor gu = randn({T, 2 * I});
+    Tensor ref_a = Tensor::empty_host(DType::kF32, {T, I});
+    ref_.silu_mul(gu, ref_a);
+    Tensor d_a = dev_empty(DType::kF32, {T, I});
+    gpu_->silu_mul(up(gu), d_a);
+    EXPECT_LT(rel_err(down(d_a), ref_a), 1e-6) << "silu_mul T=" << T;
+
+    std::vector<int32_t> rows;
+    for (int64_t i = 0; i < T; i += 2) rows.push_back(static_cast<int32_t>(T - 1 - i));
+    const int64_t R = static_cast<int64_t>(rows.size());
+    Tensor ref_g = Tensor::empty_host(DType::kF32, {R, D});
+    ref_.gather_rows(res, i32(rows), ref_g);
+    Tensor d_g = dev_empty(DType::kF32, {R, D});
+    gpu_->gather_rows(up(res), up(i32(rows)), d_g);
+    EXPECT_EQ(rel_err(down(d_g), ref_g), 0.0);
+
+    Tensor ref_sum = Tensor::empty_host(DType::kF32, {T, D});
+    std::copy(res.data<float>(), res.data<float>() + T * D, ref_sum.data<float>());
+    ref_.add(ref_sum, delta);
+    Tensor d_sum = up(res);
+    gpu_->add(d_sum, up(delta));
+    EXPECT_EQ(rel_err(down(d_sum), ref_sum), 0.0);
+  }
+}
+
+TEST_F(CudaOps, RopeBothLayouts) {
+  for (bool interleave : {true, false}) {
+    for (int64_t T : {0, 1, 5, 33}) {
+      RopeParams rp;
+      for (int i = 0; i < 16; ++i) rp.inv_freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / 32.0f));
+      rp.attention_factor = 1.1f;
+      rp.interleave = interleave;
+      const int64_t H = 3, stride = 48, offset = 16;
+      Tensor x = randn({T, H, stride});
+      std::vector<int32_t> pos(static_cast<size_t>(T));
+      for (auto& p : pos) p = static_cast<int32_t>(rng_() % 5000);
+      Tensor ref_x = Tensor::empty_host(DType::kF32, {T, H, stride});
+      std::copy(x.data<float>(), x.data<float>() + x.numel(), ref_x.data<float>());
+      ref_.rope(ref_x, offset, i32(pos), rp);
+      Tensor d_x = up(x);
+      gpu_->rope(d_x, offset, up(i32(pos)), rp);
+      EXPECT_LT(rel_err(down(d_x), ref_x), 1e-6) << "rope T=" << T << " interleave=" << interleave;
+    }
+  }
+}
+
+TEST_F(CudaOps, MatmulBf16AndFp8) {
+  for (DType dt : {DType::kF32, DType::kF8E4M3}) {
+    for (int64_t M : {0, 1, 3, 17, 130}) {
+      const int64_t N = 200, K = 136;  // partial 128-blocks on both axes
+      LinearWeight w = host_linear(N, K, dt);
+      LinearWeight dw = gpu_->place_linear({&w});
+      const int64_t stride = K + 5;
+      Tensor x = randn({M, stride});
+      Tensor ref_o = Tensor::empty_host(DType::kF32, {M, N});
+      ref_.matmul(x, stride, w, ref_o);
+      Tensor d_o = dev_empty(DType::kF32, {M, N});
+      gpu_->matmul(up(x), stride, dw, d_o);
+      if (M > 0) {
+        EXPECT_LT(rel_err(down(d_o), ref_o), 1e-2) << "matmul " << dtype_name(dt) << " M=" << M;
+      }
+    }
+  }
+}
+
+TEST_F(CudaOps, KvWriteRoundsToBf16) {
+  const int64_t T = 11, L = 40, n_blocks = 5, bs = 4;
+  Tensor lat = randn({T, L});
+  std::vector<int32_t> slots;
+  for (int64_t t = 0; t < T; ++t) slots.push_back(static_cast<int32_t>((t * 7) % (n_blocks * bs)));
+  Tensor cache = gpu_->allocate(DType::kBF16, {n_blocks, bs, L});
+  gpu_->kv_write(up(lat), up(i32(slots)), cache);
+  Tensor h = down(cache);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < L; ++j)
+      EXPECT_EQ(h.data<uint16_t>()[slots[static_cast<size_t>(t)] * L + j], f32_to_bf16(lat.data<float>()[t * L + j]));
+}
+
+TEST_F(CudaOps, MoeRouteAllMethods) {
+  struct Case { ScoringFunc f; TopkMethod m; int64_t groups, topk_group, k; bool norm; bool bias; };
+  for (const Case& c : {Case{ScoringFunc::kSoftmax, TopkMethod::kGreedy, 1, 1, 6, false, false},
+                        Case{ScoringFunc::kSoftmax, TopkMethod::kGroupLimitedGreedy, 8, 3, 6, true, false},
+                        Case{ScoringFunc::kSigmoid, TopkMethod::kNoauxTc, 8, 4, 8, true, true}}) {
+    for (int64_t T : {0, 1, 29}) {
+      const int64_t E = 64;
+      Tensor logits = randn({T, E}, 2.0f);
+      Tensor bias = randn({E}, 0.1f);
+      RouterParams p;
+      p.scoring_func = c.f;
+      p.topk_method = c.m;
+      p.n_group = c.groups;
+      p.topk_group = c.topk_group;
+      p.top_k = c.k;
+      p.norm_topk_prob = c.norm;
+      p.routed_scaling_factor = 2.5f;
+      p.correction_bias = c.bias ? bias.data<float>() : nullptr;
+      Tensor ref_ids = Tensor::empty_host(DType::kI32, {T, c.k}), ref_w = Tensor::empty_host(DType::kF32, {T, c.k});
+      ref_.moe_route(logits, p, ref_ids, ref_w);
+      Tensor d_bias = gpu_->place_tensor(bias);
+      p.correction_bias = c.bias ? d_bias.data<float>() : nullptr;
+      Tensor d_ids = dev_empty(DType::kI32, {T, c.k}), d_w = dev_empty(DType::kF32, {T, c.k});
+      gpu_->moe_route(up(logits), p, d_ids, d_w);
+      Tensor h_ids = down(d_ids);
+      for (int64_t i = 0; i < T * c.k; ++i) EXPECT_EQ(h_ids.data<int32_t>()[i], ref_ids.data<int32_t>()[i]) << i;
+      EXPECT_LT(rel_err(down(d_w), ref_w), 1e-5);
+    }
+  }
+}
+
+// Experts stacked the way place_deepseek_weights lays them out on device backends.
+std::vector<MlpWeights> place_experts(Backend& b, const std::vector<MlpWeights>& host) {
+  std::vector<const LinearWeight*> gu, dn;
+  for (const auto& m : host) {
+    gu.push_back(&m.gate_proj);
+    gu.push_back(&m.up_proj);
+    dn.push_back(&m.down_proj);
+  }
+  const LinearWeight all_gu = b.place_linear(gu), all_dn = b.place_linear(dn);
+  std::vector<MlpWeights> out(host.size());
+  int64_t r13 = 0, r2 = 0;
+  for (size_t e = 0; e < host.size(); ++e) {
+    const int64_t I = host[e].gate_proj.n_out(), D = host[e].down_proj.n_out();
+    out[e].gate_proj = all_gu.rows(r13, I);
+    out[e].up_proj = all_gu.rows(r13 + I, I);
+    out[e].down_proj = all_dn.rows(r2, D);
+    r13 += 2 * I;
+    r2 += D;
+  }
+  return out;
+}
+
+TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
+  for (DType dt : {DType::kF32, DType::kF8E4M3}) {
+    const int64_t D = 160, I = 136, E = 9, k = 3;
+    std::vector<MlpWeights> experts(E);
+    for (auto& m : experts) {
+      m.gate_proj = host_linear(I, D, dt);
+      m.up_proj = host_linear(I, D, dt);
+      m.down_proj = host_linear(D, I, dt);
+    }
+    const std::vector<MlpWeights> d_experts = place_experts(*gpu_, experts);
+    for (int64_t T : {0, 1, 2, 31, 130}) {
+      Tensor x = randn({T, D});
+      // Dense MLP (expert 0) through both layouts.
+      Tensor ref_m = Tensor::empty_host(DType::kF32, {T, D});
+      ref_.mlp(x, experts[0], ref_m);
+      Tensor d_m = dev_empty(DType::kF32, {T, D});
+      gpu_->mlp(up(x), d_experts[0], d_m);
+      if (T > 0) {
+        EXPECT_LT(rel_err(down(d_m), ref_m), 1e-2) << "mlp " << dtype_name(dt) << " T=" << T;
+      }
+
+      std::vector<int32_t> ids;
+      Tensor w = Tensor::empty_host(DType::kF32, {T, k});
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<int32_t> perm(E);
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng_);
+        for (int64_t j = 0; j < k; ++j) {
+          ids.push_back(t % 4 == 0 ? static_cast<int32_t>(j) : perm[static_cast<size_t>(j)]);  // some experts crowded
+          w.data<float>()[t * k + j] = 0.2f + 0.3f * static_cast<float>(j);
+        }
+      }
+      Tensor t_ids = i32(ids).reshape({T, k});
+      Tensor ref_o = Tensor::empty_host(DType::kF32, {T, D});
+      ref_.moe_experts(x, t_ids, w, experts, ref_o);
+      Tensor d_o = dev_empty(DType::kF32, {T, D});
+      gpu_->moe_experts(up(x), up(t_ids), up(w), d_experts, d_o);
+      if (T > 0) {
+        EXPECT_LT(rel_err(down(d_o), ref_o), 1e-2) << "moe " << dtype_name(dt) << " T=" << T;
+      }
+    }
+  }
+}
+
+// Random paged layout for sequences (q_len, kv_len): pages shuffled over the pool.
+struct PagedBatch {
+  std::vector<int32_t> q_indptr{0}, kv_len, block_indptr{0}, block_ids;
+  std::vector<uint8_t> mask;
+};
+
+TEST_F(CudaOps, MlaAttentionBothFormsOverPages) {
+  const int64_t H = 5, dn = 16, dr = 8, dv = 12, r = 40, bs = 16, width = r + dr;
+  LinearWeight kvb = host_linear(H * (dn + dv), r, DType::kF32);
+  LinearWeight d_kvb = gpu_->place_linear({&kvb});
+  MlaParams p;
+  p.n_heads = H;
+  p.qk_nope_head_dim = dn;
+  p.qk_rope_head_dim = dr;
+  p.v_head_dim = dv;
+  p.kv_lora_rank = r;
+  p.softmax_scale = 0.2f;
+  // (q_len, kv_len): decode rows, a prefill over a cached prefix crossing pages, a 1-token
+  // sequence, a long page-aligned one, an exact-page boundary ±1.
+  const std::vector<std::pair<int32_t, int32_t>> seqs = {{1, 1}, {1, 17}, {7, 7}, {13, 45}, {1, 64}, {3, 65}, {1, 63}};
+  const int64_t n_blocks = 40;
+  PagedBatch pb;
+  std::vector<int32_t> free_pages(n_blocks);
+  std::iota(free_pages.begin(), free_pages.end(), 0);
+  std::shuffle(free_pages.begin(), free_pages.end(), rng_);
+  size_t next = 0;
+  for (auto [ql, kl] : seqs) {
+    pb.q_indptr.push_back(pb.q_indptr.back() + ql);
+    pb.kv_len.push_back(kl);
+    for (int64_t i = 0; i < (kl + bs - 1) / bs; ++i) pb.block_ids.push_back(free_pages[next++]);
+    pb.block_indptr.push_back(static_cast<int32_t>(pb.block_ids.size()));
+  }
+  const int64_t T = pb.q_indptr.back(), B = static_cast<int64_t>(seqs.size());
+  // Cache contents: bf16-representable values, so both backends read the same numbers.
+  Tensor cache = randn({n_blocks, bs, width});
+  for (int64_t i = 0; i < cache.numel(); ++i)
+    cache.data<float>()[i] = bf16_to_f32(f32_to_bf16(cache.data<float>()[i]));
+  Tensor d_cache = gpu_->allocate(DType::kBF16, {n_blocks, bs, width});
+  {
+    Tensor hb = Tensor::empty_host(DType::kBF16, {n_blocks, bs, width});
+    for (int64_t i = 0; i < cache.numel(); ++i) hb.data<uint16_t>()[i] = f32_to_bf16(cache.data<float>()[i]);
+    gpu_->copy_from_host(hb.raw_data(), d_cache);
+  }
+  Tensor q = randn({T, H, dn + dr});
+  for (int variant = 0; variant < 3; ++variant) {  // all absorbed, all naive, mixed by q_len
+    std::vector<uint8_t> mask_abs(static_cast<size_t>(B)), mask_naive(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+      const bool abs = variant == 0 || (variant == 2 && seqs[static_cast<size_t>(b)].first == 1);
+      mask_abs[static_cast<size_t>(b)] = abs;
+      mask_naive[static_cast<size_t>(b)] = !abs;
+    }
+    Tensor ref_o = Tensor::empty_host(DType::kF32, {T, H, dv});
+    Tensor d_o = dev_empty(DType::kF32, {T, H, dv});
+    const Tensor d_q = up(q);
+    const Tensor d_qi = up(i32(pb.q_indptr)), d_kl = up(i32(pb.kv_len)), d_bi = up(i32(pb.block_indptr)),
+                 d_ids = up(i32(pb.block_ids));
+    std::vector<int32_t> packed_masks((static_cast<size_t>(B) + 3) / 4 * 2, 0);
+    std::memcpy(packed_masks.data(), mask_abs.data(), static_cast<size_t>(B));
+    std::memcpy(reinterpret_cast<uint8_t*>(packed_masks.data()) + (static_cast<size_t>(B) + 3) / 4 * 4,
+                mask_naive.data(), static_cast<size_t>(B));
+    const Tensor d_masks = up(i32(packed_masks));
+    for (int form = 0; form < 2; ++form) {
+      AttentionBatch ab;
+      ab.q_indptr = pb.q_indptr.data();
+      ab.kv_len = pb.kv_len.data();
+      ab.block_indptr = pb.block_indptr.data();
+      ab.block_ids = pb.block_ids.data();
+      ab.seq_mask = form == 0 ? mask_abs.data() : mask_naive.data();
+      ab.n_seqs = B;
+      ab.block_size = bs;
+      ab.n_rows = T;
+      ab.dev = {d_qi.data<int32_t>(), d_kl.data<int32_t>(), d_bi.data<int32_t>(), d_ids.data<int32_t>(),
+                reinterpret_cast<const uint8_t*>(d_masks.data<int32_t>()) + (form == 0 ? 0 : (B + 3) / 4 * 4)};
+      const MlaForm f = form == 0 ? MlaForm::kAbsorbed : MlaForm::kNaive;
+      p.kv_b_proj = &kvb;
+      ref_.mla_attention(p, f, q, cache, ab, ref_o);
+      p.kv_b_proj = &d_kvb;
+      gpu_->mla_attention(p, f, d_q, d_cache, ab, d_o);
+    }
+    EXPECT_LT(rel_err(down(d_o), ref_o), 2e-2) << "variant " << variant;
+  }
+}
+
+TEST_F(CudaOps, StepMemoryIsReusedAcrossSteps) {
+  gpu_->begin_step();
+  Tensor a = dev_empty(DType::kF32, {1000});
+  gpu_->begin_step();
+  Tensor b = dev_empty(DType::kF32, {1000});
+  EXPECT_EQ(a.raw_data(), b.raw_data());
+  EXPECT_GT(gpu_->step_memory_bytes(), 0);
+}
+
+}  // namespace
+}  // namespace deepinfer
