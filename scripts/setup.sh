@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake g++ clang libclang-rt-14-dev pkg-config
   nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev
-  python3 python3-dev pybind11-dev libpcre2-dev
+  python3 python3-dev python3-pytest pybind11-dev libpcre2-dev
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -28,15 +28,15 @@ run() {  # name, command...
   echo "$name: rc=$rc $(( $(date +%s) - s )) s  $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200)"
 }
 run cuda_ops "$T" --gtest_filter='CudaOps.*'
-run cuda_fixtures "$T" --gtest_filter='Fixtures/GoldenFixtureCuda.*'
-grep "\[cuda fixture\]" "$OUT/cuda_fixtures.log" | sed 's|/.*/fixtures/||' | head -30
+run cuda_fixtures "$T" --gtest_filter='Fixtures/GoldenFixtureCuda.*:CudaModelParity.*'
+grep -E "\[cuda (fixture|parity)\]" "$OUT/cuda_fixtures.log" | sed 's|/.*/fixtures/||' | head -60
 run cuda_runtime env DEEPINFER_TEST_DEVICE=cuda "$T" --gtest_filter='LLMEngine.*'
 grep -c "\[tolerant\]" "$OUT/cuda_runtime.log" | sed 's/^/tolerant divergences: /'
 run cli_generate build-device/src/tools/deepinfer generate --device cuda --prompt "The capital of France is" --max-tokens 24
 tail -3 "$OUT/cli_generate.log"
 run cpu_suite bash -c "cd build-device && ctest -j$(nproc) --output-on-failure -E 'Cuda'"
 tail -3 "$OUT/cpu_suite.log"
-grep -E "FAILED|Failure|error" "$OUT"/cuda_*.log | head -30
+grep -E "FAILED|Failure|error" "$OUT"/cuda_*.log | head -60
 if [ "${1:-}" = bench ]; then
   bash scripts/bench/run_gpu_bench.sh "$OUT/bench"
 fi

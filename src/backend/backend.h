@@ -40,6 +40,11 @@ class Backend {
   virtual Tensor to_host(const Tensor& t) { return t; }
   // A new step begins: step memory handed out before may be reused.
   virtual void begin_step() {}
+  // Step memory as a stack: what was handed out after step_mark() returned m is taken back by
+  // step_release(m) (those tensors must be dead; device backends order the reuse after the ops
+  // already issued on their stream). No-ops on host backends.
+  virtual int64_t step_mark() { return 0; }
+  virtual void step_release(int64_t mark) { (void)mark; }
   // Element type of KV pages (F32 on host backends, BF16 on CUDA).
   virtual DType kv_dtype() const { return DType::kF32; }
   // Device memory {free, total} in bytes; {0, 0} on host backends (sized by kv_cache_bytes).
@@ -54,6 +59,9 @@ class Backend {
   // single part unchanged. Vectors (norm weights, tables, biases) keep their dtype; F16 → F32.
   virtual LinearWeight place_linear(const std::vector<const LinearWeight*>& parts);
   virtual Tensor place_tensor(const Tensor& host) { return host; }
+  // A Linear kept in fp32 whatever the backend's GEMM precision: the MoE router, whose scores
+  // choose experts (a bf16 router flips choices at near-ties that fp32 references resolve).
+  virtual LinearWeight place_linear_fp32(const LinearWeight& host) { return place_linear({&host}); }
   // An uninitialized Linear [n_out, n_in] of `dtype` (F32 | BF16 | F8E4M3) in this backend's
   // layout (FP8: its scale grid, block_k = 128; the host keeps 128×128 blocks).
   virtual LinearWeight allocate_linear(int64_t n_out, int64_t n_in, DType dtype);

@@ -15,6 +15,7 @@
 #include "engine/generator.h"
 #include "io/json_file.h"
 #include "tokenizer/chat_encoder.h"
+#include "tools/bench_command.h"
 #include "tools/calibrate_command.h"
 #include "tokenizer/tokenizer.h"
 
@@ -153,6 +154,8 @@ int main(int argc, char** argv) {
 
   deepinfer::CalibrateCommand calibrate;
   calibrate.add_to(app);
+  deepinfer::BenchCommand bench;
+  bench.add_to(app);
 
   try {
     app.parse(argc, argv);
@@ -160,6 +163,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (calibrate.app->parsed()) return calibrate.run();
+  if (bench.app->parsed()) return bench.run();
 
   if (tok->parsed()) {
     return run_tokenize(tokenizer_dir.empty() ? config.model_dir : tokenizer_dir, texts_file, texts, add_special,

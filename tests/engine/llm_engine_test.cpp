@@ -5,8 +5,10 @@
 // DEEPINFER_TEST_DEVICE=cuda runs the same scenarios on the GPU (scripts/device/gpu_check.sh).
 // There cuBLAS picks GEMM algorithms by shape, so a token's logits move by bf16 rounding with
 // the batch; identity is then "same tokens up to a near-tie": at the first position where two
-// runs differ, each run's token must be in the other's top-20 with log-probabilities within 0.05
-// (bitwise identity on the GPU is the batch-invariant kernels' job, CUDA part 2).
+// runs differ, both runs must have computed the same distribution there (their top-20
+// log-probabilities agree within 0.05 on the ≥ 15 tokens both lists hold), so the divergence is a
+// greedy near-tie or a sampling draw on a CDF boundary, not a wrong computation. (Bitwise
+// identity on the GPU is the batch-invariant kernels' job, CUDA part 2.)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -113,19 +115,17 @@ void expect_same_tokens(const std::map<std::string, RequestOutput>& a, const std
         size_t p = 0;
         while (p < x.token_ids.size() && p < y.token_ids.size() && x.token_ids[p] == y.token_ids[p]) ++p;
         ASSERT_LT(p, std::min(x.logprobs.size(), y.logprobs.size())) << id << ": lengths differ without a divergence";
-        auto lp_of = [](const TokenLogprobs& l, int32_t tok) -> std::optional<float> {
-          for (const auto& [t, v] : l.top)
-            if (t == tok) return v;
-          return std::nullopt;
-        };
-        const auto x_in_y = lp_of(y.logprobs[p], x.token_ids[p]), y_in_x = lp_of(x.logprobs[p], y.token_ids[p]);
-        EXPECT_TRUE(x_in_y && y_in_x) << id << " diverges at " << p << " beyond the top-20";
-        if (x_in_y) {
-          EXPECT_LT(std::fabs(*x_in_y - x.logprobs[p].logprob), 0.05f) << id << " at " << p;
-        }
-        if (y_in_x) {
-          EXPECT_LT(std::fabs(*y_in_x - y.logprobs[p].logprob), 0.05f) << id << " at " << p;
-        }
+        const TokenLogprobs &lx = x.logprobs[p], &ly = y.logprobs[p];
+        int common = 0;
+        float worst = 0;
+        for (const auto& [t, v] : lx.top)
+          for (const auto& [u, w] : ly.top)
+            if (t == u) {
+              ++common;
+              worst = std::max(worst, std::fabs(v - w));
+            }
+        EXPECT_GE(common, 15) << id << " diverges at " << p << ": different distributions";
+        EXPECT_LT(worst, 0.05f) << id << " diverges at " << p << ": log-probabilities differ by " << worst;
         std::printf("[tolerant] %s diverges at token %zu of %zu (near-tie)\n", id.c_str(), p, x.token_ids.size());
         continue;
       }

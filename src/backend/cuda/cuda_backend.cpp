@@ -17,52 +17,53 @@ using cuda::Elem;
 
 // ---- State and memory --------------------------------------------------------------------------
 
-// Step memory: bump allocation over chunks of device memory. When a step needs more than the
-// first chunk, later chunks are added; at the next begin_step they are merged into one chunk of
-// the high-water mark, so the steady state is one chunk and stable addresses.
+// Step memory: a bump allocator over chunks of device memory, used as a stack within a step
+// (mark/release). When a step needs more than the first chunk, chunks are added; at the next
+// begin_step they are merged into one chunk of the high-water mark, so the steady state is one
+// chunk and stable addresses.
 class StepArena {
  public:
-  ~StepArena() { release(); }
+  ~StepArena() { release_all(); }
   void* alloc(size_t bytes) {
     bytes = (bytes + 255) / 256 * 256;
-    used_ += bytes;
-    if (!chunks_.empty() && offset_ + bytes <= chunks_[current_].second) {
-      void* p = static_cast<char*>(chunks_[current_].first) + offset_;
-      offset_ += bytes;
-      return p;
-    }
-    while (current_ + 1 < chunks_.size()) {  // later chunks kept from earlier growth
-      ++current_;
-      offset_ = 0;
-      if (bytes <= chunks_[current_].second) {
-        offset_ = bytes;
-        return chunks_[current_].first;
+    for (;;) {
+      if (current_ < chunks_.size() && offset_ + bytes <= chunks_[current_].second) {
+        void* p = static_cast<char*>(chunks_[current_].first) + offset_;
+        offset_ += bytes;
+        high_water_ = std::max(high_water_, in_use());
+        return p;
       }
+      if (current_ + 1 < chunks_.size()) {  // a later chunk kept from earlier growth
+        ++current_;
+        offset_ = 0;
+        continue;
+      }
+      const size_t size = std::max<size_t>(bytes, size_t{256} << 20);
+      void* p = nullptr;
+      DI_CUDA_CHECK(cudaMalloc(&p, size));
+      chunks_.emplace_back(p, size);
+      current_ = chunks_.size() - 1;
+      offset_ = 0;
     }
-    const size_t size = std::max<size_t>({bytes, size_t{64} << 20, chunks_.empty() ? 0 : 2 * chunks_.back().second});
-    void* p = nullptr;
-    DI_CUDA_CHECK(cudaMalloc(&p, size));
-    chunks_.emplace_back(p, size);
-    current_ = chunks_.size() - 1;
-    offset_ = bytes;
-    return p;
   }
-  // Starts a new step. Merging frees memory the GPU may still read: the caller synchronizes first
-  // when merge_needed().
+  // (chunk, offset) packed: offsets stay below 2^40 bytes.
+  int64_t mark() const { return static_cast<int64_t>(current_) << 40 | static_cast<int64_t>(offset_); }
+  void release(int64_t m) {
+    current_ = static_cast<size_t>(m >> 40);
+    offset_ = static_cast<size_t>(m & ((int64_t{1} << 40) - 1));
+  }
+  // Merging frees memory the GPU may still read: the caller synchronizes first when merge_needed().
   bool merge_needed() const { return chunks_.size() > 1; }
   void reset() {
     if (chunks_.size() > 1) {
-      const size_t high = std::max(high_water_, used_);
-      release();
+      release_all();
       void* p = nullptr;
-      const size_t size = high + high / 4;
+      const size_t size = high_water_ + high_water_ / 8;
       DI_CUDA_CHECK(cudaMalloc(&p, size));
       chunks_.emplace_back(p, size);
     }
-    high_water_ = std::max(high_water_, used_);
     current_ = 0;
     offset_ = 0;
-    used_ = 0;
   }
   size_t capacity() const {
     size_t n = 0;
@@ -71,12 +72,18 @@ class StepArena {
   }
 
  private:
-  void release() {
+  // Bytes below the current position, counting whole earlier chunks (an upper bound).
+  size_t in_use() const {
+    size_t n = offset_;
+    for (size_t i = 0; i < current_; ++i) n += chunks_[i].second;
+    return n;
+  }
+  void release_all() {
     for (auto& c : chunks_) cudaFree(c.first);
     chunks_.clear();
   }
   std::vector<std::pair<void*, size_t>> chunks_;
-  size_t current_ = 0, offset_ = 0, used_ = 0, high_water_ = 0;
+  size_t current_ = 0, offset_ = 0, high_water_ = 0;
 };
 
 struct CudaState {
@@ -186,6 +193,24 @@ void CudaBackend::begin_step() {
   s_->arena.reset();
 }
 
+int64_t CudaBackend::step_mark() { return s_->arena.mark(); }
+void CudaBackend::step_release(int64_t mark) { s_->arena.release(mark); }
+
+namespace {
+// Op-internal scratch is handed back when the op returns (its kernels are already queued).
+class ScratchScope {
+ public:
+  explicit ScratchScope(Backend& b) : b_(b), mark_(b.step_mark()) {}
+  ~ScratchScope() { b_.step_release(mark_); }
+  ScratchScope(const ScratchScope&) = delete;
+  ScratchScope& operator=(const ScratchScope&) = delete;
+
+ private:
+  Backend& b_;
+  int64_t mark_;
+};
+}  // namespace
+
 // ---- Weight placement --------------------------------------------------------------------------
 
 Tensor CudaBackend::place_tensor(const Tensor& host) {
@@ -200,15 +225,25 @@ Tensor CudaBackend::place_tensor(const Tensor& host) {
   return t;
 }
 
+LinearWeight CudaBackend::place_linear_fp32(const LinearWeight& host) {
+  Tensor f = Tensor::empty_host(DType::kF32, {host.n_out(), host.n_in()});
+  host.dequantize(0, host.n_out(), 0, host.n_in(), f.data<float>(), host.n_in());
+  LinearWeight w;
+  w.weight = place_tensor(f);
+  return w;
+}
+
 LinearWeight CudaBackend::allocate_linear(int64_t n_out, int64_t n_in, DType dtype) {
   LinearWeight w;
-  if (dtype == DType::kF8E4M3) {
+  if (dtype == DType::kF32) {
+    w.weight = allocate(DType::kF32, {n_out, n_in});
+  } else if (dtype == DType::kF8E4M3) {
     w.weight = allocate(DType::kF8E4M3, {n_out, n_in});
     w.block_n = 1;
     w.block_k = 128;
     w.scale_inv = allocate(DType::kF32, {n_out, (n_in + 127) / 128});
   } else {
-    DI_CHECK(dtype == DType::kBF16 || dtype == DType::kF32);
+    DI_CHECK(dtype == DType::kBF16);
     w.weight = allocate(DType::kBF16, {n_out, n_in});
   }
   return w;
@@ -304,6 +339,12 @@ void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& 
   const int64_t M = out.size(0), N = w.n_out(), K = w.n_in();
   DI_CHECK_EQ(out.size(1), N);
   if (M == 0) return;
+  ScratchScope scope(*this);
+  if (w.dtype() == DType::kF32) {  // fp32 weights (the router): fp32 GEMM, no tf32
+    cuda::gemm_f32(s_->blas, M, N, K, cdptr<float>(x), x_stride == 0 ? K : x_stride, cdptr<float>(w.weight), K,
+                   dptr<float>(out), N);
+    return;
+  }
   Tensor xb = empty(DType::kBF16, {M, K});
   cuda::to_bf16(cdptr<float>(x), x_stride == 0 ? K : x_stride, M, K, dptr<bf16>(xb), s_->stream);
   const auto* wb = static_cast<const bf16*>(bf16_weight(w));
@@ -350,22 +391,16 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
   DI_CHECK_EQ(cache.size(2), width);
   DI_CHECK(cache.dtype() == DType::kBF16);
   if (T == 0 || batch.n_seqs == 0) return;
+  ScratchScope scope(*this);
   cudaStream_t st = s_->stream;
   // kv_b rows per head: W_UK_h [dn, r] then W_UV_h [dv, r].
   const auto* kvb = static_cast<const bf16*>(bf16_weight(*p.kv_b_proj));
-  Tensor qb = empty(DType::kBF16, {T, H, dqk});
-  cuda::to_bf16(cdptr<float>(q), H * dqk, T, H * dqk, dptr<bf16>(qb), st);
   const bf16* cache_p = cdptr<bf16>(cache);
 
   if (form == MlaForm::kAbsorbed) {
-    // q_lat[t, h, :] = q_nope[t, h, :] · W_UK_h            (batched over heads)
-    Tensor q_lat = empty(DType::kF32, {T, H, r});
-    cuda::gemm(s_->blas, T, r, dn, dptr<bf16>(qb), H * dqk, dqk, kvb, r, (dn + dv) * r, false, dptr(q_lat), Elem::kF32,
-               H * r, r, H);
-    Tensor o_lat = empty(DType::kBF16, {T, H, r});
     cuda::MlaDecodeArgs a{};
-    a.q_lat = cdptr<float>(q_lat);
     a.q = cdptr<float>(q);
+    a.kv_b = kvb;
     a.cache = cache_p;
     a.q_indptr = batch.dev.q_indptr;
     a.kv_len = batch.dev.kv_len;
@@ -378,47 +413,45 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
     a.r = r;
     a.dr = dr;
     a.dn = dn;
+    a.dv = dv;
     a.block_size = batch.block_size;
     a.scale = p.softmax_scale;
-    a.o_lat = dptr<bf16>(o_lat);
+    a.out = dptr<float>(out);
     cuda::mla_decode(a, st);
-    // out[t, h, :] = o_lat[t, h, :] · W_UV_hᵀ, only for the selected sequences' rows.
-    bool all = true;
-    for (int64_t b = 0; b < batch.n_seqs; ++b) all &= batch.selected(b);
-    Tensor o = all ? out : empty(DType::kF32, {T, H, dv});
-    cuda::gemm(s_->blas, T, dv, r, dptr<bf16>(o_lat), H * r, r, kvb + dn * r, r, (dn + dv) * r, true, dptr(o),
-               Elem::kF32, H * dv, dv, H);
-    if (!all)
-      cuda::copy_selected_rows(cdptr<float>(o), batch.dev.q_indptr, batch.dev.seq_mask, batch.n_seqs, T, H * dv,
-                               dptr<float>(out), st);
     return;
   }
 
-  // Naive form, per selected sequence: decompress its cached latents, then attention as GEMMs.
+  // Naive form, per selected sequence: decompress its cached latents (bf16 GEMM, fp32 out), then
+  // attention as TF32 GEMMs on fp32 q, K, V and probabilities (no bf16 rounding of q or P).
+  const float* qf = cdptr<float>(q);
   for (int64_t b = 0; b < batch.n_seqs; ++b) {
     if (!batch.selected(b)) continue;
     const int64_t q0 = batch.q_indptr[b], qn = batch.q_indptr[b + 1] - q0, S = batch.kv_len[b];
     if (qn == 0) continue;
-    Tensor lat = empty(DType::kBF16, {S, width});
-    cuda::gather_latent(cache_p, batch.dev.block_ids + batch.block_indptr[b], batch.block_size, width, S,
-                        dptr<bf16>(lat), st);
-    Tensor kvd = empty(DType::kBF16, {S, H * (dn + dv)});  // [k_nope_h | v_h] per head
-    cuda::gemm(s_->blas, S, H * (dn + dv), r, dptr<bf16>(lat), width, 0, kvb, r, 0, true, dptr(kvd), Elem::kBF16,
+    ScratchScope per_seq(*this);
+    const int32_t* pages = batch.dev.block_ids + batch.block_indptr[b];
+    Tensor lat = empty(DType::kBF16, {S, width});     // [c_kv | k_pe] per cached position
+    cuda::gather_latent(cache_p, pages, batch.block_size, width, S, dptr(lat), Elem::kBF16, st);
+    Tensor lat32 = empty(DType::kF32, {S, width});
+    cuda::gather_latent(cache_p, pages, batch.block_size, width, S, dptr(lat32), Elem::kF32, st);
+    Tensor kvd = empty(DType::kF32, {S, H * (dn + dv)});  // [k_nope_h | v_h] per head
+    cuda::gemm(s_->blas, S, H * (dn + dv), r, dptr<bf16>(lat), width, 0, kvb, r, 0, true, dptr(kvd), Elem::kF32,
                H * (dn + dv), 0, 1);
-    // Query rows in chunks so the [H, rows, S] score matrix stays under ~256 MB.
-    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(qn, (int64_t{256} << 20) / (6 * H * S)));
+    // Query rows in chunks so the [H, rows, S] scores and probabilities stay under ~512 MB.
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(qn, (int64_t{512} << 20) / (8 * H * S)));
     for (int64_t i0 = 0; i0 < qn; i0 += chunk) {
       const int64_t rows = std::min(chunk, qn - i0);
+      ScratchScope per_chunk(*this);
       Tensor scores = empty(DType::kF32, {H, rows, S});
-      const bf16* qrow = dptr<bf16>(qb) + (q0 + i0) * H * dqk;
-      cuda::gemm(s_->blas, rows, S, dn, qrow, H * dqk, dqk, dptr<bf16>(kvd), H * (dn + dv), dn + dv, true,
-                 dptr(scores), Elem::kF32, S, rows * S, H);
-      cuda::gemm(s_->blas, rows, S, dr, qrow + dn, H * dqk, dqk, dptr<bf16>(lat) + r, width, 0, true, dptr(scores),
-                 Elem::kF32, S, rows * S, H, 1.0f);
-      Tensor P = empty(DType::kBF16, {H, rows, S});
-      cuda::causal_softmax(cdptr<float>(scores), H, rows, S, S - qn + i0, p.softmax_scale, dptr<bf16>(P), st);
-      cuda::gemm(s_->blas, rows, dv, S, dptr<bf16>(P), S, rows * S, dptr<bf16>(kvd) + dn, H * (dn + dv), dn + dv,
-                 false, dptr<float>(out) + (q0 + i0) * H * dv, Elem::kF32, H * dv, dv, H);
+      const float* qrow = qf + (q0 + i0) * H * dqk;
+      cuda::gemm_tf32(s_->blas, rows, S, dn, qrow, H * dqk, dqk, dptr<float>(kvd), H * (dn + dv), dn + dv, true,
+                      dptr<float>(scores), S, rows * S, H);
+      cuda::gemm_tf32(s_->blas, rows, S, dr, qrow + dn, H * dqk, dqk, dptr<float>(lat32) + r, width, 0, true,
+                      dptr<float>(scores), S, rows * S, H, 1.0f);
+      Tensor P = empty(DType::kF32, {H, rows, S});
+      cuda::causal_softmax(cdptr<float>(scores), H, rows, S, S - qn + i0, p.softmax_scale, dptr<float>(P), st);
+      cuda::gemm_tf32(s_->blas, rows, dv, S, dptr<float>(P), S, rows * S, dptr<float>(kvd) + dn, H * (dn + dv),
+                      dn + dv, false, dptr<float>(out) + (q0 + i0) * H * dv, H * dv, dv, H);
     }
   }
 }
@@ -490,12 +523,14 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     DI_CHECK(experts[0].gate_proj.dtype() == DType::kBF16);
   }
   a.out = dptr<float>(out);
+  ScratchScope scope(*this);
   cuda::moe_experts(a, arena_alloc, &s_->arena, s_->stream);
 }
 
 void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) {
   const int64_t T = x.size(0), D = x.size(1), I = w.gate_proj.n_out();
   if (T == 0) return;
+  ScratchScope scope(*this);
   cudaStream_t st = s_->stream;
   Tensor xb = empty(DType::kBF16, {T, D});
   cuda::to_bf16(cdptr<float>(x), D, T, D, dptr<bf16>(xb), st);

@@ -38,9 +38,12 @@ class CudaBackend : public Backend {
   void copy_from_host(const void* src, Tensor& dst) override;
   Tensor to_host(const Tensor& t) override;
   void begin_step() override;
+  int64_t step_mark() override;
+  void step_release(int64_t mark) override;
   DType kv_dtype() const override { return DType::kBF16; }
   LinearWeight place_linear(const std::vector<const LinearWeight*>& parts) override;
   Tensor place_tensor(const Tensor& host) override;
+  LinearWeight place_linear_fp32(const LinearWeight& host) override;
   LinearWeight allocate_linear(int64_t n_out, int64_t n_in, DType dtype) override;
   void fill_random(Tensor& t, uint64_t seed, bool normal, float a, float b) override;
 

@@ -79,31 +79,39 @@ void gemm(cublasHandle_t h, int64_t M, int64_t N, int64_t K, const bf16* A, int6
           const bf16* B, int64_t ldb, int64_t stride_b, bool b_nt, void* C, Elem c_elem, int64_t ldc,
           int64_t stride_c, int64_t batch, float beta = 0.0f);
 
+// As gemm, with fp32 operands and output, multiplied in TF32 (10-bit mantissa operands, fp32
+// accumulation): 8× less rounding than bf16 operands at about half the bf16 matrix rate.
+void gemm_tf32(cublasHandle_t h, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, int64_t stride_a,
+               const float* B, int64_t ldb, int64_t stride_b, bool b_nt, float* C, int64_t ldc, int64_t stride_c,
+               int64_t batch, float beta = 0.0f);
+// Row-major C[M, N] = A[M, K] · B[N, K]ᵀ in fp32 (CUBLAS_COMPUTE_32F, pedantic: no tf32).
+void gemm_f32(cublasHandle_t h, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+              int64_t ldb, float* C, int64_t ldc);
+
 // ---- cuda_mla.cu ----
+// The absorbed form, whole: per (row, head) q̃ = W_UKᵀ q_nope (fp32 q, bf16 W, fp32 sums),
+// attention over the latent rows, out = W_UV · o_lat, written only for selected sequences' rows.
 struct MlaDecodeArgs {
-  const float* q_lat;  // [T, H, r] absorbed queries
-  const float* q;      // [T, H, dqk] (rope part at offset dn)
+  const float* q;      // [T, H, dqk] = [q_nope | q_pe] per head
+  const bf16* kv_b;    // [H * (dn + dv), r]: per head W_UK [dn, r] then W_UV [dv, r]
   const bf16* cache;   // [n_blocks, block_size, r + dr]
   const int32_t* q_indptr;
   const int32_t* kv_len;
   const int32_t* block_indptr;
   const int32_t* block_ids;
   const uint8_t* seq_mask;  // null = all
-  int64_t n_seqs, T, H, r, dr, dn, block_size;
+  int64_t n_seqs, T, H, r, dr, dn, dv, block_size;
   float scale;
-  bf16* o_lat;  // [T, H, r]
+  float* out;  // [T, H, dv]
 };
 void mla_decode(const MlaDecodeArgs& a, cudaStream_t s);
-// lat[i, :] = cache row of position i (< S) of the sequence whose page list starts at block_ids.
-void gather_latent(const bf16* cache, const int32_t* block_ids, int64_t block_size, int64_t width, int64_t S, bf16* lat,
-                   cudaStream_t s);
-// P[h, i, j] = softmax_j(scale · scores[h, i, j]) over j ≤ first_pos + i, 0 beyond (bf16 out).
-void causal_softmax(const float* scores, int64_t H, int64_t rows, int64_t S, int64_t first_pos, float scale, bf16* P,
+// lat[i, :] = cache row of position i (< S) of the sequence whose page list starts at block_ids
+// (lat F32 or BF16: lat_elem).
+void gather_latent(const bf16* cache, const int32_t* block_ids, int64_t block_size, int64_t width, int64_t S, void* lat,
+                   Elem lat_elem, cudaStream_t s);
+// P[h, i, j] = softmax_j(scale · scores[h, i, j]) over j ≤ first_pos + i, 0 beyond (fp32 out).
+void causal_softmax(const float* scores, int64_t H, int64_t rows, int64_t S, int64_t first_pos, float scale, float* P,
                     cudaStream_t s);
-// out[t] = src[t] for rows t of sequences selected by mask (row width W floats).
-void copy_selected_rows(const float* src, const int32_t* q_indptr, const uint8_t* mask, int64_t n_seqs, int64_t T,
-                        int64_t W, float* out, cudaStream_t s);
-
 // ---- cuda_moe.cu ----
 struct RouteArgs {
   const float* logits;  // [T, E]

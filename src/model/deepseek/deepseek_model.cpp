@@ -119,6 +119,12 @@ void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, const T
   Tensor ids = backend.empty(DType::kI32, {T, k});
   Tensor weights = backend.empty(DType::kF32, {T, k});
   backend.moe_route(router_logits, rp, ids, weights);
+  if (routing_trace_ != nullptr) {
+    const Tensor h = backend.to_host(ids);
+    Tensor copy = Tensor::empty_host(DType::kI32, h.shape());
+    std::copy(h.data<int32_t>(), h.data<int32_t>() + h.numel(), copy.data<int32_t>());
+    routing_trace_->push_back(copy);
+  }
   backend.moe_experts(x, ids, weights, w.experts, out);
   if (w.has_shared_experts) {
     Tensor shared = backend.empty(DType::kF32, {T, c.hidden_size});
@@ -198,12 +204,14 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
   backend.rms_norm(h, 0, weights_.layers[0].input_layernorm, eps, x);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const DeepseekLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+    const int64_t layer_mark = backend.step_mark();  // the layer's temporaries die with it
     attention(backend, l, x, positions, slots, decode, prefill, cache.layer(l), delta);
     backend.add_rms_norm(h, delta, w.post_attention_layernorm, eps, x);
     ffn(backend, w, x, delta);
     const Tensor& next_norm =
         l + 1 < c.num_hidden_layers ? weights_.layers[static_cast<size_t>(l) + 1].input_layernorm : weights_.norm;
     backend.add_rms_norm(h, delta, next_norm, eps, x);  // x = final-normed h after the last layer
+    backend.step_release(layer_mark);
   }
   for (int32_t t : batch.logits_rows) DI_CHECK(t >= 0 && t < T);
   Tensor last = backend.empty(DType::kF32, {R, D});

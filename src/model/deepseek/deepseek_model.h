@@ -59,6 +59,10 @@ class DeepseekModel {
   void place(Backend& backend);
   Device placed_on() const { return placed_on_; }
 
+  // Debugging/tests: when set, every MoE layer of every forward appends a host copy of its
+  // routing decision (ids [T, top_k] I32, layers in order). Synchronizes on device backends.
+  void set_routing_trace(std::vector<Tensor>* trace) const { routing_trace_ = trace; }
+
   const DeepseekConfig& config() const { return config_; }
   const DeepseekWeights& weights() const { return weights_; }
   bool has_mtp() const { return !weights_.mtp.empty(); }
@@ -82,6 +86,7 @@ class DeepseekModel {
   DeepseekWeights weights_;
   RopeParams rope_;
   Device placed_on_;
+  mutable std::vector<Tensor>* routing_trace_ = nullptr;
 };
 
 }  // namespace deepinfer

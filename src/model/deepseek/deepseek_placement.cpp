@@ -115,7 +115,12 @@ class Placer {
       return;
     }
     const int64_t E = c_.n_routed_experts, I = c_.moe_intermediate_size;
-    out->gate = h ? b_.place_linear({&h->gate}) : random_linear(E, d, false, 2.0f / std::sqrt(static_cast<float>(d)));
+    if (h) {
+      out->gate = b_.place_linear_fp32(h->gate);
+    } else {
+      out->gate = b_.allocate_linear(E, d, DType::kF32);
+      b_.fill_random(out->gate.weight, next_seed(), true, 2.0f / std::sqrt(static_cast<float>(d)), 0.0f);
+    }
     if (h && h->e_score_correction_bias.defined()) {
       out->e_score_correction_bias = b_.place_tensor(h->e_score_correction_bias);
     } else if (!h && c_.topk_method == TopkMethod::kNoauxTc) {

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Runs the DeepInfer-vs-transformers benchmark on the GPU machine and prints the markdown report.
+#
+#   scripts/bench/run_gpu_bench.sh OUT_DIR [all|deepinfer|peer|report]
+#
+# Expects `deepinfer` built in build-device/ (cmake -B build-device ... && ninja -C build-device deepinfer).
+#   deepinfer: `deepinfer bench` on deepseek_v2_lite.json (bf16, fp8) and deepseek_v2_lite_8l_q1536.json (bf16)
+#   peer:      scripts/bench/torch_peer.py on the same two configs (bf16)
+#   report:    scripts/bench/report.py OUT_DIR, also saved as OUT_DIR/report.md
+# Each command runs under `timeout` (seconds: DI_TIMEOUT, default 180; PEER_TIMEOUT, default 280, with
+# the peer's own budget PEER_MAX_SECONDS, default 180); a failed or timed-out command is reported
+# and the rest still run (both writers leave valid JSON of what they measured). Exit status 1 if any
+# command failed. Worst case about 9 minutes per part: where one command may run at most 10 minutes,
+# run "deepinfer", "peer" and "report" as separate commands.
+set -u -o pipefail
+
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then
+  echo "usage: $0 OUT_DIR [all|deepinfer|peer|report]" >&2
+  exit 2
+fi
+OUT=$1
+WHAT=${2:-all}
+case "$WHAT" in all|deepinfer|peer|report) ;; *) echo "$0: unknown part '$WHAT'" >&2; exit 2 ;; esac
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=$ROOT/build-device/src/tools/deepinfer
+DI_TIMEOUT=${DI_TIMEOUT:-180}
+PEER_TIMEOUT=${PEER_TIMEOUT:-280}
+PEER_MAX_SECONDS=${PEER_MAX_SECONDS:-180}
+LITE=bench/configs/deepseek_v2_lite.json
+LITE8=bench/configs/deepseek_v2_lite_8l_q1536.json
+mkdir -p "$OUT"
+cd "$ROOT"
+failed=0
+
+# run NAME SECONDS CMD...: runs CMD under timeout, its output in OUT/NAME.log and on stdout.
+run() {
+  local name=$1 seconds=$2
+  shift 2
+  echo "== $name: $*"
+  local start=$SECONDS
+  timeout --kill-after=15 "$seconds" "$@" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" -ne 0 ]; then
+    [ "$rc" -eq 124 ] && echo "== $name: TIMED OUT after ${seconds}s" || echo "== $name: FAILED (exit $rc)"
+    failed=1
+  fi
+  echo "== $name: $((SECONDS - start))s"
+}
+
+if [ "$WHAT" = all ] || [ "$WHAT" = deepinfer ]; then
+  if [ ! -x "$BIN" ]; then
+    echo "$0: $BIN not found: build it first (ninja -C build-device deepinfer)" >&2
+    exit 2
+  fi
+  run deepinfer_v2_lite_bf16 "$DI_TIMEOUT" "$BIN" bench --config "$LITE" --dtype bf16 --json "$OUT/deepinfer_v2_lite_bf16.json"
+  run deepinfer_v2_lite_fp8 "$DI_TIMEOUT" "$BIN" bench --config "$LITE" --dtype fp8 --json "$OUT/deepinfer_v2_lite_fp8.json"
+  run deepinfer_v2_lite_8l_q1536_bf16 "$DI_TIMEOUT" "$BIN" bench --config "$LITE8" --dtype bf16 \
+    --json "$OUT/deepinfer_v2_lite_8l_q1536_bf16.json"
+fi
+
+if [ "$WHAT" = all ] || [ "$WHAT" = peer ]; then
+  run transformers_v2_lite_bf16 "$PEER_TIMEOUT" python3 scripts/bench/torch_peer.py --config "$LITE" \
+    --max-seconds "$PEER_MAX_SECONDS" --out "$OUT/transformers_v2_lite_bf16.json"
+  run transformers_v2_lite_8l_q1536_bf16 "$PEER_TIMEOUT" python3 scripts/bench/torch_peer.py --config "$LITE8" \
+    --max-seconds "$PEER_MAX_SECONDS" --out "$OUT/transformers_v2_lite_8l_q1536_bf16.json"
+fi
+
+if [ "$WHAT" = all ] || [ "$WHAT" = report ]; then
+  python3 scripts/bench/report.py "$OUT" | tee "$OUT/report.md" || failed=1
+fi
+exit $failed

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One device call: scripts/device/gpu_check.sh, then the chosen benchmark parts, then every log
+# packed into $OUT/logs.tgz (a call brings back at most 8 files).
+# Usage: bash scripts/device/gpu_run.sh [deepinfer|peer|all|none]
+OUT=${OUT:-/tmp/out}
+bash scripts/device/gpu_check.sh
+rc=$?
+part=${1:-none}
+if [ "$part" != none ]; then
+  DI_TIMEOUT=${DI_TIMEOUT:-140} bash scripts/bench/run_gpu_bench.sh "$OUT/bench" "$part" 2>&1 | grep -vE '^\s*$' | tail -40
+  bash scripts/bench/run_gpu_bench.sh "$OUT/bench" report > /dev/null 2>&1
+  cat "$OUT/bench/report.md" 2>/dev/null | head -60
+fi
+(cd "$OUT" && tar czf /tmp/logs.tgz . ; find . -mindepth 1 -delete; mv /tmp/logs.tgz .)
+exit $rc

@@ -1,0 +1,39 @@
+// `deepinfer bench`: prefill and decode throughput of one model shape with dummy weights, next to
+// roofline floors (bench_floors.h) on the card's measured limits (cuda_limits.h); prints a table
+// and writes JSON shaped like scripts/bench/torch_peer.py's, so the two engines compare line by
+// line (scripts/bench/report.py). Times whole steps with a host clock (host overhead is part of
+// the engine); it does not schedule or sample.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace deepinfer {
+
+struct BenchCommand {
+  std::string config_path;
+  std::string load_format = "dummy";
+  std::string device = "cuda";
+  std::string dtype = "bf16";
+  std::string prefill = "4096,16384";        // prefill lengths (batch 1); empty: none
+  std::string decode_batch = "1,32,128,256";  // decode batch sizes; empty: none
+  int64_t context = 512;
+  int64_t steps = 20;
+  int64_t warmup = 3;
+  int64_t prefill_reps = 3;
+  int64_t block_size = 64;
+  int64_t seed = 0;
+  int threads = 0;
+  std::string json_path;
+  CLI::App* app = nullptr;
+
+  // Registers the subcommand and its flags on `parent`.
+  void add_to(CLI::App& parent);
+  // Runs it (after parsing, when app->parsed()). Returns the process exit code: 2 for bad flags
+  // or config, 1 when a case failed (the others still run and are written).
+  int run() const;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,123 @@
+// The whole model on CUDA against the CPU engine (fp32, itself checked against transformers by
+// the golden fixtures) on random checkpoints: a dense-only V3, a MoE V3, a V2-Lite shape and
+// FP8. Per logits row, relative L2 error ≤ 2e-2 (the CUDA issue's bf16 bound; see
+// golden_fixture_cuda_test.cpp) up to the first routing near-tie (support/routing_trace.h), and
+// greedy tokens equal up to a near-tie (top-5 rule).
+// The dense-only model isolates attention and GEMM rounding from MoE routing decisions.
+// Skipped without a GPU.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/generator.h"
+#include "model/deepseek/deepseek_random.h"
+#include "support/cuda_available.h"
+#include "support/routing_trace.h"
+#include "support/tiny_configs.h"
+
+namespace deepinfer {
+namespace {
+
+std::unique_ptr<Generator> open(const std::string& dir, const std::string& device) {
+  EngineConfig c;
+  c.model_dir = dir;
+  c.device = device;
+  c.n_threads = 2;
+  c.kv_block_size = 4;
+  auto g = Generator::create(c);
+  EXPECT_TRUE(g.has_value()) << g.status().to_string();
+  return std::move(*g);
+}
+
+double row_rel_err(const float* a, const float* ref, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (static_cast<double>(a[i]) - ref[i]) * (static_cast<double>(a[i]) - ref[i]);
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+bool in_top5(const float* row, int64_t vocab, int32_t tok) {
+  int64_t better = 0;
+  for (int64_t v = 0; v < vocab; ++v) better += row[v] > row[tok];
+  return better < 5;
+}
+
+void check(const std::string& name, nlohmann::json config, DType dtype) {
+  if (!testing::try_cuda_backend()) GTEST_SKIP() << "no CUDA backend/GPU here (runs on the GPU machine)";
+  const std::string dir = fmt::format("{}/cuda_parity_{}_{}", ::testing::TempDir(), name, ::getpid());
+  ASSERT_TRUE(write_random_deepseek_checkpoint(dir, config, 4321, dtype, false).is_ok());
+  auto cpu = open(dir, "cpu");
+  auto gpu = open(dir, "cuda");
+  const int64_t vocab = cpu->model().config().vocab_size;
+  std::vector<GenerateRequest> reqs;
+  for (int64_t len : {1, 6, 23, 40}) {
+    GenerateRequest r;
+    for (int64_t i = 0; i < len; ++i) r.prompt_ids.push_back(static_cast<int32_t>(2 + (i * 31 + len) % (vocab - 2)));
+    r.max_tokens = 12;
+    r.sampler.temperature = 0;
+    r.ignore_eos = true;
+    r.return_prompt_logits = true;
+    r.return_step_logits = true;
+    reqs.push_back(r);
+  }
+  std::vector<Tensor> trace_cpu, trace_gpu;
+  cpu->model().set_routing_trace(&trace_cpu);
+  gpu->model().set_routing_trace(&trace_gpu);
+  auto a = cpu->generate(reqs);
+  auto b = gpu->generate(reqs);
+  ASSERT_TRUE(a && b);
+  int64_t n_moe = 0;
+  for (const auto& l : cpu->model().weights().layers) n_moe += l.is_moe;
+  std::vector<int64_t> lens, max_tokens;
+  for (const auto& r : reqs) {
+    lens.push_back(static_cast<int64_t>(r.prompt_ids.size()));
+    max_tokens.push_back(r.max_tokens);
+  }
+  const auto flip = testing::first_routing_mismatch(trace_cpu, trace_gpu, n_moe, lens, max_tokens);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const auto &x = (*a)[i], &y = (*b)[i];
+    double worst = 0, after_flip = 0;
+    const int64_t np = static_cast<int64_t>(reqs[i].prompt_ids.size());
+    for (int64_t r = 0; r < np; ++r) {
+      const double e = row_rel_err(y.prompt_logits.data() + r * vocab, x.prompt_logits.data() + r * vocab, vocab);
+      double& bucket = r < flip[i] ? worst : after_flip;
+      bucket = std::max(bucket, e);
+    }
+    size_t agree = 0;
+    for (; agree < x.token_ids.size(); ++agree) {
+      const float* ref = x.step_logits.data() + static_cast<int64_t>(agree) * vocab;
+      const float* got = y.step_logits.data() + static_cast<int64_t>(agree) * vocab;
+      const double e = row_rel_err(got, ref, vocab);
+      double& bucket = np - 1 + static_cast<int64_t>(agree) < flip[i] ? worst : after_flip;
+      bucket = std::max(bucket, e);
+      if (x.token_ids[agree] != y.token_ids[agree]) {
+        if (np - 1 + static_cast<int64_t>(agree) >= flip[i]) break;  // downstream of a routing near-tie
+        EXPECT_TRUE(in_top5(ref, vocab, y.token_ids[agree]) && in_top5(got, vocab, x.token_ids[agree]))
+            << name << " request " << i << " step " << agree;
+        break;
+      }
+    }
+    std::printf("[cuda parity] %s request %zu (prompt %lld): %zu/%zu tokens identical, worst rel err %.3e; "
+                "routing near-tie at position %lld (rel err after it %.3e)\n",
+                name.c_str(), i, static_cast<long long>(np), agree, x.token_ids.size(), worst,
+                static_cast<long long>(flip[i] == INT64_MAX ? -1 : flip[i]), after_flip);
+    EXPECT_LE(worst, 2e-2) << name << " request " << i;
+  }
+}
+
+TEST(CudaModelParity, V3DenseOnly) {
+  nlohmann::json c = testing::tiny_v3_config();
+  c["first_k_dense_replace"] = c["num_hidden_layers"];
+  check("v3_dense", c, DType::kBF16);
+}
+TEST(CudaModelParity, V3Moe) { check("v3_moe", testing::tiny_v3_config(), DType::kBF16); }
+TEST(CudaModelParity, V2) { check("v2", testing::tiny_v2_config(), DType::kF32); }
+TEST(CudaModelParity, V3Fp8) { check("v3_fp8", testing::tiny_fp8_config(), DType::kF8E4M3); }
+
+}  // namespace
+}  // namespace deepinfer
