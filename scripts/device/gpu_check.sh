@@ -27,7 +27,7 @@ run() {  # name, command...
   [ $rc -ne 0 ] && status=1
   echo "$name: rc=$rc $(( $(date +%s) - s )) s  $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200)"
 }
-run cuda_ops "$T" --gtest_filter='CudaOps.*'
+run cuda_ops "$T" --gtest_filter='CudaOps.*:CudaSampling.*'
 run cuda_fixtures "$T" --gtest_filter='Fixtures/GoldenFixtureCuda.*:CudaModelParity.*'
 grep -E "\[cuda (fixture|parity)\]" "$OUT/cuda_fixtures.log" | sed 's|/.*/fixtures/||' | head -60
 run cuda_runtime env DEEPINFER_TEST_DEVICE=cuda "$T" --gtest_filter='LLMEngine.*'

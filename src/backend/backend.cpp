@@ -1,5 +1,6 @@
 #include "backend/backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -57,6 +58,33 @@ void Backend::fill_random(Tensor& t, uint64_t seed, bool normal, float a, float 
       case DType::kF8E4M3: t.data<uint8_t>()[i] = f32_to_e4m3(v); break;
       default: DI_CHECK(false && "fill_random: float dtype expected");
     }
+  }
+}
+
+void Backend::sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs) {
+  DI_CHECK(on_host());
+  const int64_t R = logits.size(0), V = logits.size(1);
+  DI_CHECK_EQ(static_cast<int64_t>(rows.size()), R);
+  std::vector<float> scratch;
+  for (int64_t i = 0; i < R; ++i) {
+    const float* x = logits.data<float>() + i * V;
+    bool finite = true;
+    double mx = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) {
+      finite &= std::isfinite(x[v]);
+      mx = std::max(mx, static_cast<double>(x[v]));
+    }
+    if (!finite) {
+      tokens.data<int32_t>()[i] = -1;
+      logprobs.data<float>()[i] = 0.0f;
+      continue;
+    }
+    const SampleRow& r = rows[static_cast<size_t>(i)];
+    const int32_t t = sample_token(x, V, r.params, r.seed, r.position, &scratch);
+    double sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(x[v]) - mx);
+    tokens.data<int32_t>()[i] = t;
+    logprobs.data<float>()[i] = static_cast<float>(static_cast<double>(x[t]) - (mx + std::log(sum)));
   }
 }
 

@@ -16,8 +16,16 @@
 #include "backend/op_params.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "sample/sampler.h"
 
 namespace deepinfer {
+
+// One row to sample: the sampler parameters and the Philox key (seed, position of the new token).
+struct SampleRow {
+  SamplerParams params;
+  uint64_t seed = 0;
+  uint64_t position = 0;
+};
 
 class Backend {
  public:
@@ -119,6 +127,12 @@ class Backend {
 
   // out += x elementwise. out, x [T, D] F32.
   virtual void add(Tensor& out, const Tensor& x) = 0;
+
+  // Sampling with sample/sampler.h's semantics, one token per row of raw logits (no logits
+  // processors: callers apply those on the host first). logits [R, V] F32; rows [R] on the host;
+  // tokens [R] I32 (−1 where the row holds NaN or ±Inf); logprobs [R] F32 = log-softmax of the raw
+  // row at the token. Device backends run it without synchronizing; copy `tokens` back to use it.
+  virtual void sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs);
 };
 
 // "reference" | "cpu" | "cuda" (when built with DEEPINFER_CUDA); n_threads applies to "cpu"

@@ -16,7 +16,7 @@ Expected<std::unique_ptr<Generator>> Generator::create(const EngineConfig& confi
   DI_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(config.model_dir));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekModel> model, DeepseekModel::load(checkpoint));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(config.device, config.n_threads));
-  model->place(*backend);
+  DI_RETURN_IF_ERROR(model->place(*backend));
   return std::make_unique<Generator>(config, std::move(model), std::move(backend));
 }
 

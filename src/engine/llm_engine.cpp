@@ -29,7 +29,7 @@ Expected<std::unique_ptr<LLMEngine>> LLMEngine::create(const EngineConfig& confi
   DI_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(config.model_dir));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekModel> model, DeepseekModel::load(checkpoint));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(config.device, config.n_threads));
-  model->place(*backend);
+  DI_RETURN_IF_ERROR(model->place(*backend));
   EngineConfig sized = config;
   DI_ASSIGN_OR_RETURN(sized.num_kv_blocks, plan_kv_blocks(*model, *backend, config));
   if (!config.chunk_cost_model.empty()) {  // fail at start-up, not on the first long prompt

@@ -5,6 +5,12 @@
 
 namespace deepinfer {
 
+bool needs_host_sampling(const SamplingParams& p, int64_t n_output_tokens) {
+  const bool masks = n_output_tokens < p.min_tokens && (!p.ignore_eos || !p.stop_token_ids.empty());
+  return masks || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f ||
+         (p.logprobs && *p.logprobs > 0);
+}
+
 ModelRunner::ModelRunner(const DeepseekModel& model, Backend& backend, int64_t n_blocks, int64_t block_size,
                          MlaPolicy policy)
     : model_(model),
@@ -48,14 +54,65 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
   }
   std::vector<SampledToken> out;
   if (batch.n_tokens() == 0) return out;
-  const Tensor logits = backend_.to_host(model_.forward(backend_, batch, cache_, policy_));
+  const Tensor logits = model_.forward(backend_, batch, cache_, policy_);  // [R, vocab] F32, backend memory
+
+  // Rows whose logits processors or top-n log-probabilities need the whole row on the host; on
+  // host backends that is every row. The others are sampled where the logits are.
+  std::vector<uint8_t> on_host(sampled.size(), 1);
+  if (!backend_.on_host()) {
+    for (size_t i = 0; i < sampled.size(); ++i) {
+      const Sequence* s = sampled[i]->seq;
+      const int64_t n_out = sampled[i]->start + sampled[i]->n_tokens - static_cast<int64_t>(s->prompt_ids.size());
+      on_host[i] = needs_host_sampling(s->params, n_out);
+    }
+  }
+  std::vector<int32_t> host_rows;
+  for (size_t i = 0; i < sampled.size(); ++i)
+    if (on_host[i]) host_rows.push_back(static_cast<int32_t>(i));
+  Tensor host_logits;  // [host_rows, vocab] F32 on the host
+  if (backend_.on_host()) {
+    host_logits = logits;
+  } else if (!host_rows.empty()) {
+    Tensor idx = Tensor::empty_host(DType::kI32, {static_cast<int64_t>(host_rows.size())});
+    std::copy(host_rows.begin(), host_rows.end(), idx.data<int32_t>());
+    Tensor rows = backend_.empty(DType::kF32, {static_cast<int64_t>(host_rows.size()), vocab});
+    backend_.gather_rows(logits, backend_.upload(idx), rows);
+    host_logits = backend_.to_host(rows);
+  }
+  Tensor dev_tokens, dev_logprobs;  // [R] on the host, from the device sampler
+  if (host_rows.size() < sampled.size()) {
+    std::vector<SampleRow> rows(sampled.size());
+    for (size_t i = 0; i < sampled.size(); ++i) {
+      const ScheduledSeq& x = *sampled[i];
+      rows[i] = {x.seq->params.sampler(), x.seq->seed, static_cast<uint64_t>(x.start + x.n_tokens)};
+    }
+    Tensor tok = backend_.empty(DType::kI32, {static_cast<int64_t>(sampled.size())});
+    Tensor lp = backend_.empty(DType::kF32, {static_cast<int64_t>(sampled.size())});
+    backend_.sample(logits, rows, tok, lp);
+    dev_tokens = backend_.to_host(tok);  // the step's one synchronization
+    dev_logprobs = backend_.to_host(lp);
+  }
+
+  int64_t next_host_row = 0;
   std::vector<float> row(static_cast<size_t>(vocab));
   for (size_t i = 0; i < sampled.size(); ++i) {
     const ScheduledSeq& x = *sampled[i];
     Sequence* s = x.seq;
-    const float* raw = logits.data<float>() + static_cast<int64_t>(i) * vocab;
+    const int64_t position = x.start + x.n_tokens;  // the new token's position
     SampledToken t;
     t.seq = s;
+    if (!on_host[i]) {
+      const int32_t tok = dev_tokens.data<int32_t>()[i];
+      t.non_finite = tok < 0;
+      if (!t.non_finite) {
+        t.token = tok;
+        t.logprob = dev_logprobs.data<float>()[i];
+        future_[s->seq_id][position] = t.token;
+      }
+      out.push_back(std::move(t));
+      continue;
+    }
+    const float* raw = host_logits.data<float>() + next_host_row++ * vocab;
     bool finite = true;
     for (int64_t v = 0; v < vocab; ++v) finite &= std::isfinite(raw[v]);
     if (!finite) {
@@ -64,7 +121,6 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
       continue;
     }
     std::copy(raw, raw + vocab, row.begin());
-    const int64_t position = x.start + x.n_tokens;  // the new token's position
     // The output so far includes samples of earlier overlapped steps not yet appended.
     const std::vector<int32_t>* output = &s->output_ids;
     std::vector<int32_t> with_future;

@@ -1,7 +1,9 @@
 // ModelRunner: executes one StepPlan — builds the ForwardBatch (token rows, positions, slots,
 // CSR block tables), runs the model over the paged cache, then for every sequence that reached
 // its last known token applies its logits processors and samples (seeded by the sequence's
-// seed and the new token's position). Owns the KV pages' memory; not the page bookkeeping.
+// seed and the new token's position). On a device backend, rows without logits processors are
+// sampled on the device (Backend::sample: only tokens and log-probabilities come back); the
+// others copy their row to the host. Owns the KV pages' memory; not the page bookkeeping.
 #pragma once
 
 #include <deque>
@@ -50,6 +52,11 @@ class Executor {
  private:
   std::deque<std::vector<SampledToken>> done_;
 };
+
+// Whether a sequence's next token must be sampled on the host: its logits processors (min_tokens
+// masking, penalties) change the row, or it wants top-n log-probabilities. n_output_tokens: the
+// tokens it has generated before this one.
+bool needs_host_sampling(const SamplingParams& p, int64_t n_output_tokens);
 
 class ModelRunner : public Executor {
  public:

@@ -33,7 +33,7 @@ int CalibrateCommand::run() const {
   if (!model) return fail(model.status());
   auto backend = make_backend(env->device, threads);
   if (!backend) return fail(backend.status());
-  (*model)->place(**backend);
+  if (Status s = (*model)->place(**backend); !s.is_ok()) return fail(s);
   CalibrationOptions options;
   options.max_tokens = max_tokens;
   std::vector<CostSample> samples;

@@ -66,14 +66,16 @@ struct Job {
 };
 
 // Runs jobs to completion, checking scheduler invariants after every step.
-std::map<std::string, RequestOutput> run_all(LLMEngine& engine, const std::vector<Job>& jobs) {
+// Tolerant mode asks for top-20 log-probabilities (the near-tie check needs them) unless
+// `as_given` keeps the jobs' parameters.
+std::map<std::string, RequestOutput> run_all(LLMEngine& engine, const std::vector<Job>& jobs, bool as_given = false) {
   std::map<std::string, RequestOutput> done;
   for (size_t i = 0; i < jobs.size(); ++i) {
     EngineRequest r;
     r.request_id = "r" + std::to_string(i);
     r.prompt_ids = jobs[i].prompt;
     r.params = jobs[i].params;
-    if (tolerant() && !r.params.logprobs) r.params.logprobs = 20;
+    if (tolerant() && !as_given && !r.params.logprobs) r.params.logprobs = 20;
     auto id = engine.add_request(r);
     EXPECT_TRUE(id.has_value()) << id.status().to_string();
   }
@@ -153,6 +155,28 @@ void batched_equals_alone(bool batch_invariant, float temperature) {
 TEST(LLMEngine, SixtyFourMixedRequestsBatchedEqualAloneGreedy) { batched_equals_alone(false, 0.0f); }
 TEST(LLMEngine, SixtyFourMixedRequestsBatchedEqualAloneSeededSampling) { batched_equals_alone(false, 1.0f); }
 TEST(LLMEngine, BatchInvariantModeBatchedEqualAlone) { batched_equals_alone(true, 1.0f); }
+
+// On a GPU, rows without logits processors are sampled on the device and rows that want top-n
+// log-probabilities on the host: both must draw the same tokens from the same logits (on host
+// backends both runs take the host path).
+TEST(LLMEngine, DeviceSamplingEqualsHostSampling) {
+  EngineConfig c = base_config();
+  auto jobs = mixed_jobs(24, 1.0f, 17);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].params.top_k = i % 3 == 0 ? 20 : 0;
+    jobs[i].params.top_p = i % 4 == 1 ? 0.8f : 1.0f;
+    jobs[i].params.min_p = i % 5 == 2 ? 0.05f : 0.0f;
+    if (i % 6 == 5) jobs[i].params.temperature = 0.0f;
+  }
+  auto device = run_all(*make_engine(c), jobs, /*as_given=*/true);
+  for (auto& j : jobs) j.params.logprobs = 1;
+  auto host = run_all(*make_engine(c), jobs, /*as_given=*/true);
+  ASSERT_EQ(device.size(), host.size());
+  for (const auto& [id, out] : device) {
+    EXPECT_EQ(out.outputs[0].token_ids, host.at(id).outputs[0].token_ids) << id;
+    EXPECT_NEAR(out.outputs[0].cumulative_logprob, host.at(id).outputs[0].cumulative_logprob, 1e-4) << id;
+  }
+}
 
 TEST(LLMEngine, ChunkedPrefillEqualsWholePrefill) {
   EngineConfig c = base_config();

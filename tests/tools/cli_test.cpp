@@ -192,6 +192,23 @@ TEST_F(CliTest, BadRequestValuesExitTwo) {
   EXPECT_EQ(r.code, 2) << r.err;
 }
 
+// Where no GPU (or no CUDA build) is available, --device cuda is a clean error naming the cause
+// (exit 1); on the GPU machine the same command generates. An unknown device is a usage error (2).
+TEST_F(CliTest, DeviceCudaWorksOrFailsCleanly) {
+  const RunResult r = run(gen("--device cuda --prompt-ids 1,2,3 --max-tokens 4 --temperature 0 --ignore-eos --json"));
+  ASSERT_TRUE(r.exited) << "crashed: " << r.err;
+  if (r.code == 0) {
+    const json j = parse_single_json(r);
+    EXPECT_EQ(j.at("token_ids").size(), 4u);
+  } else {
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_NE(r.err.find("device 'cuda'"), std::string::npos) << r.err;
+  }
+  const RunResult bad = run(gen("--device tpu --prompt-ids 1,2 --max-tokens 2"));
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("tpu"), std::string::npos) << bad.err;
+}
+
 TEST_F(CliTest, MissingModelDirFailsCleanly) {
   const std::string missing = *root_ + "/no-such-model";
   const RunResult r = run(fmt::format("generate --model '{}' --prompt-ids 1,2 --max-tokens 2", missing));

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "core/log.h"
+#include "sample/philox.h"
 
 namespace deepinfer {
 
@@ -548,6 +549,35 @@ void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) {
   cuda::silu_mul(cdptr<float>(gu), T, I, dptr(act), Elem::kBF16, st);
   const auto* dw = static_cast<const bf16*>(bf16_weight(w.down_proj));
   cuda::gemm(s_->blas, T, D, I, dptr<bf16>(act), I, 0, dw, I, 0, true, dptr(out), Elem::kF32, D, 0, 1);
+}
+
+void CudaBackend::sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs) {
+  const int64_t R = logits.size(0), V = logits.size(1);
+  DI_CHECK_EQ(static_cast<int64_t>(rows.size()), R);
+  if (R == 0) return;
+  ScratchScope scope(*this);
+  // Per-row arguments and the Philox uniforms are computed here (pure functions of the request):
+  // one small upload, no synchronization.
+  std::vector<cuda::SampleRowArgs> args(static_cast<size_t>(R));
+  std::vector<int32_t> sampled;
+  for (int64_t i = 0; i < R; ++i) {
+    const SampleRow& r = rows[static_cast<size_t>(i)];
+    cuda::SampleRowArgs& a = args[static_cast<size_t>(i)];
+    a.temperature = r.params.temperature;
+    a.top_k = r.params.top_k;
+    a.top_p = r.params.top_p;
+    a.min_p = r.params.min_p;
+    a.u = philox_uniform(r.seed, r.position, RngPurpose::kSample);
+    a.greedy = r.params.temperature < kGreedyTemperature;
+    if (!a.greedy) sampled.push_back(static_cast<int32_t>(i));
+  }
+  Tensor d_args = empty(DType::kU8, {static_cast<int64_t>(args.size() * sizeof(cuda::SampleRowArgs))});
+  copy_from_host(args.data(), d_args);
+  Tensor d_sampled = empty(DType::kI32, {static_cast<int64_t>(sampled.size())});
+  copy_from_host(sampled.data(), d_sampled);
+  cuda::sample(cdptr<float>(logits), R, V, static_cast<const cuda::SampleRowArgs*>(dptr(d_args)),
+               cdptr<int32_t>(d_sampled), static_cast<int64_t>(sampled.size()), dptr<int32_t>(tokens),
+               dptr<float>(logprobs), arena_alloc, &s_->arena, s_->stream);
 }
 
 // ---- Factory ---------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ class CudaBackend : public Backend {
   void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void add(Tensor& out, const Tensor& x) override;
+  void sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs) override;
 
   void synchronize() override;
   std::pair<int64_t, int64_t> memory_info() const override;  // cudaMemGetInfo

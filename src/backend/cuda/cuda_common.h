@@ -112,6 +112,21 @@ void gather_latent(const bf16* cache, const int32_t* block_ids, int64_t block_si
 // P[h, i, j] = softmax_j(scale · scores[h, i, j]) over j ≤ first_pos + i, 0 beyond (fp32 out).
 void causal_softmax(const float* scores, int64_t H, int64_t rows, int64_t S, int64_t first_pos, float scale, float* P,
                     cudaStream_t s);
+// ---- cuda_sampling.cu ----
+struct SampleRowArgs {
+  float temperature;
+  int64_t top_k;
+  float top_p;
+  float min_p;
+  float u;       // philox_uniform(seed, position, kSample), drawn on the host
+  bool greedy;   // temperature < kGreedyTemperature
+};
+// tokens[i] for every row (−1: the row holds NaN/±Inf), logprobs[i] = log-softmax at the token.
+// rows_dev [R]; sampled_dev [n_sampled]: the non-greedy rows. Scratch from `alloc`.
+void sample(const float* logits, int64_t R, int64_t V, const SampleRowArgs* rows_dev, const int32_t* sampled_dev,
+            int64_t n_sampled, int32_t* tokens, float* logprobs, void* (*alloc)(void* ctx, size_t bytes), void* ctx,
+            cudaStream_t s);
+
 // ---- cuda_moe.cu ----
 struct RouteArgs {
   const float* logits;  // [T, E]

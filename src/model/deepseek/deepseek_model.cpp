@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "model/deepseek/deepseek_cost.h"
 #include "model/deepseek/deepseek_placement.h"
 #include "model/deepseek/deepseek_rope.h"
 
@@ -44,11 +45,25 @@ std::unique_ptr<DeepseekModel> DeepseekModel::dummy(DeepseekConfig config, Backe
   return std::make_unique<DeepseekModel>(std::move(config), std::move(w), backend.device());
 }
 
-void DeepseekModel::place(Backend& backend) {
-  if (backend.device() == placed_on_) return;
+Status DeepseekModel::place(Backend& backend) {
+  if (backend.device() == placed_on_) return Status::ok();
   DI_CHECK(placed_on_ == Device::cpu());
+  // Placed size: bf16 weights (FP8 ones at a byte plus a per-row scale per 128 columns), the
+  // embedding as loaded (fp32 tables stay fp32), a tied lm_head copied: within a few percent.
+  const DeepseekCost cost = deepseek_cost(config_);
+  const double per_param = config_.fp8 ? 1.0 + 4.0 / 128.0 : 2.0;
+  const double table_extra = static_cast<double>(weights_.embed_tokens.numel()) *
+                             (static_cast<double>(dtype_size(weights_.embed_tokens.dtype())) - per_param);
+  const auto need = static_cast<int64_t>(static_cast<double>(cost.total_params) * per_param + std::max(0.0, table_extra));
+  const auto [free_bytes, total_bytes] = backend.memory_info();
+  if (total_bytes > 0 && need > free_bytes)
+    return make_error(StatusCode::kResourceExhausted,
+                      "the model's weights need about {:.2f} GiB on device '{}' but {:.2f} GiB of {:.2f} GiB are free",
+                      static_cast<double>(need) / (1 << 30), backend.name(), static_cast<double>(free_bytes) / (1 << 30),
+                      static_cast<double>(total_bytes) / (1 << 30));
   weights_ = place_deepseek_weights(backend, config_, weights_);
   placed_on_ = backend.device();
+  return Status::ok();
 }
 
 std::vector<KvLayerSpec> DeepseekModel::kv_layers() const {

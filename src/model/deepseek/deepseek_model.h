@@ -55,8 +55,9 @@ class DeepseekModel {
                                               uint64_t seed);
 
   // Moves the weights into `backend`'s memory and layout (no-op for host backends); forward
-  // then requires a backend on that device. The host copies are released.
-  void place(Backend& backend);
+  // then requires a backend on that device. The host copies are released. An error, before any
+  // copy, when the device's free memory cannot hold the placed weights.
+  Status place(Backend& backend);
   Device placed_on() const { return placed_on_; }
 
   // Debugging/tests: when set, every MoE layer of every forward appends a host copy of its
