@@ -61,6 +61,19 @@ void Backend::fill_random(Tensor& t, uint64_t seed, bool normal, float a, float 
   }
 }
 
+void Backend::copy_to_host_async(const Tensor& src, Tensor& host_dst) {
+  DI_CHECK(on_host());
+  DI_CHECK_EQ(src.n_bytes(), host_dst.n_bytes());
+  std::memcpy(host_dst.raw_data(), src.raw_data(), src.n_bytes());
+}
+
+void Backend::resolve_tokens(Tensor& ids, const Tensor& pending) {
+  DI_CHECK(on_host());
+  int32_t* id = ids.data<int32_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    if (id[i] < 0) id[i] = std::max(0, pending.data<int32_t>()[-id[i] - 1]);
+}
+
 void Backend::sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs) {
   DI_CHECK(on_host());
   const int64_t R = logits.size(0), V = logits.size(1);

@@ -61,6 +61,26 @@ class Backend {
   virtual int64_t step_memory_bytes() const { return 0; }
   // Waits for every op issued so far (no-op on host backends).
   virtual void synchronize() {}
+
+  // ---- Asynchronous execution (device backends; host backends run everything at once) -------
+  // Host memory a device can copy into asynchronously (pinned on CUDA), zero-filled.
+  virtual Tensor allocate_staging(DType dtype, const std::vector<int64_t>& shape) {
+    return Tensor::empty_host(dtype, shape);
+  }
+  // host_dst ← src once the ops issued so far have run (same byte size); complete after a
+  // wait_fence on a later fence.
+  virtual void copy_to_host_async(const Tensor& src, Tensor& host_dst);
+  // A point in the op stream: record_fence() after the issued ops; wait_fence blocks until they
+  // have run; fence_elapsed_ms is the device time between two completed fences (0 on host).
+  virtual int64_t record_fence() { return 0; }
+  virtual void wait_fence(int64_t fence) { (void)fence; }
+  virtual double fence_elapsed_ms(int64_t from, int64_t to) {
+    (void)from;
+    (void)to;
+    return 0.0;
+  }
+  // Releases a fence's resources (after its last use).
+  virtual void release_fence(int64_t fence) { (void)fence; }
   // Weight placement for device backends: one LinearWeight holding `parts` stacked by rows in
   // this backend's memory and preferred layout (row views give the parts back, see
   // LinearWeight::rows; part boundaries keep FP8 scale rows aligned). Host backends return the
@@ -121,6 +141,10 @@ class Backend {
 
   // out = down(silu(gate(x)) * up(x)). x [T, D] F32; out [T, D] F32.
   virtual void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) = 0;
+
+  // Tokens not yet known on the host (sampled by a step still in flight): ids[t] < 0 stands for
+  // pending[−ids[t] − 1] (0 if that sample failed). ids [T] I32, pending [P] I32, both here.
+  virtual void resolve_tokens(Tensor& ids, const Tensor& pending);
 
   // out[i, :] = x[rows[i], :]. x [T, D] F32; rows [R] I32 (each < T); out [R, D] F32.
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;

@@ -64,6 +64,7 @@ class LLMEngine {
   int64_t n_unfinished() const { return static_cast<int64_t>(requests_.size()); }
 
   Scheduler& scheduler() { return *scheduler_; }
+  Executor& executor() { return *executor_; }
   const Scheduler& scheduler() const { return *scheduler_; }
   int64_t n_steps() const { return n_steps_; }
 

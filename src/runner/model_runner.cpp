@@ -27,11 +27,8 @@ int32_t ModelRunner::future_token(int64_t seq_id, int64_t position) const {
   return jt == it->second.end() ? 0 : jt->second;
 }
 
-std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
+std::vector<const ScheduledSeq*> ModelRunner::build_batch(const StepPlan& plan, ForwardBatch* batch, bool pending) {
   const int64_t bs = cache_.block_size();
-  const DeepseekConfig& mc = model_.config();
-  const int64_t vocab = mc.vocab_size;
-  ForwardBatch batch;
   std::vector<const ScheduledSeq*> sampled;
   std::vector<int32_t> tokens;
   for (const ScheduledSeq& x : plan.seqs) {
@@ -40,18 +37,40 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
     auto fut = future_.find(s->seq_id);
     if (fut != future_.end())  // positions the engine has appended need no memory here
       fut->second.erase(fut->second.begin(), fut->second.lower_bound(s->n_tokens()));
+    const auto pend = pending ? pending_.find(s->seq_id) : pending_.end();
     for (int64_t i = 0; i < x.n_tokens; ++i) {
       const int64_t pos = x.start + i;
-      tokens[static_cast<size_t>(i)] = pos < s->n_tokens() ? s->token_at(pos) : future_token(s->seq_id, pos);
+      int32_t t;
+      if (pos < s->n_tokens()) {
+        t = s->token_at(pos);
+      } else if (pend != pending_.end() && pend->second.count(pos)) {
+        t = -1 - pend->second.at(pos);  // sampled on the device by the step in flight
+      } else {
+        t = future_token(s->seq_id, pos);
+      }
+      tokens[static_cast<size_t>(i)] = t;
     }
     KvSequence kv = s->kv.kv;
     kv.n_tokens = x.start;
-    const int32_t row = batch.add_sequence(kv, tokens.data(), x.n_tokens, bs);
+    const int32_t row = batch->add_sequence(kv, tokens.data(), x.n_tokens, bs);
     if (x.sample) {
-      batch.logits_rows.push_back(static_cast<int32_t>(row + x.n_tokens - 1));
+      batch->logits_rows.push_back(static_cast<int32_t>(row + x.n_tokens - 1));
       sampled.push_back(&x);
     }
   }
+  return sampled;
+}
+
+std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
+  resolve_all();  // every earlier token known on the host
+  return run_sync(plan);
+}
+
+std::vector<SampledToken> ModelRunner::run_sync(const StepPlan& plan) {
+  const DeepseekConfig& mc = model_.config();
+  const int64_t vocab = mc.vocab_size;
+  ForwardBatch batch;
+  const std::vector<const ScheduledSeq*> sampled = build_batch(plan, &batch, false);
   std::vector<SampledToken> out;
   if (batch.n_tokens() == 0) return out;
   const Tensor logits = model_.forward(backend_, batch, cache_, policy_);  // [R, vocab] F32, backend memory
@@ -150,6 +169,117 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
     }
     out.push_back(std::move(t));
   }
+  return out;
+}
+
+void ModelRunner::launch(const StepPlan& plan) {
+  bool async = !backend_.on_host();
+  for (const ScheduledSeq& x : plan.seqs)
+    if (x.sample && needs_host_sampling(x.seq->params, x.start + x.n_tokens - static_cast<int64_t>(x.seq->prompt_ids.size())))
+      async = false;
+  InFlight f;
+  if (!async) {
+    resolve_all();
+    if (last_end_fence_ >= 0) {  // the timeline measures gaps between consecutive async steps only
+      backend_.release_fence(last_end_fence_);
+      last_end_fence_ = -1;
+    }
+    f.samples = run_sync(plan);
+    f.resolved = true;
+    inflight_.push_back(std::move(f));
+    return;
+  }
+  // The buffer half this step writes must not hold an unread step (at most two in flight).
+  for (InFlight& g : inflight_)
+    if (g.async && !g.resolved && g.slot == next_slot_) resolve(g);
+  ForwardBatch batch;
+  const std::vector<const ScheduledSeq*> sampled = build_batch(plan, &batch, true);
+  const int64_t R = static_cast<int64_t>(sampled.size());
+  if (R > capacity_) {  // grow the token buffers (nothing may be in flight in them)
+    resolve_all();
+    capacity_ = std::max<int64_t>(R, 2 * capacity_);
+    dev_tokens_ = backend_.allocate(DType::kI32, {2 * capacity_});
+    dev_logprobs_ = backend_.allocate(DType::kF32, {2 * capacity_});
+    host_tokens_ = backend_.allocate_staging(DType::kI32, {2 * capacity_});
+    host_logprobs_ = backend_.allocate_staging(DType::kF32, {2 * capacity_});
+    pending_.clear();
+    batch = ForwardBatch();
+    build_batch(plan, &batch, false);
+  }
+  if (!pending_.empty()) batch.pending_tokens = dev_tokens_;
+  f.async = true;
+  f.slot = next_slot_;
+  next_slot_ ^= 1;
+  f.start_fence = backend_.record_fence();
+  if (batch.n_tokens() > 0) {
+    const Tensor logits = model_.forward(backend_, batch, cache_, policy_);  // [R, vocab] F32
+    std::vector<SampleRow> rows(static_cast<size_t>(R));
+    for (int64_t i = 0; i < R; ++i) {
+      const ScheduledSeq& x = *sampled[static_cast<size_t>(i)];
+      rows[static_cast<size_t>(i)] = {x.seq->params.sampler(), x.seq->seed, static_cast<uint64_t>(x.start + x.n_tokens)};
+    }
+    const int64_t base = f.slot * capacity_;
+    Tensor tok = dev_tokens_.slice_rows(base, base + R), lp = dev_logprobs_.slice_rows(base, base + R);
+    backend_.sample(logits, rows, tok, lp);
+    Tensor htok = host_tokens_.slice_rows(base, base + R), hlp = host_logprobs_.slice_rows(base, base + R);
+    backend_.copy_to_host_async(tok, htok);
+    backend_.copy_to_host_async(lp, hlp);
+  }
+  f.end_fence = backend_.record_fence();
+  for (int64_t i = 0; i < R; ++i) {
+    const ScheduledSeq& x = *sampled[static_cast<size_t>(i)];
+    const int64_t position = x.start + x.n_tokens;
+    f.rows.emplace_back(x.seq, position);
+    pending_[x.seq->seq_id][position] = static_cast<int32_t>(f.slot * capacity_ + i);
+  }
+  inflight_.push_back(std::move(f));
+}
+
+void ModelRunner::resolve(InFlight& f) {
+  if (f.resolved) return;
+  backend_.wait_fence(f.end_fence);
+  const int64_t base = f.slot * capacity_;
+  for (size_t i = 0; i < f.rows.size(); ++i) {
+    auto [seq, position] = f.rows[i];
+    SampledToken t;
+    t.seq = seq;
+    const int32_t tok = host_tokens_.data<int32_t>()[base + static_cast<int64_t>(i)];
+    t.non_finite = tok < 0;
+    if (!t.non_finite) {
+      t.token = tok;
+      t.logprob = host_logprobs_.data<float>()[base + static_cast<int64_t>(i)];
+      future_[seq->seq_id][position] = tok;
+    }
+    auto it = pending_.find(seq->seq_id);
+    if (it != pending_.end()) {
+      it->second.erase(position);
+      if (it->second.empty()) pending_.erase(it);
+    }
+    f.samples.push_back(std::move(t));
+  }
+  // Timeline: this step's device time, and the gap since the previous async step ended.
+  const double busy = backend_.fence_elapsed_ms(f.start_fence, f.end_fence);
+  timeline_.busy_ms += busy;
+  ++timeline_.n_steps;
+  if (last_end_fence_ >= 0) {
+    timeline_.idle_ms += std::max(0.0, backend_.fence_elapsed_ms(last_end_fence_, f.start_fence));
+    backend_.release_fence(last_end_fence_);
+  }
+  backend_.release_fence(f.start_fence);
+  last_end_fence_ = f.end_fence;
+  f.resolved = true;
+}
+
+void ModelRunner::resolve_all() {
+  for (InFlight& f : inflight_) resolve(f);
+}
+
+std::vector<SampledToken> ModelRunner::collect() {
+  DI_CHECK(!inflight_.empty());
+  InFlight& f = inflight_.front();
+  resolve(f);
+  std::vector<SampledToken> out = std::move(f.samples);
+  inflight_.pop_front();
   return out;
 }
 

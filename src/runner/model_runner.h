@@ -65,11 +65,44 @@ class ModelRunner : public Executor {
 
   // Runs the step; returns one SampledToken per ScheduledSeq with sample == true, in plan order.
   std::vector<SampledToken> execute(const StepPlan& plan) override;
-  void forget(int64_t seq_id) override { future_.erase(seq_id); }
+  // On a device backend, a step whose rows all sample on the device is enqueued whole (forward,
+  // sampling, the tokens' copy into pinned memory, a fence) and launch returns at once; tokens
+  // of a step still in flight reach the next step on the device (ForwardBatch::pending_tokens).
+  // Other steps (host backends, rows needing the host) run synchronously, as execute.
+  void launch(const StepPlan& plan) override;
+  std::vector<SampledToken> collect() override;
+  void forget(int64_t seq_id) override {
+    future_.erase(seq_id);
+    pending_.erase(seq_id);
+  }
   PagedKvCache& cache() { return cache_; }
 
+  // The device timeline of asynchronous steps: time the GPU spent on steps and the gaps between
+  // consecutive ones (the idle time overlap is meant to remove).
+  struct Timeline {
+    int64_t n_steps = 0;
+    double busy_ms = 0;
+    double idle_ms = 0;  // Σ (start of step N+1 − end of step N) over consecutive async steps
+  };
+  const Timeline& timeline() const { return timeline_; }
+
  private:
+  // A launched step: its result, or what is needed to read it once the device is done.
+  struct InFlight {
+    bool async = false;
+    bool resolved = false;
+    std::vector<SampledToken> samples;                // synchronous steps: ready at launch
+    std::vector<std::pair<Sequence*, int64_t>> rows;  // async: (sequence, new token position) per row
+    int slot = 0;                                     // async: half of the token buffers it wrote
+    int64_t start_fence = -1, end_fence = -1;
+  };
   int32_t future_token(int64_t seq_id, int64_t position) const;
+  // Builds the step's batch; with `pending`, positions sampled by an in-flight async step become
+  // placeholders into the device token buffer. Returns the sampled rows in plan order.
+  std::vector<const ScheduledSeq*> build_batch(const StepPlan& plan, ForwardBatch* batch, bool pending);
+  void resolve(InFlight& f);  // waits for an async step and turns its pinned tokens into samples
+  void resolve_all();
+  std::vector<SampledToken> run_sync(const StepPlan& plan);
 
   const DeepseekModel& model_;
   Backend& backend_;
@@ -79,6 +112,16 @@ class ModelRunner : public Executor {
   std::vector<int32_t> counts_;
   // Tokens sampled but possibly not yet appended by the engine: seq_id → (position → token).
   std::unordered_map<int64_t, std::map<int64_t, int32_t>> future_;
+  // Tokens an in-flight async step is sampling: seq_id → (position → index into dev_tokens_).
+  std::unordered_map<int64_t, std::map<int64_t, int32_t>> pending_;
+  std::deque<InFlight> inflight_;
+  // Two halves of `capacity_` rows each, alternating between consecutive async steps.
+  int64_t capacity_ = 0;
+  Tensor dev_tokens_, dev_logprobs_;    // [2 · capacity] I32 / F32, device
+  Tensor host_tokens_, host_logprobs_;  // [2 · capacity] pinned staging
+  int next_slot_ = 0;
+  int64_t last_end_fence_ = -1;
+  Timeline timeline_;
 };
 
 }  // namespace deepinfer

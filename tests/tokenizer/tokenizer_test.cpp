@@ -142,7 +142,9 @@ double encode_seconds(const Tokenizer& t, const std::string& text, int reps) {
 TEST(Tokenizer, PathologicalInputsEncodeInNearLinearTime) {
   const Tokenizer* t = testing::deepseek_tokenizer();
   ASSERT_NE(t, nullptr);
-  // 8x the bytes must cost well under 64x (quadratic); linear is 8x, n log n about 10x.
+  // 8x the bytes must cost well under 64x (quadratic); linear is 8x, n log n about 10x. The bound
+  // (32, the geometric middle of n log n and quadratic) leaves room for a loaded CI machine
+  // (24 once measured 24.7 under ASan beside a parallel build).
   const size_t small = kSanitized ? (16 << 10) : (128 << 10);
   const size_t large = small * 8;
   for (const std::string unit : {"a", " ", "\n", "\t", "1", "!", "中", "😀", " a", "\r\n", "\xC2\xA0"}) {
@@ -151,7 +153,7 @@ TEST(Tokenizer, PathologicalInputsEncodeInNearLinearTime) {
     while (s_large.size() + unit.size() <= large) s_large += unit;
     const double ts = encode_seconds(*t, s_small, 3);
     const double tl = encode_seconds(*t, s_large, 2);
-    EXPECT_LT(tl / std::max(ts, 1e-6), 24.0) << "unit '" << unit << "': " << ts << " s for " << small << " B, " << tl
+    EXPECT_LT(tl / std::max(ts, 1e-6), 32.0) << "unit '" << unit << "': " << ts << " s for " << small << " B, " << tl
                                              << " s for " << large << " B";
     EXPECT_EQ(t->decode(*t->encode(s_large)), s_large);
   }

@@ -91,6 +91,8 @@ struct CudaState {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   StepArena arena;
+  std::vector<cudaEvent_t> events;     // fence id → event (timing enabled: fences time steps)
+  std::vector<int64_t> free_events;    // released fence ids
 };
 
 namespace {
@@ -136,11 +138,58 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(s_->stream);
+  for (cudaEvent_t e : s_->events) cudaEventDestroy(e);
   cublasDestroy(s_->blas);
   cudaStreamDestroy(s_->stream);
 }
 
 void CudaBackend::synchronize() { DI_CUDA_CHECK(cudaStreamSynchronize(s_->stream)); }
+
+Tensor CudaBackend::allocate_staging(DType dtype, const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(dtype);
+  void* p = nullptr;
+  DI_CUDA_CHECK(cudaMallocHost(&p, std::max<size_t>(bytes, 1)));
+  std::memset(p, 0, std::max<size_t>(bytes, 1));
+  auto buffer = std::make_shared<Buffer>(p, bytes, Device::cpu(), [](void* data, void*) { cudaFreeHost(data); }, nullptr);
+  return Tensor(buffer, 0, dtype, shape);
+}
+
+void CudaBackend::copy_to_host_async(const Tensor& src, Tensor& host_dst) {
+  DI_CHECK_EQ(src.n_bytes(), host_dst.n_bytes());
+  if (src.n_bytes() == 0) return;
+  DI_CUDA_CHECK(cudaMemcpyAsync(host_dst.raw_data(), src.raw_data(), src.n_bytes(), cudaMemcpyDeviceToHost, s_->stream));
+}
+
+int64_t CudaBackend::record_fence() {
+  int64_t id;
+  if (!s_->free_events.empty()) {
+    id = s_->free_events.back();
+    s_->free_events.pop_back();
+  } else {
+    cudaEvent_t e;
+    DI_CUDA_CHECK(cudaEventCreate(&e));
+    s_->events.push_back(e);
+    id = static_cast<int64_t>(s_->events.size()) - 1;
+  }
+  DI_CUDA_CHECK(cudaEventRecord(s_->events[static_cast<size_t>(id)], s_->stream));
+  return id;
+}
+
+void CudaBackend::wait_fence(int64_t fence) { DI_CUDA_CHECK(cudaEventSynchronize(s_->events[static_cast<size_t>(fence)])); }
+
+double CudaBackend::fence_elapsed_ms(int64_t from, int64_t to) {
+  float ms = 0;
+  DI_CUDA_CHECK(cudaEventElapsedTime(&ms, s_->events[static_cast<size_t>(from)], s_->events[static_cast<size_t>(to)]));
+  return ms;
+}
+
+void CudaBackend::release_fence(int64_t fence) { s_->free_events.push_back(fence); }
+
+void CudaBackend::resolve_tokens(Tensor& ids, const Tensor& pending) {
+  cuda::resolve_tokens(dptr<int32_t>(ids), ids.numel(), cdptr<int32_t>(pending), s_->stream);
+}
 void* CudaBackend::stream() const { return s_->stream; }
 int64_t CudaBackend::step_memory_bytes() const { return static_cast<int64_t>(s_->arena.capacity()); }
 

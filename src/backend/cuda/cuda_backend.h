@@ -65,6 +65,13 @@ class CudaBackend : public Backend {
   void sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs) override;
 
   void synchronize() override;
+  Tensor allocate_staging(DType dtype, const std::vector<int64_t>& shape) override;
+  void copy_to_host_async(const Tensor& src, Tensor& host_dst) override;
+  int64_t record_fence() override;
+  void wait_fence(int64_t fence) override;
+  double fence_elapsed_ms(int64_t from, int64_t to) override;
+  void release_fence(int64_t fence) override;
+  void resolve_tokens(Tensor& ids, const Tensor& pending) override;
   std::pair<int64_t, int64_t> memory_info() const override;  // cudaMemGetInfo
   int64_t step_memory_bytes() const override;                 // the arena's capacity
   // The cudaStream_t all ops are issued on, as an opaque pointer.

@@ -71,6 +71,8 @@ void kv_write(const float* latent, const int32_t* slots, int64_t T, int64_t widt
 void gather_rows(const float* x, const int32_t* rows, int64_t R, int64_t D, float* out, cudaStream_t s);
 void add(float* out, const float* x, int64_t n, cudaStream_t s);
 void fill_random(void* data, Elem elem, int64_t n, uint64_t seed, bool normal, float a, float b, cudaStream_t s);
+// ids[i] < 0 → max(0, pending[−ids[i] − 1]).
+void resolve_tokens(int32_t* ids, int64_t n, const int32_t* pending, cudaStream_t s);
 
 // ---- cuda_gemm.cu ----
 // Row-major C[M, N] (+)= A[M, K] · op(B), batched with element strides; A, B bf16, fp32

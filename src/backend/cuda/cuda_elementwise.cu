@@ -154,6 +154,11 @@ __global__ void fill_random_kernel(void* data, Elem e, int64_t n, uint64_t seed,
   }
 }
 
+__global__ void resolve_tokens_kernel(int32_t* ids, int64_t n, const int32_t* pending) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n && ids[i] < 0) ids[i] = max(0, pending[-static_cast<int64_t>(ids[i]) - 1]);
+}
+
 constexpr unsigned kMaxGrid = 65535u * 16u;
 unsigned elementwise_grid(int64_t n) { return grid_for(n, 256) < kMaxGrid ? grid_for(n, 256) : kMaxGrid; }
 unsigned row_threads(int64_t D) { return D >= 1024 ? 1024u : D >= 256 ? 256u : 128u; }
@@ -222,6 +227,12 @@ void gather_rows(const float* x, const int32_t* rows, int64_t R, int64_t D, floa
 void add(float* out, const float* x, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   add_kernel<<<elementwise_grid(n), 256, 0, s>>>(out, x, n);
+  DI_CUDA_LAUNCHED();
+}
+
+void resolve_tokens(int32_t* ids, int64_t n, const int32_t* pending, cudaStream_t s) {
+  if (n == 0) return;
+  resolve_tokens_kernel<<<grid_for(n, 256), 256, 0, s>>>(ids, n, pending);
   DI_CUDA_LAUNCHED();
 }
 

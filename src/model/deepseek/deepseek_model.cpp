@@ -190,7 +190,9 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
   std::copy(packed.begin(), packed.end(), host_packed.data<int32_t>());
   const Tensor dev = backend.upload(host_packed);
   auto view = [&](int i, int64_t n) { return dev.slice_rows(at[static_cast<size_t>(i)], at[static_cast<size_t>(i)] + n); };
-  const Tensor ids = view(0, T), positions = view(1, T), slots = view(2, T), rows = view(7, R);
+  Tensor ids = view(0, T);
+  const Tensor positions = view(1, T), slots = view(2, T), rows = view(7, R);
+  if (batch.pending_tokens.defined()) backend.resolve_tokens(ids, batch.pending_tokens);
   const int32_t* dp = dev.data<int32_t>();
 
   AttentionBatch decode;

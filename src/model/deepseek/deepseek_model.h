@@ -28,6 +28,9 @@ struct ForwardBatch {
   std::vector<int32_t> block_indptr;  // [B + 1]
   std::vector<int32_t> block_ids;     // pages of each sequence in order
   std::vector<int32_t> logits_rows;   // rows of T whose logits are returned, in this order
+  // Tokens sampled by a step still in flight, in the backend's memory: token_ids[t] < 0 stands
+  // for pending_tokens[−token_ids[t] − 1] (Backend::resolve_tokens). Undefined: none.
+  Tensor pending_tokens;
 
   int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t n_seqs() const { return static_cast<int64_t>(kv_len.size()); }
