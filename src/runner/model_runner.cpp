@@ -211,6 +211,7 @@ void ModelRunner::launch(const StepPlan& plan) {
   f.slot = next_slot_;
   next_slot_ ^= 1;
   f.start_fence = backend_.record_fence();
+  for (const InFlight& g : inflight_) timeline_.n_overlapped += g.async && !g.resolved ? 1 : 0;
   if (batch.n_tokens() > 0) {
     const Tensor logits = model_.forward(backend_, batch, cache_, policy_);  // [R, vocab] F32
     std::vector<SampleRow> rows(static_cast<size_t>(R));
@@ -218,12 +219,14 @@ void ModelRunner::launch(const StepPlan& plan) {
       const ScheduledSeq& x = *sampled[static_cast<size_t>(i)];
       rows[static_cast<size_t>(i)] = {x.seq->params.sampler(), x.seq->seed, static_cast<uint64_t>(x.start + x.n_tokens)};
     }
-    const int64_t base = f.slot * capacity_;
-    Tensor tok = dev_tokens_.slice_rows(base, base + R), lp = dev_logprobs_.slice_rows(base, base + R);
-    backend_.sample(logits, rows, tok, lp);
-    Tensor htok = host_tokens_.slice_rows(base, base + R), hlp = host_logprobs_.slice_rows(base, base + R);
-    backend_.copy_to_host_async(tok, htok);
-    backend_.copy_to_host_async(lp, hlp);
+    if (R > 0) {  // a step of middle prefill chunks samples nothing
+      const int64_t base = f.slot * capacity_;
+      Tensor tok = dev_tokens_.slice_rows(base, base + R), lp = dev_logprobs_.slice_rows(base, base + R);
+      backend_.sample(logits, rows, tok, lp);
+      Tensor htok = host_tokens_.slice_rows(base, base + R), hlp = host_logprobs_.slice_rows(base, base + R);
+      backend_.copy_to_host_async(tok, htok);
+      backend_.copy_to_host_async(lp, hlp);
+    }
   }
   f.end_fence = backend_.record_fence();
   for (int64_t i = 0; i < R; ++i) {

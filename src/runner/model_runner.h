@@ -83,6 +83,7 @@ class ModelRunner : public Executor {
     int64_t n_steps = 0;
     double busy_ms = 0;
     double idle_ms = 0;  // Σ (start of step N+1 − end of step N) over consecutive async steps
+    int64_t n_overlapped = 0;  // async launches made while an earlier step was still running
   };
   const Timeline& timeline() const { return timeline_; }
 
