@@ -14,11 +14,15 @@
 #include "engine/generator.h"
 #include "model/deepseek/deepseek_random.h"
 #include "support/cuda_available.h"
+#include "support/logits_compare.h"
 #include "support/routing_trace.h"
 #include "support/tiny_configs.h"
 
 namespace deepinfer {
 namespace {
+
+using testing::in_top5;
+using testing::row_rel_err;
 
 std::unique_ptr<Generator> open(const std::string& dir, const std::string& device) {
   EngineConfig c;
@@ -29,22 +33,6 @@ std::unique_ptr<Generator> open(const std::string& dir, const std::string& devic
   auto g = Generator::create(c);
   EXPECT_TRUE(g.has_value()) << g.status().to_string();
   return std::move(*g);
-}
-
-double row_rel_err(const float* a, const float* ref, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (static_cast<double>(a[i]) - ref[i]) * (static_cast<double>(a[i]) - ref[i]);
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
-bool in_top5(const float* row, int64_t vocab, int32_t tok) {
-  int64_t better = 0;
-  for (int64_t v = 0; v < vocab; ++v) better += row[v] > row[tok];
-  return better < 5;
 }
 
 void check(const std::string& name, nlohmann::json config, DType dtype) {

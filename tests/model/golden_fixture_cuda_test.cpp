@@ -22,40 +22,16 @@
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "support/cuda_available.h"
+#include "support/logits_compare.h"
 #include "support/routing_trace.h"
 
 namespace deepinfer {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::vector<std::string> fixture_dirs() {
-  std::vector<std::string> dirs;
-  const fs::path root = fs::path(DEEPINFER_SOURCE_DIR) / "tests" / "fixtures";
-  for (const auto& e : fs::directory_iterator(root))
-    if (fs::exists(e.path() / "golden.json")) dirs.push_back(e.path().string());
-  std::sort(dirs.begin(), dirs.end());
-  return dirs;
-}
-
-std::vector<int32_t> top5(const float* row, int64_t vocab) {
-  std::vector<int32_t> ids(static_cast<size_t>(vocab));
-  for (int64_t v = 0; v < vocab; ++v) ids[static_cast<size_t>(v)] = static_cast<int32_t>(v);
-  std::partial_sort(ids.begin(), ids.begin() + 5, ids.end(),
-                    [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-  ids.resize(5);
-  return ids;
-}
-
-double row_rel_err(const float* a, const float* ref, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (static_cast<double>(a[i]) - ref[i]) * (static_cast<double>(a[i]) - ref[i]);
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using testing::fixture_dirs;
+using testing::in_top5;
+using testing::row_rel_err;
 
 class GoldenFixtureCuda : public ::testing::TestWithParam<std::string> {};
 
@@ -126,9 +102,8 @@ TEST_P(GoldenFixtureCuda, MatchesTransformersWithinBf16) {
       if (lens[i] - 1 + static_cast<int64_t>(agree) < flip[i]) worst = std::max(worst, e);
       if (ours.token_ids[agree] != expected[agree]) {
         if (lens[i] - 1 + static_cast<int64_t>(agree) >= flip[i]) break;  // downstream of a routing near-tie
-        const auto ours_top = top5(a, vocab), ref_top = top5(ref, vocab);
-        EXPECT_NE(std::find(ref_top.begin(), ref_top.end(), ours.token_ids[agree]), ref_top.end()) << tag << " step " << agree;
-        EXPECT_NE(std::find(ours_top.begin(), ours_top.end(), expected[agree]), ours_top.end()) << tag << " step " << agree;
+        EXPECT_TRUE(in_top5(ref, vocab, ours.token_ids[agree])) << tag << " step " << agree;
+        EXPECT_TRUE(in_top5(a, vocab, expected[agree])) << tag << " step " << agree;
         break;
       }
     }

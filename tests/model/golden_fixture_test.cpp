@@ -13,21 +13,13 @@
 #include "engine/generator.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
+#include "support/logits_compare.h"
 
 namespace deepinfer {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::vector<std::string> fixture_dirs() {
-  std::vector<std::string> dirs;
-  const fs::path root = fs::path(DEEPINFER_SOURCE_DIR) / "tests" / "fixtures";
-  if (!fs::exists(root)) return dirs;
-  for (const auto& e : fs::directory_iterator(root))
-    if (fs::exists(e.path() / "golden.json")) dirs.push_back(e.path().string());
-  std::sort(dirs.begin(), dirs.end());
-  return dirs;
-}
+using testing::fixture_dirs;
 
 class GoldenFixture : public ::testing::TestWithParam<std::string> {};
 
