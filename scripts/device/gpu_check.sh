@@ -32,7 +32,7 @@ run cuda_fixtures "$T" --gtest_filter='Fixtures/GoldenFixtureCuda.*:CudaModelPar
 grep -E "\[cuda (fixture|parity)\]" "$OUT/cuda_fixtures.log" | sed 's|/.*/fixtures/||' | head -60
 run cuda_runtime env DEEPINFER_TEST_DEVICE=cuda "$T" --gtest_filter='LLMEngine.*'
 grep -c "\[tolerant\]" "$OUT/cuda_runtime.log" | sed 's/^/tolerant divergences: /'
-grep "\[timeline\]" "$OUT/cuda_runtime.log"
+grep -E "\[(timeline|graphs)\]" "$OUT/cuda_runtime.log"
 run cli_generate build-device/src/tools/deepinfer generate --device cuda --prompt "The capital of France is" --max-tokens 24
 tail -3 "$OUT/cli_generate.log"
 run cpu_suite bash -c "cd build-device && ctest -j$(nproc) --output-on-failure -E 'Cuda'"

@@ -81,6 +81,16 @@ class Backend {
   }
   // Releases a fence's resources (after its last use).
   virtual void release_fence(int64_t fence) { (void)fence; }
+
+  // ---- Graphs (CUDA graphs; host backends have none) ------------------------------------------
+  // Ops issued between capture_begin and capture_end are recorded, not run; graph_launch runs
+  // the recording again on the same memory. Step memory addresses recorded in a graph stay valid
+  // while step_memory_generation() is unchanged (it changes when the step arena is rebuilt).
+  virtual bool supports_graphs() const { return false; }
+  virtual void capture_begin() { DI_CHECK(false && "no graphs on this backend"); }
+  virtual int64_t capture_end() { return -1; }
+  virtual void graph_launch(int64_t graph) { (void)graph; }
+  virtual int64_t step_memory_generation() const { return 0; }
   // Weight placement for device backends: one LinearWeight holding `parts` stacked by rows in
   // this backend's memory and preferred layout (row views give the parts back, see
   // LinearWeight::rows; part boundaries keep FP8 scale rows aligned). Host backends return the

@@ -70,6 +70,9 @@ Expected<EngineConfig> EngineConfig::from_env() {
   flag = c.overlap ? 1 : 0;
   DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_OVERLAP", 0, 1, &flag));
   c.overlap = flag != 0;
+  flag = c.cuda_graphs ? 1 : 0;
+  DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_CUDA_GRAPHS", 0, 1, &flag));
+  c.cuda_graphs = flag != 0;
   flag = c.batch_invariant ? 1 : 0;
   DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_BATCH_INVARIANT", 0, 1, &flag));
   c.batch_invariant = flag != 0;

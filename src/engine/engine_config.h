@@ -22,6 +22,9 @@ struct EngineConfig {
   // DEEPINFER_GPU_MEMORY_UTILIZATION: on a GPU, KV pages take what is free once the weights and
   // a profiled step's scratch are resident, up to this fraction of the card's memory (vLLM's rule).
   double gpu_memory_utilization = 0.9;
+  // DEEPINFER_CUDA_GRAPHS=0: decode steps launch every kernel from the host instead of replaying
+  // a CUDA graph per batch size.
+  bool cuda_graphs = true;
   int64_t num_kv_blocks = 0;               // overrides kv_cache_bytes when > 0 (tests)
   bool enable_prefix_caching = true;       // DEEPINFER_ENABLE_PREFIX_CACHING=0 turns it off
   // DEEPINFER_BATCH_INVARIANT=1: every attention row uses the absorbed MLA form, so outputs do

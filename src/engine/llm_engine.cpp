@@ -62,7 +62,8 @@ LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, 
   }
   scheduler_ = std::make_unique<Scheduler>(sc, std::make_unique<BlockManager>(n_blocks, bs, config_.enable_prefix_caching));
   executor_ = std::make_unique<ModelRunner>(*model_, *backend_, n_blocks, bs,
-                                          config_.batch_invariant ? MlaPolicy::kAbsorbed : MlaPolicy::kAuto);
+                                          config_.batch_invariant ? MlaPolicy::kAbsorbed : MlaPolicy::kAuto,
+                                          config_.cuda_graphs);
 }
 
 int64_t LLMEngine::max_model_len() const {

@@ -12,11 +12,12 @@ bool needs_host_sampling(const SamplingParams& p, int64_t n_output_tokens) {
 }
 
 ModelRunner::ModelRunner(const DeepseekModel& model, Backend& backend, int64_t n_blocks, int64_t block_size,
-                         MlaPolicy policy)
+                         MlaPolicy policy, bool use_graphs)
     : model_(model),
       backend_(backend),
       cache_(backend, model.kv_layers(), n_blocks, block_size, backend.kv_dtype()),
-      policy_(policy) {}
+      policy_(policy),
+      use_graphs_(use_graphs) {}
 
 int32_t ModelRunner::future_token(int64_t seq_id, int64_t position) const {
   // Absent only when that earlier sample failed (non-finite logits): the sequence is failing
@@ -73,7 +74,8 @@ std::vector<SampledToken> ModelRunner::run_sync(const StepPlan& plan) {
   const std::vector<const ScheduledSeq*> sampled = build_batch(plan, &batch, false);
   std::vector<SampledToken> out;
   if (batch.n_tokens() == 0) return out;
-  const Tensor logits = model_.forward(backend_, batch, cache_, policy_);  // [R, vocab] F32, backend memory
+  // [R, vocab] F32, backend memory
+  const Tensor logits = model_.forward(backend_, batch, cache_, policy_, use_graphs_ ? &graphs_ : nullptr);
 
   // Rows whose logits processors or top-n log-probabilities need the whole row on the host; on
   // host backends that is every row. The others are sampled where the logits are.
@@ -213,7 +215,7 @@ void ModelRunner::launch(const StepPlan& plan) {
   f.start_fence = backend_.record_fence();
   for (const InFlight& g : inflight_) timeline_.n_overlapped += g.async && !g.resolved ? 1 : 0;
   if (batch.n_tokens() > 0) {
-    const Tensor logits = model_.forward(backend_, batch, cache_, policy_);  // [R, vocab] F32
+    const Tensor logits = model_.forward(backend_, batch, cache_, policy_, use_graphs_ ? &graphs_ : nullptr);
     std::vector<SampleRow> rows(static_cast<size_t>(R));
     for (int64_t i = 0; i < R; ++i) {
       const ScheduledSeq& x = *sampled[static_cast<size_t>(i)];

@@ -60,8 +60,9 @@ bool needs_host_sampling(const SamplingParams& p, int64_t n_output_tokens);
 
 class ModelRunner : public Executor {
  public:
+  // use_graphs: decode-only steps replay CUDA graphs on backends that have them.
   ModelRunner(const DeepseekModel& model, Backend& backend, int64_t n_blocks, int64_t block_size,
-              MlaPolicy policy);
+              MlaPolicy policy, bool use_graphs = true);
 
   // Runs the step; returns one SampledToken per ScheduledSeq with sample == true, in plan order.
   std::vector<SampledToken> execute(const StepPlan& plan) override;
@@ -86,6 +87,7 @@ class ModelRunner : public Executor {
     int64_t n_overlapped = 0;  // async launches made while an earlier step was still running
   };
   const Timeline& timeline() const { return timeline_; }
+  int64_t n_graph_replays() const { return graphs_.n_replays; }
 
  private:
   // A launched step: its result, or what is needed to read it once the device is done.
@@ -122,6 +124,8 @@ class ModelRunner : public Executor {
   Tensor host_tokens_, host_logprobs_;  // [2 · capacity] pinned staging
   int next_slot_ = 0;
   int64_t last_end_fence_ = -1;
+  bool use_graphs_;
+  DecodeGraphs graphs_;
   Timeline timeline_;
 };
 

@@ -159,6 +159,7 @@ class BenchRun {
       kv.n_tokens = cmd_.context;
     }
     std::vector<double> ms_all;
+    DecodeGraphs graphs;  // decode steps replay a CUDA graph after the first two (warm-up)
     for (int64_t i = 0; i < cmd_.warmup + cmd_.steps; ++i) {
       const std::vector<int32_t> tokens = random_tokens(batch);
       const double ms = time_step([&] {
@@ -167,7 +168,7 @@ class BenchRun {
           step.add_sequence(seqs[static_cast<size_t>(b)], &tokens[static_cast<size_t>(b)], 1, bs);
           step.logits_rows.push_back(static_cast<int32_t>(b));
         }
-        (void)model_.forward(backend_, step, cache);
+        (void)model_.forward(backend_, step, cache, MlaPolicy::kAuto, cmd_.graphs ? &graphs : nullptr);
       });
       for (KvSequence& kv : seqs) kv.n_tokens += 1;
       if (i >= cmd_.warmup) ms_all.push_back(ms);
@@ -177,6 +178,7 @@ class BenchRun {
     res["tok_per_s"] = static_cast<double>(batch) / (ms / 1e3);
     res["ratio_to_floor"] = floor ? json(*floor / ms) : json(nullptr);
     res["steps"] = ms_all.size();
+    res["cuda_graph_replays"] = graphs.n_replays;
     res["warmup_steps"] = cmd_.warmup;
     res["ms_all"] = ms_all;
     return res;
@@ -266,6 +268,7 @@ void BenchCommand::add_to(CLI::App& parent) {
   app->add_option("--block-size", block_size, "KV page size in tokens")->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app->add_option("--seed", seed, "Seed of the dummy weights and token ids")->check(CLI::NonNegativeNumber);
   app->add_option("--threads", threads, "CPU threads for --device cpu (0 = all cores)");
+  app->add_flag("!--no-graphs", graphs, "Decode without CUDA graphs (every kernel launched by the host)");
   app->add_option("--json", json_path, "Write the results here (rewritten after every case)");
 }
 

@@ -26,6 +26,7 @@ struct BenchCommand {
   int64_t block_size = 64;
   int64_t seed = 0;
   int threads = 0;
+  bool graphs = true;  // decode steps through CUDA graphs (--no-graphs: eager)
   std::string json_path;
   CLI::App* app = nullptr;
 

@@ -57,6 +57,7 @@ class StepArena {
   bool merge_needed() const { return chunks_.size() > 1; }
   void reset() {
     if (chunks_.size() > 1) {
+      ++generation_;  // addresses change: graphs recorded on the old chunks are stale
       release_all();
       void* p = nullptr;
       const size_t size = high_water_ + high_water_ / 8;
@@ -71,6 +72,7 @@ class StepArena {
     for (const auto& c : chunks_) n += c.second;
     return n;
   }
+  int64_t generation() const { return generation_; }
 
  private:
   // Bytes below the current position, counting whole earlier chunks (an upper bound).
@@ -85,6 +87,7 @@ class StepArena {
   }
   std::vector<std::pair<void*, size_t>> chunks_;
   size_t current_ = 0, offset_ = 0, high_water_ = 0;
+  int64_t generation_ = 0;
 };
 
 struct CudaState {
@@ -93,6 +96,16 @@ struct CudaState {
   StepArena arena;
   std::vector<cudaEvent_t> events;     // fence id → event (timing enabled: fences time steps)
   std::vector<int64_t> free_events;    // released fence ids
+  std::vector<cudaGraphExec_t> graphs;
+  void* blas_workspace = nullptr;      // fixed cuBLAS workspace (graph capture needs one)
+  // Pinned staging for small host → device copies, one per step, alternating: a copy from
+  // pageable memory would wait for the stream (the previous step) and serialize the overlap.
+  struct Staging {
+    char* data = nullptr;
+    size_t capacity = 0, used = 0;
+    int64_t fence = -1;  // after the last step that copied from it
+  } staging[2];
+  int current_staging = 0;
 };
 
 namespace {
@@ -134,11 +147,17 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   DI_CUDA_CHECK(cudaStreamCreateWithFlags(&s_->stream, cudaStreamNonBlocking));
   DI_CUBLAS_CHECK(cublasCreate(&s_->blas));
   DI_CUBLAS_CHECK(cublasSetStream(s_->blas, s_->stream));
+  constexpr size_t kWorkspace = size_t{64} << 20;
+  DI_CUDA_CHECK(cudaMalloc(&s_->blas_workspace, kWorkspace));
+  DI_CUBLAS_CHECK(cublasSetWorkspace(s_->blas, s_->blas_workspace, kWorkspace));
 }
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(s_->stream);
   for (cudaEvent_t e : s_->events) cudaEventDestroy(e);
+  for (cudaGraphExec_t g : s_->graphs) cudaGraphExecDestroy(g);
+  for (auto& st : s_->staging) cudaFreeHost(st.data);
+  cudaFree(s_->blas_workspace);
   cublasDestroy(s_->blas);
   cudaStreamDestroy(s_->stream);
 }
@@ -187,6 +206,26 @@ double CudaBackend::fence_elapsed_ms(int64_t from, int64_t to) {
 
 void CudaBackend::release_fence(int64_t fence) { s_->free_events.push_back(fence); }
 
+void CudaBackend::capture_begin() {
+  DI_CUDA_CHECK(cudaStreamBeginCapture(s_->stream, cudaStreamCaptureModeThreadLocal));
+}
+
+int64_t CudaBackend::capture_end() {
+  cudaGraph_t graph = nullptr;
+  DI_CUDA_CHECK(cudaStreamEndCapture(s_->stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  DI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  DI_CUDA_CHECK(cudaGraphDestroy(graph));
+  s_->graphs.push_back(exec);
+  return static_cast<int64_t>(s_->graphs.size()) - 1;
+}
+
+void CudaBackend::graph_launch(int64_t graph) {
+  DI_CUDA_CHECK(cudaGraphLaunch(s_->graphs[static_cast<size_t>(graph)], s_->stream));
+}
+
+int64_t CudaBackend::step_memory_generation() const { return s_->arena.generation(); }
+
 void CudaBackend::resolve_tokens(Tensor& ids, const Tensor& pending) {
   cuda::resolve_tokens(dptr<int32_t>(ids), ids.numel(), cdptr<int32_t>(pending), s_->stream);
 }
@@ -224,9 +263,29 @@ Tensor CudaBackend::upload(const Tensor& host) {
 }
 
 void CudaBackend::copy_from_host(const void* src, Tensor& dst) {
-  if (dst.n_bytes() == 0) return;
-  // Pageable source: the call returns once the bytes are staged, so src may be freed after.
-  DI_CUDA_CHECK(cudaMemcpyAsync(dptr(dst), src, dst.n_bytes(), cudaMemcpyHostToDevice, s_->stream));
+  const size_t bytes = dst.n_bytes();
+  if (bytes == 0) return;
+  constexpr size_t kStagedMax = size_t{16} << 20;
+  if (bytes > kStagedMax) {  // weights: from pageable memory (waits for the stream, returns once staged)
+    DI_CUDA_CHECK(cudaMemcpyAsync(dptr(dst), src, bytes, cudaMemcpyHostToDevice, s_->stream));
+    return;
+  }
+  CudaState::Staging& st = s_->staging[s_->current_staging];
+  const size_t need = st.used + (bytes + 255) / 256 * 256;
+  if (need > st.capacity) {  // grow (rare): the old buffer may still be read by queued copies
+    synchronize();
+    char* grown = nullptr;
+    const size_t capacity = std::max<size_t>({need, 2 * st.capacity, size_t{1} << 20});
+    DI_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&grown), capacity));
+    if (st.data != nullptr) cudaFreeHost(st.data);
+    st.data = grown;
+    st.capacity = capacity;
+    st.used = 0;
+  }
+  char* slot = st.data + st.used;
+  st.used += (bytes + 255) / 256 * 256;
+  std::memcpy(slot, src, bytes);
+  DI_CUDA_CHECK(cudaMemcpyAsync(dptr(dst), slot, bytes, cudaMemcpyHostToDevice, s_->stream));
 }
 
 Tensor CudaBackend::to_host(const Tensor& t) {
@@ -241,6 +300,14 @@ Tensor CudaBackend::to_host(const Tensor& t) {
 void CudaBackend::begin_step() {
   if (s_->arena.merge_needed()) synchronize();
   s_->arena.reset();
+  // Staging: close the buffer the last step copied from; reopen the other once its step ran.
+  CudaState::Staging& done = s_->staging[s_->current_staging];
+  if (done.fence >= 0) release_fence(done.fence);
+  done.fence = record_fence();
+  s_->current_staging ^= 1;
+  CudaState::Staging& next = s_->staging[s_->current_staging];
+  if (next.fence >= 0) wait_fence(next.fence);
+  next.used = 0;
 }
 
 int64_t CudaBackend::step_mark() { return s_->arena.mark(); }

@@ -72,6 +72,11 @@ class CudaBackend : public Backend {
   double fence_elapsed_ms(int64_t from, int64_t to) override;
   void release_fence(int64_t fence) override;
   void resolve_tokens(Tensor& ids, const Tensor& pending) override;
+  bool supports_graphs() const override { return true; }
+  void capture_begin() override;
+  int64_t capture_end() override;
+  void graph_launch(int64_t graph) override;
+  int64_t step_memory_generation() const override;
   std::pair<int64_t, int64_t> memory_info() const override;  // cudaMemGetInfo
   int64_t step_memory_bytes() const override;                 // the arena's capacity
   // The cudaStream_t all ops are issued on, as an opaque pointer.

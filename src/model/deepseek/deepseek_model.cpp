@@ -148,8 +148,8 @@ void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, const T
   }
 }
 
-Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, PagedKvCache& cache,
-                              MlaPolicy policy) const {
+Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, PagedKvCache& cache, MlaPolicy policy,
+                              DecodeGraphs* graphs) const {
   const DeepseekConfig& c = config_;
   const int64_t T = batch.n_tokens(), D = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -158,37 +158,57 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
   DI_CHECK_EQ(static_cast<int64_t>(batch.q_indptr.size()), batch.n_seqs() + 1);
   DI_CHECK_EQ(cache.n_layers(), c.num_hidden_layers);
   DI_CHECK(backend.device() == placed_on_);  // weights live where the backend computes
+  for (int32_t t : batch.logits_rows) DI_CHECK(t >= 0 && t < T);
   backend.begin_step();
 
   // Two views of the batch for the two attention forms: decode rows (q_len == 1) and the rest.
   const int64_t B = batch.n_seqs();
   std::vector<uint8_t> is_decode(static_cast<size_t>(B)), is_prefill(is_decode.size());
-  int64_t n_decode = 0;
+  int64_t n_decode = 0, n_one = 0;
   for (int64_t b = 0; b < B; ++b) {
-    const bool d = policy == MlaPolicy::kAbsorbed ||
-                   batch.q_indptr[static_cast<size_t>(b) + 1] - batch.q_indptr[static_cast<size_t>(b)] == 1;
+    const bool one = batch.q_indptr[static_cast<size_t>(b) + 1] - batch.q_indptr[static_cast<size_t>(b)] == 1;
+    const bool d = policy == MlaPolicy::kAbsorbed || one;
     is_decode[static_cast<size_t>(b)] = d;
     is_prefill[static_cast<size_t>(b)] = !d;
     n_decode += d;
+    n_one += one;
   }
-  // Every per-step index array in one upload: ids, positions, slots, q_indptr, kv_len,
-  // block_indptr, block_ids, logits rows, then the two masks packed into i32 words.
   const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
+  // A decode-only step has the same device work for every step of its batch size: graphable.
+  const bool graphed = graphs != nullptr && backend.supports_graphs() && routing_trace_ == nullptr && B > 0 &&
+                       n_one == B && T == B && R == B;
+
+  // Every per-step index array in one buffer: ids, positions, slots, q_indptr, kv_len,
+  // block_indptr, block_ids, logits rows, then the two masks packed into i32 words. Graphed
+  // steps use a fixed layout (block_ids padded to the whole pool) in a persistent buffer.
+  const int64_t mask_words = (B + 3) / 4;
+  const int64_t block_cap = graphed ? cache.pool().n_blocks() : static_cast<int64_t>(batch.block_ids.size());
   std::vector<int32_t> packed;
   std::vector<int64_t> at;
   for (const std::vector<int32_t>* v : {&batch.token_ids, &batch.positions, &batch.slots, &batch.q_indptr, &batch.kv_len,
                                         &batch.block_indptr, &batch.block_ids, &batch.logits_rows}) {
     at.push_back(static_cast<int64_t>(packed.size()));
     packed.insert(packed.end(), v->begin(), v->end());
+    if (v == &batch.block_ids) packed.resize(static_cast<size_t>(at.back() + block_cap), 0);
   }
-  const int64_t mask_words = (B + 3) / 4;
   at.push_back(static_cast<int64_t>(packed.size()));
   packed.resize(packed.size() + 2 * static_cast<size_t>(mask_words), 0);
   std::memcpy(packed.data() + at[8], is_decode.data(), static_cast<size_t>(B));
   std::memcpy(packed.data() + at[8] + mask_words, is_prefill.data(), static_cast<size_t>(B));
-  Tensor host_packed = Tensor::empty_host(DType::kI32, {static_cast<int64_t>(packed.size())});
-  std::copy(packed.begin(), packed.end(), host_packed.data<int32_t>());
-  const Tensor dev = backend.upload(host_packed);
+  DecodeGraphs::Entry* entry = graphed ? &graphs->by_batch[B] : nullptr;
+  Tensor dev;
+  if (entry != nullptr) {
+    if (!entry->inputs.defined() || entry->inputs.numel() != static_cast<int64_t>(packed.size())) {
+      entry->inputs = backend.allocate(DType::kI32, {static_cast<int64_t>(packed.size())});
+      entry->graph = -1;
+    }
+    backend.copy_from_host(packed.data(), entry->inputs);
+    dev = entry->inputs;
+  } else {
+    Tensor host_packed = Tensor::empty_host(DType::kI32, {static_cast<int64_t>(packed.size())});
+    std::copy(packed.begin(), packed.end(), host_packed.data<int32_t>());
+    dev = backend.upload(host_packed);
+  }
   auto view = [&](int i, int64_t n) { return dev.slice_rows(at[static_cast<size_t>(i)], at[static_cast<size_t>(i)] + n); };
   Tensor ids = view(0, T);
   const Tensor positions = view(1, T), slots = view(2, T), rows = view(7, R);
@@ -214,27 +234,47 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
   prefill.dev.seq_mask = reinterpret_cast<const uint8_t*>(dp + at[8] + mask_words);
   prefill.n_seqs = n_decode < B ? B : 0;
 
-  Tensor h = backend.empty(DType::kF32, {T, D});       // [T, hidden] residual stream
-  Tensor x = backend.empty(DType::kF32, {T, D});       // [T, hidden] normalized input of a sublayer
-  Tensor delta = backend.empty(DType::kF32, {T, D});   // [T, hidden] sublayer output
-  backend.embedding(weights_.embed_tokens, ids, h);
-  backend.rms_norm(h, 0, weights_.layers[0].input_layernorm, eps, x);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const DeepseekLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
-    const int64_t layer_mark = backend.step_mark();  // the layer's temporaries die with it
-    attention(backend, l, x, positions, slots, decode, prefill, cache.layer(l), delta);
-    backend.add_rms_norm(h, delta, w.post_attention_layernorm, eps, x);
-    ffn(backend, w, x, delta);
-    const Tensor& next_norm =
-        l + 1 < c.num_hidden_layers ? weights_.layers[static_cast<size_t>(l) + 1].input_layernorm : weights_.norm;
-    backend.add_rms_norm(h, delta, next_norm, eps, x);  // x = final-normed h after the last layer
-    backend.step_release(layer_mark);
+  // The device work of the step: identical for every decode step of a batch size (graphed steps
+  // read their host-side AttentionBatch fields only for sizes and the prefill form, not used).
+  auto body = [&]() {
+    Tensor h = backend.empty(DType::kF32, {T, D});       // [T, hidden] residual stream
+    Tensor x = backend.empty(DType::kF32, {T, D});       // [T, hidden] normalized input of a sublayer
+    Tensor delta = backend.empty(DType::kF32, {T, D});   // [T, hidden] sublayer output
+    backend.embedding(weights_.embed_tokens, ids, h);
+    backend.rms_norm(h, 0, weights_.layers[0].input_layernorm, eps, x);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const DeepseekLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+      const int64_t layer_mark = backend.step_mark();  // the layer's temporaries die with it
+      attention(backend, l, x, positions, slots, decode, prefill, cache.layer(l), delta);
+      backend.add_rms_norm(h, delta, w.post_attention_layernorm, eps, x);
+      ffn(backend, w, x, delta);
+      const Tensor& next_norm =
+          l + 1 < c.num_hidden_layers ? weights_.layers[static_cast<size_t>(l) + 1].input_layernorm : weights_.norm;
+      backend.add_rms_norm(h, delta, next_norm, eps, x);  // x = final-normed h after the last layer
+      backend.step_release(layer_mark);
+    }
+    Tensor last = backend.empty(DType::kF32, {R, D});
+    backend.gather_rows(x, rows, last);
+    Tensor logits = backend.empty(DType::kF32, {R, c.vocab_size});
+    backend.matmul(last, 0, weights_.lm_head, logits);
+    return logits;
+  };
+  if (entry == nullptr) return body();
+  if (entry->graph >= 0 && entry->generation == backend.step_memory_generation()) {
+    backend.graph_launch(entry->graph);
+    backend.step_release(entry->arena_mark);  // step memory past the graph's is free for the caller
+    ++graphs->n_replays;
+    return entry->logits;
   }
-  for (int32_t t : batch.logits_rows) DI_CHECK(t >= 0 && t < T);
-  Tensor last = backend.empty(DType::kF32, {R, D});
-  backend.gather_rows(x, rows, last);
-  Tensor logits = backend.empty(DType::kF32, {R, c.vocab_size});
-  backend.matmul(last, 0, weights_.lm_head, logits);
+  if (entry->uses++ == 0) return body();  // first use: eager, so step memory reaches its size
+  const int64_t generation = backend.step_memory_generation();
+  backend.capture_begin();
+  Tensor logits = body();
+  entry->graph = backend.capture_end();
+  entry->generation = generation;
+  entry->arena_mark = backend.step_mark();
+  entry->logits = logits;
+  backend.graph_launch(entry->graph);  // a capture records; this step still has to run
   return logits;
 }
 

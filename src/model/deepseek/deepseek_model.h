@@ -3,6 +3,7 @@
 // Does not schedule, sample or allocate KV pages: callers describe each step in a ForwardBatch.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,22 @@ struct ForwardBatch {
   // Appends one sequence's step: new tokens at positions [kv.n_tokens, kv.n_tokens + n)
   // (kv must already own pages for them). Returns the first new row's index.
   int32_t add_sequence(const KvSequence& kv, const int32_t* tokens, int64_t n, int64_t block_size);
+};
+
+// CUDA graphs of decode steps, one per batch size, owned by the caller of forward (a runner).
+// A size is run eagerly once (the step arena reaches its size), captured the second time and
+// replayed after that; a graph is recaptured when the step arena was rebuilt since.
+struct DecodeGraphs {
+  struct Entry {
+    int64_t uses = 0;
+    int64_t graph = -1;
+    int64_t generation = -1;  // Backend::step_memory_generation() at capture
+    int64_t arena_mark = 0;   // step memory position after the captured body
+    Tensor inputs;            // [fixed layout] I32: the step's index arrays, persistent
+    Tensor logits;            // [B, vocab] F32: the graph's output
+  };
+  std::map<int64_t, Entry> by_batch;
+  int64_t n_replays = 0;
 };
 
 // How a step's sequences attend. kAuto: one-token steps use the absorbed form, longer ones
@@ -75,8 +92,10 @@ class DeepseekModel {
 
   // Runs the step, writing the new tokens' KV into `cache`; returns logits
   // [batch.logits_rows.size(), vocab_size] F32. Preconditions: batch consistent with cache.
+  // With `graphs` on a backend that has them, decode-only steps (one new token per sequence,
+  // one logits row each) run through a CUDA graph of their batch size.
   Tensor forward(Backend& backend, const ForwardBatch& batch, PagedKvCache& cache,
-                 MlaPolicy policy = MlaPolicy::kAuto) const;
+                 MlaPolicy policy = MlaPolicy::kAuto, DecodeGraphs* graphs = nullptr) const;
 
  private:
   // attn_out [T, hidden] = MLA(x [T, hidden]) for layer l; writes the layer's KV.
