@@ -182,7 +182,14 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
   // block_indptr, block_ids, logits rows, then the two masks packed into i32 words. Graphed
   // steps use a fixed layout (block_ids padded to the whole pool) in a persistent buffer.
   const int64_t mask_words = (B + 3) / 4;
-  const int64_t block_cap = graphed ? cache.pool().n_blocks() : static_cast<int64_t>(batch.block_ids.size());
+  DecodeGraphs::Entry* entry = graphed ? &graphs->by_batch[B] : nullptr;
+  // Page lists can name a shared prefix page once per sequence, so a batch may list more pages
+  // than the pool holds: the layout's capacity is sticky and grows when needed (a recapture).
+  int64_t block_cap = static_cast<int64_t>(batch.block_ids.size());
+  if (entry != nullptr) {
+    block_cap = std::max({entry->block_cap, cache.pool().n_blocks(), block_cap});
+    entry->block_cap = block_cap;
+  }
   std::vector<int32_t> packed;
   std::vector<int64_t> at;
   for (const std::vector<int32_t>* v : {&batch.token_ids, &batch.positions, &batch.slots, &batch.q_indptr, &batch.kv_len,
@@ -195,7 +202,6 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
   packed.resize(packed.size() + 2 * static_cast<size_t>(mask_words), 0);
   std::memcpy(packed.data() + at[8], is_decode.data(), static_cast<size_t>(B));
   std::memcpy(packed.data() + at[8] + mask_words, is_prefill.data(), static_cast<size_t>(B));
-  DecodeGraphs::Entry* entry = graphed ? &graphs->by_batch[B] : nullptr;
   Tensor dev;
   if (entry != nullptr) {
     if (!entry->inputs.defined() || entry->inputs.numel() != static_cast<int64_t>(packed.size())) {
