@@ -59,14 +59,7 @@ void check(const std::string& name, nlohmann::json config, DType dtype) {
   auto a = cpu->generate(reqs);
   auto b = gpu->generate(reqs);
   ASSERT_TRUE(a && b);
-  int64_t n_moe = 0;
-  for (const auto& l : cpu->model().weights().layers) n_moe += l.is_moe;
-  std::vector<int64_t> lens, max_tokens;
-  for (const auto& r : reqs) {
-    lens.push_back(static_cast<int64_t>(r.prompt_ids.size()));
-    max_tokens.push_back(r.max_tokens);
-  }
-  const auto flip = testing::first_routing_mismatch(trace_cpu, trace_gpu, n_moe, lens, max_tokens);
+  const auto flip = testing::first_routing_mismatch(trace_cpu, trace_gpu, cpu->model(), reqs);
   for (size_t i = 0; i < reqs.size(); ++i) {
     const auto &x = (*a)[i], &y = (*b)[i];
     double worst = 0, after_flip = 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "engine/generator.h"
 
 namespace deepinfer::testing {
 
@@ -50,6 +51,20 @@ inline std::vector<int64_t> first_routing_mismatch(const std::vector<Tensor>& a,
     }
   }
   return first;
+}
+
+// The same for two traces of one Generator::generate(requests) call on two backends.
+inline std::vector<int64_t> first_routing_mismatch(const std::vector<Tensor>& a, const std::vector<Tensor>& b,
+                                                   const DeepseekModel& model,
+                                                   const std::vector<GenerateRequest>& requests) {
+  int64_t n_moe = 0;
+  for (const auto& l : model.weights().layers) n_moe += l.is_moe;
+  std::vector<int64_t> lens, max_tokens;
+  for (const auto& r : requests) {
+    lens.push_back(static_cast<int64_t>(r.prompt_ids.size()));
+    max_tokens.push_back(r.max_tokens);
+  }
+  return first_routing_mismatch(a, b, n_moe, lens, max_tokens);
 }
 
 }  // namespace deepinfer::testing
