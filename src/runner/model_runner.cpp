@@ -234,7 +234,7 @@ void ModelRunner::launch(const StepPlan& plan) {
   for (int64_t i = 0; i < R; ++i) {
     const ScheduledSeq& x = *sampled[static_cast<size_t>(i)];
     const int64_t position = x.start + x.n_tokens;
-    f.rows.emplace_back(x.seq, position);
+    f.rows.push_back({x.seq, x.seq->seq_id, position});
     pending_[x.seq->seq_id][position] = static_cast<int32_t>(f.slot * capacity_ + i);
   }
   inflight_.push_back(std::move(f));
@@ -245,20 +245,19 @@ void ModelRunner::resolve(InFlight& f) {
   backend_.wait_fence(f.end_fence);
   const int64_t base = f.slot * capacity_;
   for (size_t i = 0; i < f.rows.size(); ++i) {
-    auto [seq, position] = f.rows[i];
+    const InFlight::Row& r = f.rows[i];
     SampledToken t;
-    t.seq = seq;
+    t.seq = r.seq;
     const int32_t tok = host_tokens_.data<int32_t>()[base + static_cast<int64_t>(i)];
     t.non_finite = tok < 0;
+    // A sequence the engine forgot meanwhile (aborted) has no pending entry: remember nothing.
+    auto it = pending_.find(r.seq_id);
+    const bool known = it != pending_.end() && it->second.erase(r.position) > 0;
+    if (it != pending_.end() && it->second.empty()) pending_.erase(it);
     if (!t.non_finite) {
       t.token = tok;
       t.logprob = host_logprobs_.data<float>()[base + static_cast<int64_t>(i)];
-      future_[seq->seq_id][position] = tok;
-    }
-    auto it = pending_.find(seq->seq_id);
-    if (it != pending_.end()) {
-      it->second.erase(position);
-      if (it->second.empty()) pending_.erase(it);
+      if (known) future_[r.seq_id][r.position] = tok;
     }
     f.samples.push_back(std::move(t));
   }

@@ -95,7 +95,12 @@ class ModelRunner : public Executor {
     bool async = false;
     bool resolved = false;
     std::vector<SampledToken> samples;                // synchronous steps: ready at launch
-    std::vector<std::pair<Sequence*, int64_t>> rows;  // async: (sequence, new token position) per row
+    struct Row {
+      Sequence* seq;     // handed back in the SampledToken; not dereferenced here
+      int64_t seq_id;
+      int64_t position;  // of the new token
+    };
+    std::vector<Row> rows;                            // async: one per sampled row
     int slot = 0;                                     // async: half of the token buffers it wrote
     int64_t start_fence = -1, end_fence = -1;
   };
