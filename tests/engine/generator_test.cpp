@@ -385,6 +385,27 @@ TEST(EngineConfigEnv, RejectsBadValuesNamingTheVariable) {
   ASSERT_FALSE(d.has_value());
   EXPECT_NE(d.status().message().find("tpu"), std::string::npos) << d.status().message();
   EXPECT_NE(d.status().message().find("DEEPINFER_DEVICE"), std::string::npos) << d.status().message();
+  env.set("DEEPINFER_DEVICE", nullptr);
+  for (const char* bad : {"0", "1.5", "-0.1", "abc", "nan", ""}) {
+    env.set("DEEPINFER_GPU_MEMORY_UTILIZATION", bad);
+    auto g = EngineConfig::from_env();
+    if (std::string(bad).empty()) {  // set but empty: the default
+      EXPECT_TRUE(g.has_value());
+      continue;
+    }
+    ASSERT_FALSE(g.has_value()) << "accepted DEEPINFER_GPU_MEMORY_UTILIZATION=" << bad;
+    EXPECT_NE(g.status().message().find("DEEPINFER_GPU_MEMORY_UTILIZATION"), std::string::npos) << g.status().message();
+  }
+  env.set("DEEPINFER_GPU_MEMORY_UTILIZATION", "0.5");
+  env.set("DEEPINFER_CUDA_GRAPHS", "0");
+  auto ok = EngineConfig::from_env();
+  ASSERT_TRUE(ok.has_value()) << ok.status().to_string();
+  EXPECT_DOUBLE_EQ(ok->gpu_memory_utilization, 0.5);
+  EXPECT_FALSE(ok->cuda_graphs);
+  env.set("DEEPINFER_CUDA_GRAPHS", "2");
+  EXPECT_FALSE(EngineConfig::from_env().has_value());
+  env.set("DEEPINFER_CUDA_GRAPHS", nullptr);
+  env.set("DEEPINFER_GPU_MEMORY_UTILIZATION", nullptr);
 }
 
 }  // namespace
