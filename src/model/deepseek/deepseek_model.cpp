@@ -183,12 +183,16 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
   // steps use a fixed layout (block_ids padded to the whole pool) in a persistent buffer.
   const int64_t mask_words = (B + 3) / 4;
   DecodeGraphs::Entry* entry = graphed ? &graphs->by_batch[B] : nullptr;
-  // Page lists can name a shared prefix page once per sequence, so a batch may list more pages
-  // than the pool holds: the layout's capacity is sticky and grows when needed (a recapture).
+  // The fixed layout's page-table region only grows, by powers of two (a growth moves the later
+  // arrays, so the graph is recaptured): a handful of captures, and no per-step copy of a
+  // pool-sized table. (Shared prefix pages are listed once per sequence, so no pool-derived
+  // bound holds anyway.)
   int64_t block_cap = static_cast<int64_t>(batch.block_ids.size());
   if (entry != nullptr) {
-    block_cap = std::max({entry->block_cap, cache.pool().n_blocks(), block_cap});
-    entry->block_cap = block_cap;
+    int64_t cap = std::max<int64_t>(entry->block_cap, 64);
+    while (cap < block_cap) cap *= 2;
+    block_cap = cap;
+    entry->block_cap = cap;
   }
   std::vector<int32_t> packed;
   std::vector<int64_t> at;

@@ -49,7 +49,7 @@ struct DecodeGraphs {
     int64_t graph = -1;
     int64_t generation = -1;  // Backend::step_memory_generation() at capture
     int64_t arena_mark = 0;   // step memory position after the captured body
-    int64_t block_cap = 0;    // block_ids slots in the fixed layout (only grows)
+    int64_t block_cap = 0;    // block_ids slots in the fixed layout (only grows, by powers of two)
     Tensor inputs;            // [fixed layout] I32: the step's index arrays, persistent
     Tensor logits;            // [B, vocab] F32: the graph's output
   };
