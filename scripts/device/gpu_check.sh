@@ -33,6 +33,8 @@ grep -E "\[cuda (fixture|parity)\]" "$OUT/cuda_fixtures.log" | sed 's|/.*/fixtur
 run cuda_runtime env DEEPINFER_TEST_DEVICE=cuda "$T" --gtest_filter='LLMEngine.*'
 grep -c "\[tolerant\]" "$OUT/cuda_runtime.log" | sed 's/^/tolerant divergences: /'
 grep -E "\[(timeline|graphs)\]" "$OUT/cuda_runtime.log"
+run bf16_reference env PYTHONUNBUFFERED=1 python3 scripts/golden/bf16_reference_error.py --out "$OUT/bf16_reference.json"
+cat "$OUT/bf16_reference.log"
 run cli_generate build-device/src/tools/deepinfer generate --device cuda --prompt "The capital of France is" --max-tokens 24
 tail -3 "$OUT/cli_generate.log"
 run cpu_suite bash -c "cd build-device && ctest -j$(nproc) --output-on-failure -E 'Cuda'"

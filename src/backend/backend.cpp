@@ -74,13 +74,20 @@ void Backend::resolve_tokens(Tensor& ids, const Tensor& pending) {
     if (id[i] < 0) id[i] = std::max(0, pending.data<int32_t>()[-id[i] - 1]);
 }
 
-void Backend::sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs) {
+void Backend::sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs,
+                     SampleExtras* extras) {
   DI_CHECK(on_host());
   const int64_t R = logits.size(0), V = logits.size(1);
   DI_CHECK_EQ(static_cast<int64_t>(rows.size()), R);
-  std::vector<float> scratch;
+  const int64_t n_top = extras != nullptr && extras->top_ids.defined() ? extras->top_ids.size(1) : 0;
+  std::vector<float> scratch, work;
+  std::vector<int32_t> pending_values, ids;
   for (int64_t i = 0; i < R; ++i) {
     const float* x = logits.data<float>() + i * V;
+    for (int64_t j = 0; j < n_top; ++j) {
+      extras->top_ids.data<int32_t>()[i * n_top + j] = -1;
+      extras->top_logprobs.data<float>()[i * n_top + j] = 0.0f;
+    }
     bool finite = true;
     double mx = -INFINITY;
     for (int64_t v = 0; v < V; ++v) {
@@ -93,11 +100,35 @@ void Backend::sample(const Tensor& logits, const std::vector<SampleRow>& rows, T
       continue;
     }
     const SampleRow& r = rows[static_cast<size_t>(i)];
-    const int32_t t = sample_token(x, V, r.params, r.seed, r.position, &scratch);
+    const float* row = x;
+    if (r.processors != nullptr && r.processors->active()) {
+      pending_values.clear();
+      for (int32_t k : r.processors->pending) {
+        DI_CHECK(extras != nullptr && k >= 0 && k < extras->pending_tokens.numel());
+        pending_values.push_back(extras->pending_tokens.data<int32_t>()[k]);
+      }
+      work.assign(x, x + V);
+      apply_logits_processors(work.data(), V, *r.processors, pending_values.data());
+      row = work.data();
+    }
+    const int32_t t = sample_token(row, V, r.params, r.seed, r.position, &scratch);
     double sum = 0;
     for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(x[v]) - mx);
+    const double lse = mx + std::log(sum);
     tokens.data<int32_t>()[i] = t;
-    logprobs.data<float>()[i] = static_cast<float>(static_cast<double>(x[t]) - (mx + std::log(sum)));
+    logprobs.data<float>()[i] = static_cast<float>(static_cast<double>(x[t]) - lse);
+    const int64_t n = std::min<int64_t>(r.n_top_logprobs, V);
+    DI_CHECK_LE(n, n_top);
+    if (n <= 0) continue;
+    ids.resize(static_cast<size_t>(V));
+    for (int64_t v = 0; v < V; ++v) ids[static_cast<size_t>(v)] = static_cast<int32_t>(v);
+    std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),
+                      [&](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+    for (int64_t j = 0; j < n; ++j) {
+      const int32_t id = ids[static_cast<size_t>(j)];
+      extras->top_ids.data<int32_t>()[i * n_top + j] = id;
+      extras->top_logprobs.data<float>()[i * n_top + j] = static_cast<float>(static_cast<double>(x[id]) - lse);
+    }
   }
 }
 

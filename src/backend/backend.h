@@ -16,15 +16,27 @@
 #include "backend/op_params.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "sample/logits_processors.h"
 #include "sample/sampler.h"
 
 namespace deepinfer {
 
-// One row to sample: the sampler parameters and the Philox key (seed, position of the new token).
+// One row to sample: the sampler parameters, the Philox key (seed, position of the new token),
+// the row's logits processors (null: none) and how many top log-probabilities it wants.
 struct SampleRow {
   SamplerParams params;
   uint64_t seed = 0;
   uint64_t position = 0;
+  const LogitsProcessors* processors = nullptr;  // owned by the caller, alive during sample()
+  int32_t n_top_logprobs = 0;                    // ≤ SampleExtras::top_ids.size(1)
+};
+
+// Optional inputs and outputs of Backend::sample, in the backend's memory.
+struct SampleExtras {
+  Tensor pending_tokens;  // [P] I32: the tokens LogitsProcessors::pending indexes (< 0: failed sample)
+  Tensor top_ids;         // [R, n_top] I32: each row's best raw logits' ids, best first (lowest id
+                          // on ties), −1 past the row's n_top_logprobs
+  Tensor top_logprobs;    // [R, n_top] F32: their log-softmax values of the raw row
 };
 
 class Backend {
@@ -162,11 +174,14 @@ class Backend {
   // out += x elementwise. out, x [T, D] F32.
   virtual void add(Tensor& out, const Tensor& x) = 0;
 
-  // Sampling with sample/sampler.h's semantics, one token per row of raw logits (no logits
-  // processors: callers apply those on the host first). logits [R, V] F32; rows [R] on the host;
-  // tokens [R] I32 (−1 where the row holds NaN or ±Inf); logprobs [R] F32 = log-softmax of the raw
-  // row at the token. Device backends run it without synchronizing; copy `tokens` back to use it.
-  virtual void sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs);
+  // Sampling with sample/sampler.h's semantics, one token per row: the row's logits processors
+  // (logits_processors.h) applied to a copy, then the sampler. logits [R, V] F32 raw, unchanged;
+  // rows [R] on the host; tokens [R] I32 (−1 where the raw row holds NaN or ±Inf); logprobs [R]
+  // F32 = log-softmax of the raw row at the token; extras (null when no row has pending tokens
+  // or wants top log-probabilities) as SampleExtras says. Device backends run it without
+  // synchronizing; copy `tokens` back to use it.
+  virtual void sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs,
+                      SampleExtras* extras = nullptr);
 };
 
 // "reference" | "cpu" | "cuda" (when built with DEEPINFER_CUDA); n_threads applies to "cpu"

@@ -67,9 +67,11 @@ Expected<EngineConfig> EngineConfig::from_env() {
   int64_t budget_ms = 0;
   DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_STEP_TIME_BUDGET_MS", 0, 3600000, &budget_ms));
   if (budget_ms > 0) c.step_time_budget_ms = static_cast<double>(budget_ms);
-  flag = c.overlap ? 1 : 0;
-  DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_OVERLAP", 0, 1, &flag));
-  c.overlap = flag != 0;
+  if (const char* v = std::getenv("DEEPINFER_OVERLAP"); v != nullptr && *v != '\0') {
+    flag = 0;
+    DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_OVERLAP", 0, 1, &flag));
+    c.overlap = flag != 0;
+  }
   flag = c.cuda_graphs ? 1 : 0;
   DI_RETURN_IF_ERROR(read_int_env("DEEPINFER_CUDA_GRAPHS", 0, 1, &flag));
   c.cuda_graphs = flag != 0;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
@@ -31,10 +32,11 @@ struct EngineConfig {
   // not depend on batching, chunking, preemption or prefix-cache hits (CPU kernels are already
   // invariant otherwise).
   bool batch_invariant = false;
-  // DEEPINFER_OVERLAP=1: schedule step N+1 while step N executes (the executor resolves N's
-  // samples as N+1's inputs). Outputs are identical either way; on the synchronous CPU
-  // executor it gains nothing, so it is off by default there.
-  bool overlap = false;
+  // DEEPINFER_OVERLAP=0|1: schedule step N+1 while step N executes (the executor resolves N's
+  // samples as N+1's inputs). Outputs are identical either way. Unset: on for device backends
+  // (the host enqueues N+1 while the GPU runs N), off on the CPU (its executor is synchronous,
+  // so overlap would only compute a token per finished sequence that is then dropped).
+  std::optional<bool> overlap;
   // Chunked prefill against a time budget: a fitted cost model (`deepinfer calibrate`) and
   // the per-step budget. Both unset: chunks are limited by max_num_batched_tokens alone.
   std::string chunk_cost_model;            // DEEPINFER_CHUNK_COST_MODEL: path to the JSON

@@ -47,6 +47,7 @@ Expected<std::unique_ptr<LLMEngine>> LLMEngine::create(const EngineConfig& confi
 LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, std::unique_ptr<Backend> backend,
                      std::unique_ptr<Tokenizer> tokenizer)
     : config_(std::move(config)), model_(std::move(model)), backend_(std::move(backend)), tokenizer_(std::move(tokenizer)) {
+  overlap_ = config_.overlap.value_or(!backend_->on_host());
   const int64_t bs = config_.kv_block_size;
   const int64_t n_blocks = config_.num_kv_blocks > 0 ? config_.num_kv_blocks : *plan_kv_blocks(*model_, *backend_, config_);
   SchedulerConfig sc;
@@ -64,6 +65,11 @@ LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, 
   executor_ = std::make_unique<ModelRunner>(*model_, *backend_, n_blocks, bs,
                                           config_.batch_invariant ? MlaPolicy::kAbsorbed : MlaPolicy::kAuto,
                                           config_.cuda_graphs);
+}
+
+void LLMEngine::set_overlap(bool on) {
+  DI_CHECK(!inflight_);
+  overlap_ = on;
 }
 
 int64_t LLMEngine::max_model_len() const {
@@ -192,7 +198,7 @@ RequestOutput LLMEngine::snapshot(const RequestState& r) const {
 
 std::vector<RequestOutput> LLMEngine::step() {
   ++n_steps_;
-  if (!config_.overlap) {
+  if (!overlap_) {
     StepPlan plan = scheduler_->schedule();
     if (plan.empty()) return postprocess(plan, {});
     executor_->launch(plan);

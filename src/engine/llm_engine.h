@@ -37,6 +37,11 @@ class LLMEngine {
   static Expected<std::unique_ptr<LLMEngine>> create(const EngineConfig& config);
   LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, std::unique_ptr<Backend> backend,
             std::unique_ptr<Tokenizer> tokenizer = nullptr);
+  bool overlap() const { return overlap_; }
+  // Switches the overlapped loop (EngineConfig::overlap) on or off between workloads, so a
+  // benchmark compares both on one engine. Precondition: no step in flight (has_unfinished()
+  // is false). Engine thread only.
+  void set_overlap(bool on);
   // Replaces the model runner (tests and benchmarks: null or delayed executors).
   void set_executor(std::unique_ptr<Executor> executor) { executor_ = std::move(executor); }
 
@@ -99,6 +104,7 @@ class LLMEngine {
   std::map<int64_t, TextState> text_;      // seq_id → text, when there is a tokenizer
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Executor> executor_;
+  bool overlap_ = false;                   // config_.overlap resolved for this backend
   std::optional<StepPlan> inflight_;       // overlap: the launched, not yet post-processed step
   std::map<std::string, RequestState> requests_;
   std::unordered_map<int64_t, RequestState*> seq_to_request_;  // nodes of requests_ are stable

@@ -5,12 +5,6 @@
 
 namespace deepinfer {
 
-bool needs_host_sampling(const SamplingParams& p, int64_t n_output_tokens) {
-  const bool masks = n_output_tokens < p.min_tokens && (!p.ignore_eos || !p.stop_token_ids.empty());
-  return masks || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f ||
-         (p.logprobs && *p.logprobs > 0);
-}
-
 ModelRunner::ModelRunner(const DeepseekModel& model, Backend& backend, int64_t n_blocks, int64_t block_size,
                          MlaPolicy policy, bool use_graphs)
     : model_(model),
@@ -68,8 +62,6 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
 }
 
 std::vector<SampledToken> ModelRunner::run_sync(const StepPlan& plan) {
-  const DeepseekConfig& mc = model_.config();
-  const int64_t vocab = mc.vocab_size;
   ForwardBatch batch;
   const std::vector<const ScheduledSeq*> sampled = build_batch(plan, &batch, false);
   std::vector<SampledToken> out;
@@ -77,108 +69,87 @@ std::vector<SampledToken> ModelRunner::run_sync(const StepPlan& plan) {
   // [R, vocab] F32, backend memory
   const Tensor logits = model_.forward(backend_, batch, cache_, policy_, use_graphs_ ? &graphs_ : nullptr);
 
-  // Rows whose logits processors or top-n log-probabilities need the whole row on the host; on
-  // host backends that is every row. The others are sampled where the logits are.
-  std::vector<uint8_t> on_host(sampled.size(), 1);
-  if (!backend_.on_host()) {
-    for (size_t i = 0; i < sampled.size(); ++i) {
-      const Sequence* s = sampled[i]->seq;
-      const int64_t n_out = sampled[i]->start + sampled[i]->n_tokens - static_cast<int64_t>(s->prompt_ids.size());
-      on_host[i] = needs_host_sampling(s->params, n_out);
-    }
+  // Every row is sampled where the logits are (processors and top-n included): only tokens and
+  // log-probabilities come back.
+  const int64_t R = static_cast<int64_t>(sampled.size());
+  SampleSetup setup = prepare_sampling(sampled, false);
+  Tensor tok = backend_.empty(DType::kI32, {R});
+  Tensor lp = backend_.empty(DType::kF32, {R});
+  SampleExtras extras;
+  if (setup.n_top > 0) {
+    extras.top_ids = backend_.empty(DType::kI32, {R, setup.n_top});
+    extras.top_logprobs = backend_.empty(DType::kF32, {R, setup.n_top});
   }
-  std::vector<int32_t> host_rows;
-  for (size_t i = 0; i < sampled.size(); ++i)
-    if (on_host[i]) host_rows.push_back(static_cast<int32_t>(i));
-  Tensor host_logits;  // [host_rows, vocab] F32 on the host
-  if (backend_.on_host()) {
-    host_logits = logits;
-  } else if (!host_rows.empty()) {
-    Tensor idx = Tensor::empty_host(DType::kI32, {static_cast<int64_t>(host_rows.size())});
-    std::copy(host_rows.begin(), host_rows.end(), idx.data<int32_t>());
-    Tensor rows = backend_.empty(DType::kF32, {static_cast<int64_t>(host_rows.size()), vocab});
-    backend_.gather_rows(logits, backend_.upload(idx), rows);
-    host_logits = backend_.to_host(rows);
+  backend_.sample(logits, setup.rows, tok, lp, &extras);
+  const Tensor h_tok = backend_.on_host() ? tok : backend_.to_host(tok);  // the step's one synchronization
+  const Tensor h_lp = backend_.on_host() ? lp : backend_.to_host(lp);
+  Tensor h_top_ids, h_top_lps;
+  if (setup.n_top > 0) {
+    h_top_ids = backend_.on_host() ? extras.top_ids : backend_.to_host(extras.top_ids);
+    h_top_lps = backend_.on_host() ? extras.top_logprobs : backend_.to_host(extras.top_logprobs);
   }
-  Tensor dev_tokens, dev_logprobs;  // [R] on the host, from the device sampler
-  if (host_rows.size() < sampled.size()) {
-    std::vector<SampleRow> rows(sampled.size());
-    for (size_t i = 0; i < sampled.size(); ++i) {
-      const ScheduledSeq& x = *sampled[i];
-      rows[i] = {x.seq->params.sampler(), x.seq->seed, static_cast<uint64_t>(x.start + x.n_tokens)};
-    }
-    Tensor tok = backend_.empty(DType::kI32, {static_cast<int64_t>(sampled.size())});
-    Tensor lp = backend_.empty(DType::kF32, {static_cast<int64_t>(sampled.size())});
-    backend_.sample(logits, rows, tok, lp);
-    dev_tokens = backend_.to_host(tok);  // the step's one synchronization
-    dev_logprobs = backend_.to_host(lp);
-  }
-
-  int64_t next_host_row = 0;
-  std::vector<float> row(static_cast<size_t>(vocab));
-  for (size_t i = 0; i < sampled.size(); ++i) {
-    const ScheduledSeq& x = *sampled[i];
-    Sequence* s = x.seq;
-    const int64_t position = x.start + x.n_tokens;  // the new token's position
-    SampledToken t;
-    t.seq = s;
-    if (!on_host[i]) {
-      const int32_t tok = dev_tokens.data<int32_t>()[i];
-      t.non_finite = tok < 0;
-      if (!t.non_finite) {
-        t.token = tok;
-        t.logprob = dev_logprobs.data<float>()[i];
-        future_[s->seq_id][position] = t.token;
-      }
-      out.push_back(std::move(t));
-      continue;
-    }
-    const float* raw = host_logits.data<float>() + next_host_row++ * vocab;
-    bool finite = true;
-    for (int64_t v = 0; v < vocab; ++v) finite &= std::isfinite(raw[v]);
-    if (!finite) {
-      t.non_finite = true;
-      out.push_back(std::move(t));
-      continue;
-    }
-    std::copy(raw, raw + vocab, row.begin());
-    // The output so far includes samples of earlier overlapped steps not yet appended.
-    const std::vector<int32_t>* output = &s->output_ids;
-    std::vector<int32_t> with_future;
-    if (position > s->n_tokens()) {
-      with_future = s->output_ids;
-      for (int64_t p = s->n_tokens(); p < position; ++p) with_future.push_back(future_token(s->seq_id, p));
-      output = &with_future;
-    }
-    apply_logits_processors(row.data(), vocab, s->params, s->prompt_ids, *output, mc.eos_token_ids, &counts_);
-    t.token = sample_token(row.data(), vocab, s->params.sampler(), s->seed, static_cast<uint64_t>(position), &scratch_);
-    future_[s->seq_id][position] = t.token;
-    // Log-probabilities of the model's raw distribution (before penalties and temperature).
-    double mx = raw[0];
-    for (int64_t v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(raw[v]));
-    double sum = 0;
-    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(raw[v]) - mx);
-    const double lse = mx + std::log(sum);
-    t.logprob = static_cast<float>(raw[t.token] - lse);
-    if (s->params.logprobs && *s->params.logprobs > 0) {
-      const int64_t n = std::min<int64_t>(*s->params.logprobs, vocab);
-      std::vector<int32_t> ids(static_cast<size_t>(vocab));
-      for (int64_t v = 0; v < vocab; ++v) ids[static_cast<size_t>(v)] = static_cast<int32_t>(v);
-      std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),
-                        [&](int32_t a, int32_t b) { return raw[a] > raw[b] || (raw[a] == raw[b] && a < b); });
-      for (int64_t j = 0; j < n; ++j)
-        t.top.emplace_back(ids[static_cast<size_t>(j)], static_cast<float>(raw[ids[static_cast<size_t>(j)]] - lse));
-    }
+  for (int64_t i = 0; i < R; ++i) {
+    const ScheduledSeq& x = *sampled[static_cast<size_t>(i)];
+    SampledToken t = make_sample(x.seq, h_tok.data<int32_t>()[i], h_lp.data<float>()[i],
+                                 setup.n_top > 0 ? h_top_ids.data<int32_t>() + i * setup.n_top : nullptr,
+                                 setup.n_top > 0 ? h_top_lps.data<float>() + i * setup.n_top : nullptr, setup.n_top);
+    if (!t.non_finite) future_[x.seq->seq_id][x.start + x.n_tokens] = t.token;
     out.push_back(std::move(t));
   }
   return out;
 }
 
+SampledToken ModelRunner::make_sample(Sequence* seq, int32_t token, float logprob, const int32_t* top_ids,
+                                      const float* top_lps, int64_t n_top) {
+  SampledToken t;
+  t.seq = seq;
+  t.non_finite = token < 0;
+  if (t.non_finite) return t;
+  t.token = token;
+  t.logprob = logprob;
+  for (int64_t j = 0; j < n_top && top_ids[j] >= 0; ++j) t.top.emplace_back(top_ids[j], top_lps[j]);
+  return t;
+}
+
+ModelRunner::SampleSetup ModelRunner::prepare_sampling(const std::vector<const ScheduledSeq*>& sampled, bool pending) {
+  const DeepseekConfig& mc = model_.config();
+  SampleSetup setup;
+  setup.rows.resize(sampled.size());
+  std::vector<int32_t> output;
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    const ScheduledSeq& x = *sampled[i];
+    const Sequence* s = x.seq;
+    const SamplingParams& p = s->params;
+    const int64_t position = x.start + x.n_tokens;  // the new token's position
+    SampleRow& row = setup.rows[i];
+    row = {p.sampler(), s->seed, static_cast<uint64_t>(position)};
+    row.n_top_logprobs = p.logprobs ? static_cast<int32_t>(*p.logprobs) : 0;
+    setup.n_top = std::max<int64_t>(setup.n_top, row.n_top_logprobs);
+    const int64_t n_output = position - static_cast<int64_t>(s->prompt_ids.size());
+    const bool masks = n_output < p.min_tokens && (!p.ignore_eos || !p.stop_token_ids.empty());
+    const bool penalties = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+    if (!masks && !penalties) continue;
+    // The output so far: appended tokens, then samples of earlier overlapped steps — known here
+    // (future_) or still on the device (pending_: their buffer indices).
+    output = s->output_ids;
+    std::vector<int32_t> pending_idx;
+    const auto pend = pending ? pending_.find(s->seq_id) : pending_.end();
+    for (int64_t q = s->n_tokens(); q < position; ++q) {
+      if (pend != pending_.end() && pend->second.count(q))
+        pending_idx.push_back(pend->second.at(q));
+      else
+        output.push_back(future_token(s->seq_id, q));
+    }
+    setup.procs.push_back(make_logits_processors(p, s->prompt_ids, output, static_cast<int64_t>(pending_idx.size()),
+                                                 mc.eos_token_ids));
+    setup.procs.back().pending = std::move(pending_idx);
+    row.processors = &setup.procs.back();
+  }
+  return setup;
+}
+
 void ModelRunner::launch(const StepPlan& plan) {
-  bool async = !backend_.on_host();
-  for (const ScheduledSeq& x : plan.seqs)
-    if (x.sample && needs_host_sampling(x.seq->params, x.start + x.n_tokens - static_cast<int64_t>(x.seq->prompt_ids.size())))
-      async = false;
+  const bool async = !backend_.on_host();
   InFlight f;
   if (!async) {
     resolve_all();
@@ -197,13 +168,23 @@ void ModelRunner::launch(const StepPlan& plan) {
   ForwardBatch batch;
   const std::vector<const ScheduledSeq*> sampled = build_batch(plan, &batch, true);
   const int64_t R = static_cast<int64_t>(sampled.size());
-  if (R > capacity_) {  // grow the token buffers (nothing may be in flight in them)
+  int64_t n_top = 0;
+  for (const ScheduledSeq* x : sampled)
+    n_top = std::max<int64_t>(n_top, x->seq->params.logprobs ? *x->seq->params.logprobs : 0);
+  if (R > capacity_ || n_top > top_capacity_) {  // grow the buffers (nothing may be in flight in them)
     resolve_all();
-    capacity_ = std::max<int64_t>(R, 2 * capacity_);
+    if (R > capacity_) capacity_ = std::max<int64_t>(R, 2 * capacity_);
+    top_capacity_ = std::max<int64_t>(n_top, top_capacity_);
     dev_tokens_ = backend_.allocate(DType::kI32, {2 * capacity_});
     dev_logprobs_ = backend_.allocate(DType::kF32, {2 * capacity_});
     host_tokens_ = backend_.allocate_staging(DType::kI32, {2 * capacity_});
     host_logprobs_ = backend_.allocate_staging(DType::kF32, {2 * capacity_});
+    if (top_capacity_ > 0) {
+      dev_top_ids_ = backend_.allocate(DType::kI32, {2 * capacity_, top_capacity_});
+      dev_top_lps_ = backend_.allocate(DType::kF32, {2 * capacity_, top_capacity_});
+      host_top_ids_ = backend_.allocate_staging(DType::kI32, {2 * capacity_, top_capacity_});
+      host_top_lps_ = backend_.allocate_staging(DType::kF32, {2 * capacity_, top_capacity_});
+    }
     pending_.clear();
     batch = ForwardBatch();
     build_batch(plan, &batch, false);
@@ -211,23 +192,31 @@ void ModelRunner::launch(const StepPlan& plan) {
   if (!pending_.empty()) batch.pending_tokens = dev_tokens_;
   f.async = true;
   f.slot = next_slot_;
+  f.n_top = n_top > 0 ? top_capacity_ : 0;
   next_slot_ ^= 1;
   f.start_fence = backend_.record_fence();
   for (const InFlight& g : inflight_) timeline_.n_overlapped += g.async && !g.resolved ? 1 : 0;
   if (batch.n_tokens() > 0) {
     const Tensor logits = model_.forward(backend_, batch, cache_, policy_, use_graphs_ ? &graphs_ : nullptr);
-    std::vector<SampleRow> rows(static_cast<size_t>(R));
-    for (int64_t i = 0; i < R; ++i) {
-      const ScheduledSeq& x = *sampled[static_cast<size_t>(i)];
-      rows[static_cast<size_t>(i)] = {x.seq->params.sampler(), x.seq->seed, static_cast<uint64_t>(x.start + x.n_tokens)};
-    }
     if (R > 0) {  // a step of middle prefill chunks samples nothing
+      SampleSetup setup = prepare_sampling(sampled, true);
       const int64_t base = f.slot * capacity_;
       Tensor tok = dev_tokens_.slice_rows(base, base + R), lp = dev_logprobs_.slice_rows(base, base + R);
-      backend_.sample(logits, rows, tok, lp);
+      SampleExtras extras;
+      extras.pending_tokens = dev_tokens_;  // the other half: the step in flight (this step writes its own)
+      if (f.n_top > 0) {
+        extras.top_ids = dev_top_ids_.slice_rows(base, base + R);
+        extras.top_logprobs = dev_top_lps_.slice_rows(base, base + R);
+      }
+      backend_.sample(logits, setup.rows, tok, lp, &extras);
       Tensor htok = host_tokens_.slice_rows(base, base + R), hlp = host_logprobs_.slice_rows(base, base + R);
       backend_.copy_to_host_async(tok, htok);
       backend_.copy_to_host_async(lp, hlp);
+      if (f.n_top > 0) {
+        Tensor hti = host_top_ids_.slice_rows(base, base + R), htl = host_top_lps_.slice_rows(base, base + R);
+        backend_.copy_to_host_async(extras.top_ids, hti);
+        backend_.copy_to_host_async(extras.top_logprobs, htl);
+      }
     }
   }
   f.end_fence = backend_.record_fence();
@@ -246,19 +235,15 @@ void ModelRunner::resolve(InFlight& f) {
   const int64_t base = f.slot * capacity_;
   for (size_t i = 0; i < f.rows.size(); ++i) {
     const InFlight::Row& r = f.rows[i];
-    SampledToken t;
-    t.seq = r.seq;
-    const int32_t tok = host_tokens_.data<int32_t>()[base + static_cast<int64_t>(i)];
-    t.non_finite = tok < 0;
+    const int64_t at = base + static_cast<int64_t>(i);
+    SampledToken t = make_sample(r.seq, host_tokens_.data<int32_t>()[at], host_logprobs_.data<float>()[at],
+                                 f.n_top > 0 ? host_top_ids_.data<int32_t>() + at * f.n_top : nullptr,
+                                 f.n_top > 0 ? host_top_lps_.data<float>() + at * f.n_top : nullptr, f.n_top);
     // A sequence the engine forgot meanwhile (aborted) has no pending entry: remember nothing.
     auto it = pending_.find(r.seq_id);
     const bool known = it != pending_.end() && it->second.erase(r.position) > 0;
     if (it != pending_.end() && it->second.empty()) pending_.erase(it);
-    if (!t.non_finite) {
-      t.token = tok;
-      t.logprob = host_logprobs_.data<float>()[base + static_cast<int64_t>(i)];
-      if (known) future_[r.seq_id][r.position] = tok;
-    }
+    if (!t.non_finite && known) future_[r.seq_id][r.position] = t.token;
     f.samples.push_back(std::move(t));
   }
   // Timeline: this step's device time, and the gap since the previous async step ended.

@@ -1,9 +1,8 @@
 // ModelRunner: executes one StepPlan — builds the ForwardBatch (token rows, positions, slots,
 // CSR block tables), runs the model over the paged cache, then for every sequence that reached
-// its last known token applies its logits processors and samples (seeded by the sequence's
-// seed and the new token's position). On a device backend, rows without logits processors are
-// sampled on the device (Backend::sample: only tokens and log-probabilities come back); the
-// others copy their row to the host. Owns the KV pages' memory; not the page bookkeeping.
+// its last known token samples where the logits are (Backend::sample: its logits processors as
+// token lists, seeded by the sequence's seed and the new token's position); only tokens and
+// log-probabilities come back. Owns the KV pages' memory; not the page bookkeeping.
 #pragma once
 
 #include <deque>
@@ -53,11 +52,6 @@ class Executor {
   std::deque<std::vector<SampledToken>> done_;
 };
 
-// Whether a sequence's next token must be sampled on the host: its logits processors (min_tokens
-// masking, penalties) change the row, or it wants top-n log-probabilities. n_output_tokens: the
-// tokens it has generated before this one.
-bool needs_host_sampling(const SamplingParams& p, int64_t n_output_tokens);
-
 class ModelRunner : public Executor {
  public:
   // use_graphs: decode-only steps replay CUDA graphs on backends that have them.
@@ -66,10 +60,10 @@ class ModelRunner : public Executor {
 
   // Runs the step; returns one SampledToken per ScheduledSeq with sample == true, in plan order.
   std::vector<SampledToken> execute(const StepPlan& plan) override;
-  // On a device backend, a step whose rows all sample on the device is enqueued whole (forward,
-  // sampling, the tokens' copy into pinned memory, a fence) and launch returns at once; tokens
-  // of a step still in flight reach the next step on the device (ForwardBatch::pending_tokens).
-  // Other steps (host backends, rows needing the host) run synchronously, as execute.
+  // On a device backend, every step is enqueued whole (forward, sampling, the tokens' copy into
+  // pinned memory, a fence) and launch returns at once; tokens of a step still in flight reach
+  // the next step on the device (ForwardBatch::pending_tokens) and its penalties
+  // (LogitsProcessors::pending). Host backends run the step at launch, as execute.
   void launch(const StepPlan& plan) override;
   std::vector<SampledToken> collect() override;
   void forget(int64_t seq_id) override {
@@ -102,6 +96,7 @@ class ModelRunner : public Executor {
     };
     std::vector<Row> rows;                            // async: one per sampled row
     int slot = 0;                                     // async: half of the token buffers it wrote
+    int64_t n_top = 0;                                // async: top log-probability columns it wrote
     int64_t start_fence = -1, end_fence = -1;
   };
   int32_t future_token(int64_t seq_id, int64_t position) const;
@@ -111,13 +106,21 @@ class ModelRunner : public Executor {
   void resolve(InFlight& f);  // waits for an async step and turns its pinned tokens into samples
   void resolve_all();
   std::vector<SampledToken> run_sync(const StepPlan& plan);
+  // The sampled rows' Backend::sample arguments: sampler, Philox key, processors (pointing into
+  // `procs`), top-n. With `pending`, output tokens of in-flight steps are dev_tokens_ indices.
+  struct SampleSetup {
+    std::vector<SampleRow> rows;
+    std::deque<LogitsProcessors> procs;  // stable addresses for SampleRow::processors
+    int64_t n_top = 0;                   // the most top log-probabilities a row wants
+  };
+  SampleSetup prepare_sampling(const std::vector<const ScheduledSeq*>& sampled, bool pending);
+  static SampledToken make_sample(Sequence* seq, int32_t token, float logprob, const int32_t* top_ids,
+                                  const float* top_lps, int64_t n_top);
 
   const DeepseekModel& model_;
   Backend& backend_;
   PagedKvCache cache_;
   MlaPolicy policy_;
-  std::vector<float> scratch_;
-  std::vector<int32_t> counts_;
   // Tokens sampled but possibly not yet appended by the engine: seq_id → (position → token).
   std::unordered_map<int64_t, std::map<int64_t, int32_t>> future_;
   // Tokens an in-flight async step is sampling: seq_id → (position → index into dev_tokens_).
@@ -127,6 +130,9 @@ class ModelRunner : public Executor {
   int64_t capacity_ = 0;
   Tensor dev_tokens_, dev_logprobs_;    // [2 · capacity] I32 / F32, device
   Tensor host_tokens_, host_logprobs_;  // [2 · capacity] pinned staging
+  int64_t top_capacity_ = 0;            // columns of the top log-probability buffers
+  Tensor dev_top_ids_, dev_top_lps_;    // [2 · capacity, top_capacity] I32 / F32, device
+  Tensor host_top_ids_, host_top_lps_;  // [2 · capacity, top_capacity] pinned staging
   int next_slot_ = 0;
   int64_t last_end_fence_ = -1;
   bool use_graphs_;

@@ -40,33 +40,4 @@ Status validate_sampling_params(const SamplingParams& p, const ParamLimits& lim)
   return Status::ok();
 }
 
-void apply_logits_processors(float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& prompt,
-                             const std::vector<int32_t>& output, const std::vector<int64_t>& eos_ids,
-                             std::vector<int32_t>* counts) {
-  if (static_cast<int64_t>(output.size()) < p.min_tokens) {
-    const float neg_inf = -std::numeric_limits<float>::infinity();
-    if (!p.ignore_eos)
-      for (int64_t e : eos_ids) logits[e] = neg_inf;
-    for (int32_t t : p.stop_token_ids) logits[t] = neg_inf;
-  }
-  const bool rep = p.repetition_penalty != 1.0f;
-  const bool freq = p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
-  if (!rep && !freq) return;
-  counts->assign(static_cast<size_t>(vocab), 0);
-  for (int32_t t : output) ++(*counts)[static_cast<size_t>(t)];
-  if (rep) {
-    std::vector<uint8_t> seen(static_cast<size_t>(vocab), 0);
-    for (int32_t t : prompt) seen[static_cast<size_t>(t)] = 1;
-    for (int32_t t : output) seen[static_cast<size_t>(t)] = 1;
-    for (int64_t v = 0; v < vocab; ++v)
-      if (seen[static_cast<size_t>(v)]) logits[v] = logits[v] > 0 ? logits[v] / p.repetition_penalty : logits[v] * p.repetition_penalty;
-  }
-  if (freq) {
-    for (int64_t v = 0; v < vocab; ++v) {
-      const int32_t c = (*counts)[static_cast<size_t>(v)];
-      if (c > 0) logits[v] -= p.frequency_penalty * static_cast<float>(c) + p.presence_penalty;
-    }
-  }
-}
-
 }  // namespace deepinfer

@@ -44,10 +44,4 @@ struct ParamLimits {
 // Rejects NaN/Inf, out-of-range values and ids outside [0, vocab_size), naming the parameter.
 Status validate_sampling_params(const SamplingParams& p, const ParamLimits& limits);
 
-// Applies penalties and min_tokens masking to one row of logits in place.
-// `prompt` and `output` are the request's token ids so far; `eos_ids` the model's EOS ids.
-void apply_logits_processors(float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& prompt,
-                             const std::vector<int32_t>& output, const std::vector<int64_t>& eos_ids,
-                             std::vector<int32_t>* count_scratch);
-
 }  // namespace deepinfer

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "engine/llm_engine.h"
 #include "io/json_file.h"
 #include "kv/paged_kv_cache.h"
 #include "model/deepseek/deepseek_cost.h"
@@ -269,6 +270,10 @@ void BenchCommand::add_to(CLI::App& parent) {
   app->add_option("--seed", seed, "Seed of the dummy weights and token ids")->check(CLI::NonNegativeNumber);
   app->add_option("--threads", threads, "CPU threads for --device cpu (0 = all cores)");
   app->add_flag("!--no-graphs", graphs, "Decode without CUDA graphs (every kernel launched by the host)");
+  app->add_option("--serve", serve,
+                  "Serving-loop phase: this many requests of --context random prompt tokens, --steps greedy tokens "
+                  "each, through the engine synchronous then overlapped (0: skip)")
+      ->check(CLI::Range(int64_t{0}, int64_t{4096}));
   app->add_option("--json", json_path, "Write the results here (rewritten after every case)");
 }
 
@@ -382,6 +387,72 @@ int BenchCommand::run() const {
     if (Status s = record(bench.prefill(n), fmt::format("prefill {}", n)); !s.is_ok()) return fail(s);
   for (int64_t b : *batch_sizes)
     if (Status s = record(bench.decode(b), fmt::format("decode B={}", b)); !s.is_ok()) return fail(s);
+  if (serve > 0) {
+    // The engine takes the model and the backend; the phases above are done with them.
+    const DeepseekConfig model_config = model->config();
+    EngineConfig ec;
+    ec.device = device;
+    ec.kv_block_size = block_size;
+    ec.max_num_seqs = std::max<int64_t>(serve, 1);
+    ec.cuda_graphs = graphs;
+    const int64_t per_seq = (context + steps + block_size - 1) / block_size;
+    ec.num_kv_blocks = serve * per_seq + 1;
+    const int64_t kv_need = ec.num_kv_blocks * PagedKvCache::bytes_per_block(model->kv_layers(), block_size,
+                                                                              backend.kv_dtype());
+    const auto [free_bytes, total_bytes] = backend.memory_info();
+    json res = {{"phase", "serve"}, {"requests", serve}, {"context", context}, {"tokens_per_request", steps}};
+    if (total_bytes > 0 && kv_need + kStepReserveBytes > free_bytes) {
+      res["error"] = fmt::format("--serve {}: the KV pages need {:.2f} GiB, {:.2f} GiB free", serve,
+                                 static_cast<double>(kv_need) / kGiB, static_cast<double>(free_bytes) / kGiB);
+    } else {
+      LLMEngine engine(ec, std::move(model), std::move(*backend_or));
+      std::mt19937_64 rng(static_cast<uint64_t>(seed) + 7);
+      for (bool overlap : {false, true}) {
+        engine.set_overlap(overlap);
+        for (int64_t i = 0; i < serve; ++i) {
+          EngineRequest r;
+          r.request_id = fmt::format("{}-{}", overlap ? "o" : "s", i);
+          for (int64_t t = 0; t < context; ++t)
+            r.prompt_ids.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(model_config.vocab_size)));
+          r.params.temperature = 0.0f;
+          r.params.max_tokens = steps;
+          r.params.ignore_eos = true;
+          if (auto id = engine.add_request(std::move(r)); !id) return fail(id.status());
+        }
+        const ModelRunner::Timeline before = dynamic_cast<ModelRunner&>(engine.executor()).timeline();
+        int64_t n_out = 0, n_engine_steps = 0;
+        const auto t0 = Clock::now();
+        while (engine.has_unfinished()) {
+          ++n_engine_steps;
+          for (const RequestOutput& o : engine.step())
+            if (o.finished) n_out += static_cast<int64_t>(o.outputs[0].token_ids.size());
+        }
+        const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        const ModelRunner::Timeline after = dynamic_cast<ModelRunner&>(engine.executor()).timeline();
+        const int64_t n_dev = after.n_steps - before.n_steps;
+        const json run = {{"wall_ms", wall_ms},
+                          {"output_tokens", n_out},
+                          {"output_tok_s", static_cast<double>(n_out) / (wall_ms / 1000.0)},
+                          {"device_steps", n_dev},
+                          {"launched_while_one_ran", after.n_overlapped - before.n_overlapped},
+                          {"busy_ms", after.busy_ms - before.busy_ms},
+                          {"idle_ms", after.idle_ms - before.idle_ms},
+                          {"idle_ms_per_step", (after.idle_ms - before.idle_ms) / static_cast<double>(std::max<int64_t>(n_dev, 1))}};
+        res[overlap ? "overlapped" : "synchronous"] = run;
+        std::printf("serve    %6lld %6lld  %s: %lld tokens in %.1f ms (%.0f tok/s), %lld device steps (%lld launched "
+                    "while one ran), busy %.1f ms, idle %.2f ms (%.3f ms/step)\n",
+                    static_cast<long long>(serve), static_cast<long long>(context), overlap ? "overlapped " : "synchronous",
+                    static_cast<long long>(n_out), wall_ms, run["output_tok_s"].get<double>(), static_cast<long long>(n_dev),
+                    static_cast<long long>(run["launched_while_one_ran"].get<int64_t>()), run["busy_ms"].get<double>(),
+                    run["idle_ms"].get<double>(), run["idle_ms_per_step"].get<double>());
+      }
+    }
+    doc["results"].push_back(res);
+    if (res.contains("error")) {
+      ++n_failed;
+      std::fprintf(stderr, "deepinfer: error: %s\n", res["error"].get<std::string>().c_str());
+    }
+  }
   doc["finished"] = true;
   if (Status s = emit(); !s.is_ok()) return fail(s);
   if (!json_path.empty()) std::printf("wrote %s\n", json_path.c_str());

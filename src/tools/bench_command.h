@@ -2,7 +2,9 @@
 // roofline floors (bench_floors.h) on the card's measured limits (cuda_limits.h); prints a table
 // and writes JSON shaped like scripts/bench/torch_peer.py's, so the two engines compare line by
 // line (scripts/bench/report.py). Times whole steps with a host clock (host overhead is part of
-// the engine); it does not schedule or sample.
+// the engine); those phases do not schedule or sample. `--serve B` then runs the whole serving
+// loop (LLMEngine: scheduler, device sampling) on B requests, synchronous and overlapped, and
+// reports the runner's device timeline (busy time, idle gaps between steps).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,7 @@ struct BenchCommand {
   int64_t seed = 0;
   int threads = 0;
   bool graphs = true;  // decode steps through CUDA graphs (--no-graphs: eager)
+  int64_t serve = 0;   // serving-loop requests (0: no serving phase)
   std::string json_path;
   CLI::App* app = nullptr;
 

@@ -406,6 +406,18 @@ TEST(EngineConfigEnv, RejectsBadValuesNamingTheVariable) {
   EXPECT_FALSE(EngineConfig::from_env().has_value());
   env.set("DEEPINFER_CUDA_GRAPHS", nullptr);
   env.set("DEEPINFER_GPU_MEMORY_UTILIZATION", nullptr);
+  // DEEPINFER_OVERLAP: unset leaves the per-backend default (on for GPUs), 0/1 force it.
+  env.set("DEEPINFER_OVERLAP", nullptr);
+  EXPECT_FALSE(EngineConfig::from_env()->overlap.has_value());
+  env.set("DEEPINFER_OVERLAP", "0");
+  EXPECT_EQ(EngineConfig::from_env()->overlap, std::optional<bool>(false));
+  env.set("DEEPINFER_OVERLAP", "1");
+  EXPECT_EQ(EngineConfig::from_env()->overlap, std::optional<bool>(true));
+  env.set("DEEPINFER_OVERLAP", "yes");
+  auto bad = EngineConfig::from_env();
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.status().message().find("DEEPINFER_OVERLAP"), std::string::npos) << bad.status().message();
+  env.set("DEEPINFER_OVERLAP", nullptr);
 }
 
 }  // namespace

@@ -157,25 +157,39 @@ TEST(LLMEngine, SixtyFourMixedRequestsBatchedEqualAloneGreedy) { batched_equals_
 TEST(LLMEngine, SixtyFourMixedRequestsBatchedEqualAloneSeededSampling) { batched_equals_alone(false, 1.0f); }
 TEST(LLMEngine, BatchInvariantModeBatchedEqualAlone) { batched_equals_alone(true, 1.0f); }
 
-// On a GPU, rows without logits processors are sampled on the device and rows that want top-n
-// log-probabilities on the host: both must draw the same tokens from the same logits (on host
-// backends both runs take the host path).
-TEST(LLMEngine, DeviceSamplingEqualsHostSampling) {
-  EngineConfig c = base_config();
+// Logits processors and top-n log-probabilities run where the logits are. With overlap on a GPU,
+// a penalized row's latest output tokens are still on the device when its next step is
+// enqueued (LogitsProcessors::pending); without overlap they are known on the host. Both loops
+// must produce the same tokens, log-probabilities and top-n lists (on host backends both runs
+// are synchronous).
+TEST(LLMEngine, ProcessorsEqualWithAndWithoutOverlap) {
   auto jobs = mixed_jobs(24, 1.0f, 17);
   for (size_t i = 0; i < jobs.size(); ++i) {
-    jobs[i].params.top_k = i % 3 == 0 ? 20 : 0;
-    jobs[i].params.top_p = i % 4 == 1 ? 0.8f : 1.0f;
-    jobs[i].params.min_p = i % 5 == 2 ? 0.05f : 0.0f;
-    if (i % 6 == 5) jobs[i].params.temperature = 0.0f;
+    SamplingParams& p = jobs[i].params;
+    p.top_k = i % 3 == 0 ? 20 : 0;
+    p.top_p = i % 4 == 1 ? 0.8f : 1.0f;
+    p.min_p = i % 5 == 2 ? 0.05f : 0.0f;
+    if (i % 6 == 5) p.temperature = 0.0f;
+    p.repetition_penalty = i % 2 == 0 ? 1.5f : 1.0f;
+    p.frequency_penalty = i % 3 == 1 ? 0.8f : 0.0f;
+    p.presence_penalty = i % 4 == 2 ? 0.6f : 0.0f;
+    p.min_tokens = i % 5 == 0 ? std::min<int64_t>(4, p.max_tokens) : 0;
+    p.stop_token_ids = {static_cast<int32_t>(2 + i)};
+    if (i % 2 == 1) p.logprobs = static_cast<int64_t>(i % 7);
   }
-  auto device = run_all(*make_engine(c), jobs, /*as_given=*/true);
-  for (auto& j : jobs) j.params.logprobs = 1;
-  auto host = run_all(*make_engine(c), jobs, /*as_given=*/true);
-  ASSERT_EQ(device.size(), host.size());
-  for (const auto& [id, out] : device) {
-    EXPECT_EQ(out.outputs[0].token_ids, host.at(id).outputs[0].token_ids) << id;
-    EXPECT_NEAR(out.outputs[0].cumulative_logprob, host.at(id).outputs[0].cumulative_logprob, 1e-4) << id;
+  std::map<std::string, RequestOutput> out[2];
+  for (int overlap = 0; overlap < 2; ++overlap) {
+    EngineConfig c = base_config();
+    c.overlap = overlap == 1;
+    out[overlap] = run_all(*make_engine(c), jobs, /*as_given=*/true);
+  }
+  ASSERT_EQ(out[0].size(), out[1].size());
+  for (const auto& [id, a] : out[0]) {
+    const CompletionOutput &x = a.outputs[0], &y = out[1].at(id).outputs[0];
+    EXPECT_EQ(x.token_ids, y.token_ids) << id;
+    EXPECT_EQ(x.cumulative_logprob, y.cumulative_logprob) << id;
+    ASSERT_EQ(x.logprobs.size(), y.logprobs.size()) << id;
+    for (size_t k = 0; k < x.logprobs.size(); ++k) EXPECT_EQ(x.logprobs[k].top, y.logprobs[k].top) << id << " @" << k;
   }
 }
 

@@ -4,14 +4,21 @@
 //    near-tie: each side's token among the other's top-5 (comparison stops there, since the
 //    continuations then condition on different tokens), unless a routing near-tie (below)
 //    came first;
-//  - logits relative error ‖ours − ref‖₂ / ‖ref‖₂ ≤ 2e-2 per row, for every prompt position and
-//    every greedy step before a divergence, and before the first routing near-tie: a position
-//    where the GPU chose other experts than the fp32 CPU engine (which routes like transformers:
-//    it matches the fixtures to 1e-5, far inside their smallest router gap), after which outputs
-//    change discontinuously as at a token near-tie (support/routing_trace.h). Reported, not hidden.
-// Why 2e-2: the GPU rounds GEMM operands, the KV cache and attention probabilities to bf16
-// (relative 2^-8 ≈ 3.9e-3 each), through 2-4 layers; the fixtures were computed in fp32.
-// Skipped without a GPU.
+//  - logits relative error ‖ours − ref‖₂ / ‖ref‖₂ ≤ 2e-2 over each logits tensor (the prompt
+//    positions; the greedy steps), and ≤ 5e-2 for every single row, counting the rows before a
+//    token divergence and before the first routing near-tie: a position where the GPU chose other
+//    experts than the fp32 CPU engine (which routes like transformers: it matches the fixtures to
+//    1e-5, far inside their smallest router gap), after which outputs change discontinuously as
+//    at a token near-tie (support/routing_trace.h). Reported, not hidden.
+// Why these bounds: the GPU rounds GEMM operands and the KV cache to bf16 (relative 2^-8 ≈ 3.9e-3
+// each), seven roundings per layer through 2-4 layers of 64-wide models, where errors barely
+// average out; the fixtures were computed in fp32. Per tensor that stays ≤ 1.3e-2 on every
+// fixture. Single rows go further: transformers itself, run in bf16 on the same fixtures
+// (scripts/golden/bf16_reference_error.py, docs/device-runs/2026-11-30-s3/bf16_reference.json),
+// lands 1.2e-2 to 4.4e-2 from its fp32 rows before any routing flip (v2_qlora_grouped_yarn,
+// routed_scaling_factor 16: 2.9e-2 and 4.4e-2 on prompt rows); we measure ≤ 2.7e-2 there and
+// ≤ 1.3e-2 elsewhere. 5e-2 per row still catches any row-local bug (a wrong page, position or
+// mask moves a row by O(1)). Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -79,12 +86,18 @@ TEST_P(GoldenFixtureCuda, MatchesTransformersWithinBf16) {
     const int64_t np = static_cast<int64_t>(reqs[i].prompt_ids.size());
     Tensor ref_prompt = tensors->tensor(*tensors->find("p" + std::to_string(i) + ".prompt_logits"));
     Tensor ref_steps = tensors->tensor(*tensors->find("p" + std::to_string(i) + ".greedy_logits"));
-    double worst = 0;
-    std::string over;  // rows beyond the bound, for the log
+    double worst = 0;                        // worst single row
+    testing::TensorRelErr prompt_err, step_err;  // per tensor
+    std::string over;  // rows beyond 2e-2, for the log
     for (int64_t row = 0; row < ref_prompt.size(0); ++row) {
-      const double e = row_rel_err(ours.prompt_logits.data() + row * vocab, ref_prompt.data<float>() + row * vocab, vocab);
+      const float* a = ours.prompt_logits.data() + row * vocab;
+      const float* ref = ref_prompt.data<float>() + row * vocab;
+      const double e = row_rel_err(a, ref, vocab);
       if (e > 2e-2) over += fmt::format(" prompt[{}]={:.2e}", row, e);
-      if (row < flip[i]) worst = std::max(worst, e);
+      if (row < flip[i]) {
+        worst = std::max(worst, e);
+        prompt_err.add(a, ref, vocab);
+      }
     }
     size_t agree = 0;
     for (; agree < expected.size() && agree < ours.token_ids.size(); ++agree) {
@@ -93,7 +106,10 @@ TEST_P(GoldenFixtureCuda, MatchesTransformersWithinBf16) {
       const float* ref = ref_steps.data<float>() + static_cast<int64_t>(agree) * vocab;
       const double e = row_rel_err(a, ref, vocab);
       if (e > 2e-2) over += fmt::format(" step[{}]={:.2e}", agree, e);
-      if (np - 1 + static_cast<int64_t>(agree) < flip[i]) worst = std::max(worst, e);
+      if (np - 1 + static_cast<int64_t>(agree) < flip[i]) {
+        worst = std::max(worst, e);
+        step_err.add(a, ref, vocab);
+      }
       if (ours.token_ids[agree] != expected[agree]) {
         if (np - 1 + static_cast<int64_t>(agree) >= flip[i]) break;  // downstream of a routing near-tie
         EXPECT_TRUE(in_top5(ref, vocab, ours.token_ids[agree])) << tag << " step " << agree;
@@ -101,13 +117,15 @@ TEST_P(GoldenFixtureCuda, MatchesTransformersWithinBf16) {
         break;
       }
     }
-    EXPECT_LE(worst, 2e-2) << tag;
+    EXPECT_LE(prompt_err.value(), 2e-2) << tag << " (prompt logits tensor)";
+    EXPECT_LE(step_err.value(), 2e-2) << tag << " (greedy-step logits tensor)";
+    EXPECT_LE(worst, 5e-2) << tag << " (worst row)";
     RecordProperty("p" + std::to_string(i) + "_worst_rel_err", std::to_string(worst));
     RecordProperty("p" + std::to_string(i) + "_tokens_agreeing", std::to_string(agree));
-    std::printf("[cuda fixture] %s: %zu/%zu greedy tokens identical, worst logits rel err %.3e before routing near-tie "
-                "at position %lld;%s\n",
-                tag.c_str(), agree, expected.size(), worst, static_cast<long long>(flip[i] == INT64_MAX ? -1 : flip[i]),
-                over.c_str());
+    std::printf("[cuda fixture] %s: %zu/%zu greedy tokens identical, logits rel err per tensor %.3e (prompt) %.3e "
+                "(steps), worst row %.3e, before routing near-tie at position %lld;%s\n",
+                tag.c_str(), agree, expected.size(), prompt_err.value(), step_err.value(), worst,
+                static_cast<long long>(flip[i] == INT64_MAX ? -1 : flip[i]), over.c_str());
   }
 }
 

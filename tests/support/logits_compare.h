@@ -34,6 +34,19 @@ inline double row_rel_err(const float* a, const float* ref, int64_t n) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+// ‖a − ref‖₂ / ‖ref‖₂ over a whole tensor given row by row (in double); infinite after a NaN/Inf.
+struct TensorRelErr {
+  double num = 0, den = 0;
+  void add(const float* a, const float* ref, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = std::isfinite(a[i]) ? static_cast<double>(a[i]) - ref[i] : INFINITY;
+      num += d * d;
+      den += static_cast<double>(ref[i]) * ref[i];
+    }
+  }
+  double value() const { return std::sqrt(num / std::max(den, 1e-30)); }
+};
+
 // Whether `tok` is among the row's five largest logits (fewer than five strictly larger).
 inline bool in_top5(const float* row, int64_t vocab, int32_t tok) {
   int64_t better = 0;

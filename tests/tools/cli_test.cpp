@@ -269,5 +269,28 @@ TEST_F(CliTest, SeededSamplingIsDeterministic) {
   EXPECT_EQ(ja["seed"], 7);
 }
 
+// `deepinfer bench --serve` runs the serving loop synchronous, then overlapped, on the same
+// engine: every request finishes with all its tokens in both, and the JSON says so.
+TEST_F(CliTest, BenchServePhaseRunsBothLoops) {
+  const std::string json_path = *root_ + "/bench.json";
+  const RunResult r = run(fmt::format("bench --config '{}/config.json' --device cpu --threads 2 --prefill 16 "
+                                      "--decode-batch 2 --context 12 --steps 5 --warmup 1 --prefill-reps 1 "
+                                      "--block-size 8 --serve 6 --json '{}'",
+                                      model_dir(), json_path));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream f(json_path);
+  const json doc = json::parse(f, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(doc.is_object());
+  EXPECT_TRUE(doc["finished"].get<bool>());
+  const json& serve = doc["results"].back();
+  ASSERT_EQ(serve["phase"], "serve") << serve.dump();
+  for (const char* loop : {"synchronous", "overlapped"}) {
+    ASSERT_TRUE(serve.contains(loop)) << serve.dump();
+    EXPECT_EQ(serve[loop]["output_tokens"].get<int64_t>(), 6 * 5) << loop;
+    EXPECT_GT(serve[loop]["output_tok_s"].get<double>(), 0.0) << loop;
+  }
+  EXPECT_EQ(run(fmt::format("bench --config '{}/config.json' --device cpu --serve -1", model_dir())).code, 2);
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -667,15 +667,18 @@ void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) {
   cuda::gemm(s_->blas, T, D, I, dptr<bf16>(act), I, 0, dw, I, 0, true, dptr(out), Elem::kF32, D, 0, 1);
 }
 
-void CudaBackend::sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs) {
+void CudaBackend::sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs,
+                         SampleExtras* extras) {
   const int64_t R = logits.size(0), V = logits.size(1);
   DI_CHECK_EQ(static_cast<int64_t>(rows.size()), R);
   if (R == 0) return;
   ScratchScope scope(*this);
-  // Per-row arguments and the Philox uniforms are computed here (pure functions of the request):
-  // one small upload, no synchronization.
+  const int64_t n_top = extras != nullptr && extras->top_ids.defined() ? extras->top_ids.size(1) : 0;
+  // Per-row arguments, the Philox uniforms and the processors' token lists are computed here
+  // (pure functions of the requests): one small upload each, no synchronization.
   std::vector<cuda::SampleRowArgs> args(static_cast<size_t>(R));
-  std::vector<int32_t> sampled;
+  std::vector<cuda::ProcRowArgs> procs;
+  std::vector<int32_t> sampled, data;
   for (int64_t i = 0; i < R; ++i) {
     const SampleRow& r = rows[static_cast<size_t>(i)];
     cuda::SampleRowArgs& a = args[static_cast<size_t>(i)];
@@ -685,15 +688,58 @@ void CudaBackend::sample(const Tensor& logits, const std::vector<SampleRow>& row
     a.min_p = r.params.min_p;
     a.u = philox_uniform(r.seed, r.position, RngPurpose::kSample);
     a.greedy = r.params.temperature < kGreedyTemperature;
+    a.n_top = r.n_top_logprobs;
+    DI_CHECK_LE(static_cast<int64_t>(r.n_top_logprobs), n_top);
     if (!a.greedy) sampled.push_back(static_cast<int32_t>(i));
+    if (r.processors == nullptr || !r.processors->active()) continue;
+    const LogitsProcessors& p = *r.processors;
+    cuda::ProcRowArgs pr{};
+    pr.row = static_cast<int32_t>(i);
+    pr.rep = p.repetition_penalty;
+    pr.freq = p.frequency_penalty;
+    pr.pres = p.presence_penalty;
+    auto append = [&](const std::vector<int32_t>& v, int32_t* begin, int32_t* end) {
+      *begin = static_cast<int32_t>(data.size());
+      data.insert(data.end(), v.begin(), v.end());
+      *end = static_cast<int32_t>(data.size());
+    };
+    append(p.seen_tokens, &pr.seen_begin, &pr.seen_end);
+    pr.n_seen = pr.seen_end - pr.seen_begin;
+    data.insert(data.end(), p.seen_counts.begin(), p.seen_counts.end());
+    append(p.masked, &pr.mask_begin, &pr.mask_end);
+    append(p.pending, &pr.pend_begin, &pr.pend_end);
+    if (!p.pending.empty()) DI_CHECK(extras != nullptr && extras->pending_tokens.defined());
+    for (int32_t k : p.pending) DI_CHECK(k >= 0 && k < extras->pending_tokens.numel());
+    procs.push_back(pr);
   }
-  Tensor d_args = empty(DType::kU8, {static_cast<int64_t>(args.size() * sizeof(cuda::SampleRowArgs))});
-  copy_from_host(args.data(), d_args);
-  Tensor d_sampled = empty(DType::kI32, {static_cast<int64_t>(sampled.size())});
-  copy_from_host(sampled.data(), d_sampled);
-  cuda::sample(cdptr<float>(logits), R, V, static_cast<const cuda::SampleRowArgs*>(dptr(d_args)),
-               cdptr<int32_t>(d_sampled), static_cast<int64_t>(sampled.size()), dptr<int32_t>(tokens),
-               dptr<float>(logprobs), arena_alloc, &s_->arena, s_->stream);
+  auto upload_bytes = [&](const void* src, size_t bytes) {
+    Tensor t = empty(DType::kU8, {static_cast<int64_t>(std::max<size_t>(bytes, 1))});
+    if (bytes > 0) copy_from_host(src, t);
+    return t;
+  };
+  Tensor d_args = upload_bytes(args.data(), args.size() * sizeof(cuda::SampleRowArgs));
+  Tensor d_sampled = upload_bytes(sampled.data(), sampled.size() * sizeof(int32_t));
+  Tensor d_procs = upload_bytes(procs.data(), procs.size() * sizeof(cuda::ProcRowArgs));
+  Tensor d_data = upload_bytes(data.data(), data.size() * sizeof(int32_t));
+  cuda::SampleArgs a{};
+  a.logits = cdptr<float>(logits);
+  a.R = R;
+  a.V = V;
+  a.rows = static_cast<const cuda::SampleRowArgs*>(dptr(d_args));
+  a.sampled = static_cast<const int32_t*>(dptr(d_sampled));
+  a.n_sampled = static_cast<int64_t>(sampled.size());
+  a.procs = static_cast<const cuda::ProcRowArgs*>(dptr(d_procs));
+  a.n_procs = static_cast<int64_t>(procs.size());
+  a.proc_data = static_cast<const int32_t*>(dptr(d_data));
+  a.pending_tokens = extras != nullptr && extras->pending_tokens.defined() ? cdptr<int32_t>(extras->pending_tokens) : nullptr;
+  a.tokens = dptr<int32_t>(tokens);
+  a.logprobs = dptr<float>(logprobs);
+  if (n_top > 0) {
+    a.top_ids = dptr<int32_t>(extras->top_ids);
+    a.top_logprobs = dptr<float>(extras->top_logprobs);
+    a.n_top = n_top;
+  }
+  cuda::sample(a, arena_alloc, &s_->arena, s_->stream);
 }
 
 // ---- Factory ---------------------------------------------------------------------------------

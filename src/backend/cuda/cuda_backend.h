@@ -62,7 +62,8 @@ class CudaBackend : public Backend {
   void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void add(Tensor& out, const Tensor& x) override;
-  void sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs) override;
+  void sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs,
+              SampleExtras* extras = nullptr) override;
 
   void synchronize() override;
   Tensor allocate_staging(DType dtype, const std::vector<int64_t>& shape) override;

@@ -120,14 +120,37 @@ struct SampleRowArgs {
   int64_t top_k;
   float top_p;
   float min_p;
-  float u;       // philox_uniform(seed, position, kSample), drawn on the host
-  bool greedy;   // temperature < kGreedyTemperature
+  float u;        // philox_uniform(seed, position, kSample), drawn on the host
+  bool greedy;    // temperature < kGreedyTemperature
+  int32_t n_top;  // top log-probabilities wanted (≤ SampleArgs::n_top)
 };
-// tokens[i] for every row (−1: the row holds NaN/±Inf), logprobs[i] = log-softmax at the token.
-// rows_dev [R]; sampled_dev [n_sampled]: the non-greedy rows. Scratch from `alloc`.
-void sample(const float* logits, int64_t R, int64_t V, const SampleRowArgs* rows_dev, const int32_t* sampled_dev,
-            int64_t n_sampled, int32_t* tokens, float* logprobs, void* (*alloc)(void* ctx, size_t bytes), void* ctx,
-            cudaStream_t s);
+// A row with logits processors (sample/logits_processors.h); offsets index SampleArgs::proc_data.
+struct ProcRowArgs {
+  int32_t row;
+  float rep, freq, pres;
+  int32_t seen_begin, seen_end;  // tokens at [seen_begin, seen_end), their counts at + n_seen
+  int32_t n_seen;
+  int32_t mask_begin, mask_end;
+  int32_t pend_begin, pend_end;  // indices into pending_tokens
+};
+struct SampleArgs {
+  const float* logits;            // [R, V] raw, unchanged
+  int64_t R, V;
+  const SampleRowArgs* rows;      // [R]
+  const int32_t* sampled;         // [n_sampled] the non-greedy rows
+  int64_t n_sampled;
+  const ProcRowArgs* procs;       // [n_procs]
+  int64_t n_procs;
+  const int32_t* proc_data;       // seen tokens / counts, masked ids, pending indices
+  const int32_t* pending_tokens;  // [P] tokens of steps in flight
+  int32_t* tokens;                // [R] (−1: the raw row holds NaN/±Inf)
+  float* logprobs;                // [R] log-softmax of the raw row at the token
+  int32_t* top_ids;               // [R, n_top] or null
+  float* top_logprobs;            // [R, n_top] or null
+  int64_t n_top;
+};
+// Processors on a copy of the processed rows, then the sampler; scratch from `alloc`.
+void sample(const SampleArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
 
 // ---- cuda_moe.cu ----
 struct RouteArgs {
