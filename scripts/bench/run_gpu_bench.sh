@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Runs the DeepInfer-vs-transformers benchmark on the GPU machine and prints the markdown report.
 #
-#   scripts/bench/run_gpu_bench.sh OUT_DIR [all|deepinfer|peer|serve|report]
+#   scripts/bench/run_gpu_bench.sh OUT_DIR [all|deepinfer|peer|serve|profile|report]
 #
 # Expects `deepinfer` built in build-device/ (cmake -B build-device ... && ninja -C build-device deepinfer).
 #   deepinfer: `deepinfer bench` on deepseek_v2_lite.json (bf16, fp8) and deepseek_v2_lite_8l_q1536.json (bf16)
 #   peer:      scripts/bench/torch_peer.py on the same two configs (bf16)
 #   serve:     `deepinfer bench --serve 64` on deepseek_v2_lite.json: the serving loop (scheduler,
 #              device sampling) synchronous and overlapped, with the device timeline (not in "all")
+#   profile:   `deepinfer bench --op-times` on deepseek_v2_lite.json, bf16 and fp8: device time per op
+#              kind for prefill 4096 and decode B=1/32/256 (not in "all")
 #   report:    scripts/bench/report.py OUT_DIR, also saved as OUT_DIR/report.md
 # Each command runs under `timeout` (seconds: DI_TIMEOUT, default 180; PEER_TIMEOUT, default 280, with
 # the peer's own budget PEER_MAX_SECONDS, default 180); a failed or timed-out command is reported
@@ -17,12 +19,12 @@
 set -u -o pipefail
 
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-  echo "usage: $0 OUT_DIR [all|deepinfer|peer|serve|report]" >&2
+  echo "usage: $0 OUT_DIR [all|deepinfer|peer|serve|profile|report]" >&2
   exit 2
 fi
 OUT=$1
 WHAT=${2:-all}
-case "$WHAT" in all|deepinfer|peer|serve|report) ;; *) echo "$0: unknown part '$WHAT'" >&2; exit 2 ;; esac
+case "$WHAT" in all|deepinfer|peer|serve|profile|report) ;; *) echo "$0: unknown part '$WHAT'" >&2; exit 2 ;; esac
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=$ROOT/build-device/src/tools/deepinfer
 DI_TIMEOUT=${DI_TIMEOUT:-180}
@@ -63,6 +65,13 @@ fi
 if [ "$WHAT" = serve ]; then
   run deepinfer_v2_lite_serve "$DI_TIMEOUT" "$BIN" bench --config "$LITE" --dtype bf16 --prefill "" --decode-batch "" \
     --serve 64 --context 512 --steps 64 --json "$OUT/deepinfer_v2_lite_serve.json"
+fi
+
+if [ "$WHAT" = profile ]; then
+  for dt in bf16 fp8; do
+    run "deepinfer_v2_lite_${dt}_ops" "$DI_TIMEOUT" "$BIN" bench --config "$LITE" --dtype "$dt" --prefill 4096 \
+      --decode-batch 1,32,256 --op-times --json "$OUT/deepinfer_v2_lite_${dt}_ops.json"
+  done
 fi
 
 if [ "$WHAT" = all ] || [ "$WHAT" = peer ]; then

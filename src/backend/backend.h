@@ -39,6 +39,13 @@ struct SampleExtras {
   Tensor top_logprobs;    // [R, n_top] F32: their log-softmax values of the raw row
 };
 
+// Device time spent in one kind of op (Backend::take_op_times).
+struct OpTime {
+  std::string op;  // e.g. "matmul 2048x2048" (N×K), "mla_attention absorbed", "moe_experts"
+  int64_t calls = 0;
+  double ms = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -99,6 +106,11 @@ class Backend {
   // the recording again on the same memory. Step memory addresses recorded in a graph stay valid
   // while step_memory_generation() is unchanged (it changes when the step arena is rebuilt).
   virtual bool supports_graphs() const { return false; }
+  // Op timing, a diagnostic for benchmarks: while on, every op is bracketed by device events
+  // (and graphs are not captured, so each op runs as launched). take_op_times waits for the
+  // device and returns the time per op kind since the last call. Host backends time nothing.
+  virtual void set_op_timing(bool on) { (void)on; }
+  virtual std::vector<OpTime> take_op_times() { return {}; }
   virtual void capture_begin() { DI_CHECK(false && "no graphs on this backend"); }
   virtual int64_t capture_end() { return -1; }
   virtual void graph_launch(int64_t graph) { (void)graph; }

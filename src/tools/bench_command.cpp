@@ -127,6 +127,14 @@ class BenchRun {
       });
       if (r >= 1) ms_all.push_back(ms);
     }
+    if (cmd_.op_times) {
+      res["op_times"] = timed_ops([&] {
+        ForwardBatch batch;
+        batch.add_sequence(kv, tokens.data(), n, bs);
+        batch.logits_rows.push_back(static_cast<int32_t>(n - 1));
+        (void)model_.forward(backend_, batch, cache);
+      });
+    }
     const double ms = median(ms_all);
     res["ms"] = ms;
     res["tok_per_s"] = static_cast<double>(n) / (ms / 1e3);
@@ -174,6 +182,17 @@ class BenchRun {
       for (KvSequence& kv : seqs) kv.n_tokens += 1;
       if (i >= cmd_.warmup) ms_all.push_back(ms);
     }
+    if (cmd_.op_times) {  // one more step, eager, each op between two events
+      const std::vector<int32_t> tokens = random_tokens(batch);
+      res["op_times"] = timed_ops([&] {
+        ForwardBatch step;
+        for (int64_t b = 0; b < batch; ++b) {
+          step.add_sequence(seqs[static_cast<size_t>(b)], &tokens[static_cast<size_t>(b)], 1, bs);
+          step.logits_rows.push_back(static_cast<int32_t>(b));
+        }
+        (void)model_.forward(backend_, step, cache, MlaPolicy::kAuto, nullptr);
+      });
+    }
     const double ms = median(ms_all);
     res["ms_per_step"] = ms;
     res["tok_per_s"] = static_cast<double>(batch) / (ms / 1e3);
@@ -186,6 +205,27 @@ class BenchRun {
   }
 
  private:
+  // One untimed step with op timing on: device ms per op kind, largest first (printed too).
+  template <typename Step>
+  json timed_ops(Step&& step) {
+    backend_.set_op_timing(true);
+    backend_.synchronize();
+    (void)backend_.take_op_times();
+    step();
+    const std::vector<OpTime> times = backend_.take_op_times();
+    backend_.set_op_timing(false);
+    json out = json::array();
+    double total = 0;
+    for (const OpTime& t : times) total += t.ms;
+    std::printf("  op times (one eager step, %.3f ms in ops):\n", total);
+    for (const OpTime& t : times) {
+      out.push_back({{"op", t.op}, {"calls", t.calls}, {"ms", t.ms}});
+      if (t.ms >= 0.01 * total) std::printf("    %-32s %5lld calls %9.3f ms  %5.1f %%\n", t.op.c_str(),
+                                            static_cast<long long>(t.calls), t.ms, 100.0 * t.ms / total);
+    }
+    return out;
+  }
+
   // Wall time of one step in ms, from an idle device to a finished step (host work included).
   template <typename Step>
   double time_step(Step&& step) {
@@ -269,6 +309,8 @@ void BenchCommand::add_to(CLI::App& parent) {
   app->add_option("--block-size", block_size, "KV page size in tokens")->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app->add_option("--seed", seed, "Seed of the dummy weights and token ids")->check(CLI::NonNegativeNumber);
   app->add_option("--threads", threads, "CPU threads for --device cpu (0 = all cores)");
+  app->add_flag("--op-times", op_times,
+                "After each case, one more step with every op timed by device events (printed, and in the JSON)");
   app->add_flag("!--no-graphs", graphs, "Decode without CUDA graphs (every kernel launched by the host)");
   app->add_option("--serve", serve,
                   "Serving-loop phase: this many requests of --context random prompt tokens, --steps greedy tokens "

@@ -29,6 +29,7 @@ struct BenchCommand {
   int64_t seed = 0;
   int threads = 0;
   bool graphs = true;  // decode steps through CUDA graphs (--no-graphs: eager)
+  bool op_times = false;  // per-op device times of one extra step per case
   int64_t serve = 0;   // serving-loop requests (0: no serving phase)
   std::string json_path;
   CLI::App* app = nullptr;

@@ -377,5 +377,34 @@ TEST_F(CudaOps, StepMemoryIsReusedAcrossSteps) {
   EXPECT_GT(gpu_->step_memory_bytes(), 0);
 }
 
+// Op timing (a benchmark diagnostic): every op is counted under its kind, matmuls by shape;
+// graphs are off while it runs; nothing is recorded once it is off again.
+TEST_F(CudaOps, OpTimingCountsEveryOp) {
+  EXPECT_TRUE(gpu_->supports_graphs());
+  gpu_->set_op_timing(true);
+  EXPECT_FALSE(gpu_->supports_graphs());
+  gpu_->begin_step();
+  Tensor x = up(randn({5, 64}));
+  Tensor w = up(randn({64}));
+  Tensor y = dev_empty(DType::kF32, {5, 64});
+  gpu_->rms_norm(x, 0, w, 1e-6f, y);
+  gpu_->rms_norm(y, 0, w, 1e-6f, y);
+  const LinearWeight host = host_linear(48, 64, DType::kF32);
+  LinearWeight lw = gpu_->place_linear({&host});
+  Tensor z = dev_empty(DType::kF32, {5, 48});
+  gpu_->matmul(y, 0, lw, z);
+  const std::vector<OpTime> times = gpu_->take_op_times();
+  ASSERT_EQ(times.size(), 2u);
+  for (const OpTime& t : times) {
+    EXPECT_GE(t.ms, 0.0);
+    if (t.op == "rms_norm") EXPECT_EQ(t.calls, 2);
+    else EXPECT_EQ(t.op, "matmul 48x64");
+  }
+  gpu_->set_op_timing(false);
+  EXPECT_TRUE(gpu_->supports_graphs());
+  gpu_->rms_norm(x, 0, w, 1e-6f, y);
+  EXPECT_TRUE(gpu_->take_op_times().empty());
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -106,6 +106,15 @@ struct CudaState {
     int64_t fence = -1;  // after the last step that copied from it
   } staging[2];
   int current_staging = 0;
+  // Op timing (set_op_timing): pairs of events per timed op, recycled after take_op_times.
+  bool op_timing = false;
+  struct TimedOp {
+    std::string name;
+    cudaEvent_t start, end;
+  };
+  std::vector<TimedOp> timed_ops;
+  std::vector<cudaEvent_t> timing_events;  // spare events
+  bool capturing = false;
 };
 
 namespace {
@@ -154,6 +163,11 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(s_->stream);
+  for (const auto& t : s_->timed_ops) {
+    cudaEventDestroy(t.start);
+    cudaEventDestroy(t.end);
+  }
+  for (cudaEvent_t e : s_->timing_events) cudaEventDestroy(e);
   for (cudaEvent_t e : s_->events) cudaEventDestroy(e);
   for (cudaGraphExec_t g : s_->graphs) cudaGraphExecDestroy(g);
   for (auto& st : s_->staging) cudaFreeHost(st.data);
@@ -163,6 +177,51 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::synchronize() { DI_CUDA_CHECK(cudaStreamSynchronize(s_->stream)); }
+
+bool CudaBackend::supports_graphs() const { return !s_->op_timing; }
+
+void CudaBackend::set_op_timing(bool on) { s_->op_timing = on; }
+
+CudaBackend::OpTimer::OpTimer(CudaBackend& b, const char* op, int64_t n, int64_t k) : b_(b) {
+  CudaState& s = *b.s_;
+  if (!s.op_timing || s.capturing) return;
+  auto take = [&s]() {
+    cudaEvent_t e;
+    if (s.timing_events.empty()) {
+      DI_CUDA_CHECK(cudaEventCreate(&e));
+    } else {
+      e = s.timing_events.back();
+      s.timing_events.pop_back();
+    }
+    return e;
+  };
+  CudaState::TimedOp t{n >= 0 ? fmt::format("{} {}x{}", op, n, k) : std::string(op), take(), take()};
+  DI_CUDA_CHECK(cudaEventRecord(t.start, s.stream));
+  slot_ = static_cast<int64_t>(s.timed_ops.size());
+  s.timed_ops.push_back(std::move(t));
+}
+
+CudaBackend::OpTimer::~OpTimer() {
+  if (slot_ >= 0) cudaEventRecord(b_.s_->timed_ops[static_cast<size_t>(slot_)].end, b_.s_->stream);
+}
+
+std::vector<OpTime> CudaBackend::take_op_times() {
+  synchronize();
+  std::vector<OpTime> out;
+  for (auto& t : s_->timed_ops) {
+    float ms = 0;
+    DI_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.end));
+    auto it = std::find_if(out.begin(), out.end(), [&](const OpTime& o) { return o.op == t.name; });
+    if (it == out.end()) it = out.insert(out.end(), OpTime{t.name, 0, 0.0});
+    ++it->calls;
+    it->ms += ms;
+    s_->timing_events.push_back(t.start);
+    s_->timing_events.push_back(t.end);
+  }
+  s_->timed_ops.clear();
+  std::sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
+  return out;
+}
 
 Tensor CudaBackend::allocate_staging(DType dtype, const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -208,10 +267,12 @@ void CudaBackend::release_fence(int64_t fence) { s_->free_events.push_back(fence
 
 void CudaBackend::capture_begin() {
   DI_CUDA_CHECK(cudaStreamBeginCapture(s_->stream, cudaStreamCaptureModeThreadLocal));
+  s_->capturing = true;
 }
 
 int64_t CudaBackend::capture_end() {
   cudaGraph_t graph = nullptr;
+  s_->capturing = false;
   DI_CUDA_CHECK(cudaStreamEndCapture(s_->stream, &graph));
   cudaGraphExec_t exec = nullptr;
   DI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -424,12 +485,16 @@ void CudaBackend::fill_random(Tensor& t, uint64_t seed, bool normal, float a, fl
 // ---- Ops -------------------------------------------------------------------------------------
 
 void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
+  OpTimer timer(*this, "embedding");
+
   DI_CHECK_EQ(out.size(1), table.size(1));
   cuda::embedding(dptr(table), elem_of(table.dtype()), cdptr<int32_t>(ids), ids.numel(), table.size(1),
                   dptr<float>(out), s_->stream);
 }
 
 void CudaBackend::rms_norm(const Tensor& x, int64_t x_stride, const Tensor& weight, float eps, Tensor& out) {
+  OpTimer timer(*this, "rms_norm");
+
   const int64_t d = weight.numel();
   DI_CHECK_GE(out.size(1), d);
   cuda::rms_norm(cdptr<float>(x), x_stride == 0 ? d : x_stride, dptr(weight), elem_of(weight.dtype()), d, eps,
@@ -437,6 +502,8 @@ void CudaBackend::rms_norm(const Tensor& x, int64_t x_stride, const Tensor& weig
 }
 
 void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) {
+  OpTimer timer(*this, "add_rms_norm");
+
   const int64_t d = residual.size(1);
   DI_CHECK_EQ(weight.numel(), d);
   cuda::add_rms_norm(dptr<float>(residual), cdptr<float>(delta), dptr(weight), elem_of(weight.dtype()), d, eps,
@@ -453,6 +520,8 @@ const void* CudaBackend::bf16_weight(const LinearWeight& w) {
 }
 
 void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& w, Tensor& out) {
+  OpTimer timer(*this, "matmul", w.n_out(), w.n_in());
+
   const int64_t M = out.size(0), N = w.n_out(), K = w.n_in();
   DI_CHECK_EQ(out.size(1), N);
   if (M == 0) return;
@@ -469,6 +538,8 @@ void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& 
 }
 
 void CudaBackend::rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeParams& rope) {
+  OpTimer timer(*this, "rope");
+
   cuda::RopeArgs a;
   DI_CHECK_LE(static_cast<int64_t>(rope.inv_freq.size()), 64);
   std::copy(rope.inv_freq.begin(), rope.inv_freq.end(), a.inv_freq);
@@ -480,28 +551,38 @@ void CudaBackend::rope(Tensor& x, int64_t offset, const Tensor& positions, const
 }
 
 void CudaBackend::silu_mul(const Tensor& gate_up, Tensor& out) {
+  OpTimer timer(*this, "silu_mul");
+
   DI_CHECK_EQ(gate_up.size(1), 2 * out.size(1));
   cuda::silu_mul(cdptr<float>(gate_up), out.size(0), out.size(1), dptr(out), Elem::kF32, s_->stream);
 }
 
 void CudaBackend::kv_write(const Tensor& latent, const Tensor& slots, Tensor& cache) {
+  OpTimer timer(*this, "kv_write");
+
   DI_CHECK_EQ(cache.size(2), latent.size(1));
   cuda::kv_write(cdptr<float>(latent), cdptr<int32_t>(slots), latent.size(0), latent.size(1), dptr(cache),
                  elem_of(cache.dtype()), s_->stream);
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
+  OpTimer timer(*this, "gather_rows");
+
   DI_CHECK_EQ(out.size(1), x.size(1));
   cuda::gather_rows(cdptr<float>(x), cdptr<int32_t>(rows), rows.numel(), x.size(1), dptr<float>(out), s_->stream);
 }
 
 void CudaBackend::add(Tensor& out, const Tensor& x) {
+  OpTimer timer(*this, "add");
+
   DI_CHECK_EQ(out.numel(), x.numel());
   cuda::add(dptr<float>(out), cdptr<float>(x), out.numel(), s_->stream);
 }
 
 void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& q, const Tensor& cache,
                                 const AttentionBatch& batch, Tensor& out) {
+  OpTimer timer(*this, form == MlaForm::kAbsorbed ? "mla_attention absorbed" : "mla_attention naive");
+
   const int64_t H = p.n_heads, dn = p.qk_nope_head_dim, dr = p.qk_rope_head_dim, dv = p.v_head_dim;
   const int64_t r = p.kv_lora_rank, dqk = dn + dr, width = r + dr, T = q.size(0);
   DI_CHECK_EQ(q.size(2), dqk);
@@ -574,6 +655,8 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
 }
 
 void CudaBackend::moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) {
+  OpTimer timer(*this, "moe_route");
+
   cuda::RouteArgs a{};
   a.logits = cdptr<float>(logits);
   a.bias = p.correction_bias;
@@ -611,6 +694,8 @@ bool stacked(const std::vector<const LinearWeight*>& parts) {
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                               const std::vector<MlpWeights>& experts, Tensor& out) {
+  OpTimer timer(*this, "moe_experts");
+
   const int64_t E = static_cast<int64_t>(experts.size());
   DI_CHECK_GT(E, 0);
   std::vector<const LinearWeight*> w13, w2;
@@ -645,6 +730,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
 }
 
 void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) {
+  OpTimer timer(*this, "mlp", 2 * w.gate_proj.n_out(), w.gate_proj.n_in());
+
   const int64_t T = x.size(0), D = x.size(1), I = w.gate_proj.n_out();
   if (T == 0) return;
   ScratchScope scope(*this);
@@ -669,6 +756,8 @@ void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) {
 
 void CudaBackend::sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs,
                          SampleExtras* extras) {
+  OpTimer timer(*this, "sample");
+
   const int64_t R = logits.size(0), V = logits.size(1);
   DI_CHECK_EQ(static_cast<int64_t>(rows.size()), R);
   if (R == 0) return;

@@ -73,7 +73,9 @@ class CudaBackend : public Backend {
   double fence_elapsed_ms(int64_t from, int64_t to) override;
   void release_fence(int64_t fence) override;
   void resolve_tokens(Tensor& ids, const Tensor& pending) override;
-  bool supports_graphs() const override { return true; }
+  bool supports_graphs() const override;
+  void set_op_timing(bool on) override;
+  std::vector<OpTime> take_op_times() override;
   void capture_begin() override;
   int64_t capture_end() override;
   void graph_launch(int64_t graph) override;
@@ -87,6 +89,18 @@ class CudaBackend : public Backend {
   // Weight w as a bf16 [n_out, n_in] device pointer: the weight itself, or (FP8) a step-memory
   // dequantized copy.
   const void* bf16_weight(const LinearWeight& w);
+  // Op timing: brackets one op with events when timing is on (no-op otherwise).
+  class OpTimer {
+   public:
+    OpTimer(CudaBackend& b, const char* op, int64_t n = -1, int64_t k = -1);
+    ~OpTimer();
+    OpTimer(const OpTimer&) = delete;
+    OpTimer& operator=(const OpTimer&) = delete;
+
+   private:
+    CudaBackend& b_;
+    int64_t slot_ = -1;
+  };
 
   int device_index_;
   std::unique_ptr<CudaState> s_;
