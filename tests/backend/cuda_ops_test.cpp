@@ -5,19 +5,37 @@
 //    order, rsqrtf/expf vs libm);
 //  - ops with bf16 GEMM operands (matmul, MLP, MoE experts): 1e-2 (two bf16 roundings of
 //    operands with ~4e-3 relative error each, fp32 accumulation);
-//  - MLA attention: 2e-2 (bf16 latent cache, bf16 queries, probabilities and decompressed K/V).
+//  - MLA attention: 2e-2 (bf16 latent cache, bf16 queries, probabilities and decompressed K/V);
+//    the absorbed decode alone on bf16-exact cache and weights: 1e-4 per row (fp32 throughout).
 // Skipped without a GPU (CI); run on the GPU machine by scripts/device/gpu_check.sh.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 
 #include "backend/reference/reference_backend.h"
+#ifdef DEEPINFER_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"  // mla_decode_splits
+#endif
 #include "support/cuda_available.h"
 
 namespace deepinfer {
 namespace {
+
+// Forces the MoE grouped-GEMM form (−1: by size) on a CUDA backend.
+void set_moe_gemm(Backend& b, int form) {
+#ifdef DEEPINFER_HAVE_CUDA
+  dynamic_cast<CudaBackend&>(b).set_moe_gemm(form);
+#else
+  (void)b;
+  (void)form;
+#endif
+}
 
 class CudaOps : public ::testing::Test {
  protected:
@@ -188,14 +206,18 @@ TEST_F(CudaOps, KvWriteRoundsToBf16) {
       EXPECT_EQ(h.data<uint16_t>()[slots[static_cast<size_t>(t)] * L + j], f32_to_bf16(lat.data<float>()[t * L + j]));
 }
 
+// Routing (a warp per token) against the reference: the same experts in the same order, ties
+// included, for 64 and 160 experts (several per lane) and several blocks of tokens.
 TEST_F(CudaOps, MoeRouteAllMethods) {
   struct Case { ScoringFunc f; TopkMethod m; int64_t groups, topk_group, k; bool norm; bool bias; };
   for (const Case& c : {Case{ScoringFunc::kSoftmax, TopkMethod::kGreedy, 1, 1, 6, false, false},
                         Case{ScoringFunc::kSoftmax, TopkMethod::kGroupLimitedGreedy, 8, 3, 6, true, false},
                         Case{ScoringFunc::kSigmoid, TopkMethod::kNoauxTc, 8, 4, 8, true, true}}) {
-    for (int64_t T : {0, 1, 29}) {
-      const int64_t E = 64;
+    for (int64_t T : {0, 1, 29, 300})
+    for (int64_t E : {64, 160}) {
       Tensor logits = randn({T, E}, 2.0f);
+      if (T == 29)  // exact ties: integer logits, the lower expert id must win
+        for (int64_t i = 0; i < logits.numel(); ++i) logits.data<float>()[i] = std::round(logits.data<float>()[i]);
       Tensor bias = randn({E}, 0.1f);
       RouterParams p;
       p.scoring_func = c.f;
@@ -241,6 +263,9 @@ std::vector<MlpWeights> place_experts(Backend& b, const std::vector<MlpWeights>&
   return out;
 }
 
+// MoE experts through the three grouped-GEMM forms (tiled; skinny, where experts with more than
+// 8 rows take several passes: every 4th token crowds experts 0..2; one cuBLAS GEMM per expert),
+// bf16 and FP8 weights.
 TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
   for (DType dt : {DType::kF32, DType::kF8E4M3}) {
     const int64_t D = 160, I = 136, E = 9, k = 3;
@@ -276,11 +301,15 @@ TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
       Tensor t_ids = i32(ids).reshape({T, k});
       Tensor ref_o = Tensor::empty_host(DType::kF32, {T, D});
       ref_.moe_experts(x, t_ids, w, experts, ref_o);
-      Tensor d_o = dev_empty(DType::kF32, {T, D});
-      gpu_->moe_experts(up(x), up(t_ids), up(w), d_experts, d_o);
-      if (T > 0) {
-        EXPECT_LT(rel_err(down(d_o), ref_o), 1e-2) << "moe " << dtype_name(dt) << " T=" << T;
+      for (int form : {0, 1, 2}) {  // tiled, skinny, per-expert cuBLAS, whatever the size
+        set_moe_gemm(*gpu_, form);
+        Tensor d_o = dev_empty(DType::kF32, {T, D});
+        gpu_->moe_experts(up(x), up(t_ids), up(w), d_experts, d_o);
+        if (T > 0) {
+          EXPECT_LT(rel_err(down(d_o), ref_o), 1e-2) << "moe " << dtype_name(dt) << " T=" << T << " form " << form;
+        }
       }
+      set_moe_gemm(*gpu_, -1);
     }
   }
 }
@@ -365,6 +394,234 @@ TEST_F(CudaOps, MlaAttentionBothFormsOverPages) {
       gpu_->mla_attention(p, f, d_q, d_cache, ab, d_o);
     }
     EXPECT_LT(rel_err(down(d_o), ref_o), 2e-2) << "variant " << variant;
+  }
+}
+
+// ---- Absorbed decode (cuda_mla.cu: absorb_q → split-KV attention → merge + W_UV) -----------------
+
+// Rounds a host fp32 tensor to bf16-representable values, so the reference and the GPU (bf16
+// cache and weights) multiply the same numbers and differ only by fp32 summation order.
+void round_to_bf16(Tensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = bf16_to_f32(f32_to_bf16(t.data<float>()[i]));
+}
+
+// Appends a sequence with `q_len` rows over `kv_len` cached positions whose pages are taken in
+// order from `pages` starting at `next`.
+void add_seq(PagedBatch& pb, int32_t q_len, int32_t kv_len, bool selected, int64_t bs,
+             const std::vector<int32_t>& pages, size_t& next) {
+  pb.q_indptr.push_back(pb.q_indptr.back() + q_len);
+  pb.kv_len.push_back(kv_len);
+  for (int64_t i = 0; i < (kv_len + bs - 1) / bs; ++i) pb.block_ids.push_back(pages[next++]);
+  pb.block_indptr.push_back(static_cast<int32_t>(pb.block_ids.size()));
+  pb.mask.push_back(selected ? 1 : 0);
+}
+
+// `pb`'s index arrays on the device and the AttentionBatch over them (host pointers into `pb`,
+// which must outlive it). all_selected: seq_mask null on both sides.
+struct DeviceBatch {
+  Tensor q_indptr, kv_len, block_indptr, block_ids, mask;
+  AttentionBatch ab;
+};
+DeviceBatch device_batch(Backend& gpu, const PagedBatch& pb, int64_t bs, bool all_selected) {
+  auto up32 = [&](const std::vector<int32_t>& v) {
+    Tensor h = Tensor::empty_host(DType::kI32, {std::max<int64_t>(1, static_cast<int64_t>(v.size()))});
+    std::copy(v.begin(), v.end(), h.data<int32_t>());
+    return gpu.upload(h);
+  };
+  DeviceBatch d;
+  d.q_indptr = up32(pb.q_indptr);
+  d.kv_len = up32(pb.kv_len);
+  d.block_indptr = up32(pb.block_indptr);
+  d.block_ids = up32(pb.block_ids);
+  std::vector<int32_t> words((pb.mask.size() + 3) / 4 + 1, 0);
+  std::memcpy(words.data(), pb.mask.data(), pb.mask.size());
+  d.mask = up32(words);
+  AttentionBatch& ab = d.ab;
+  ab.q_indptr = pb.q_indptr.data();
+  ab.kv_len = pb.kv_len.data();
+  ab.block_indptr = pb.block_indptr.data();
+  ab.block_ids = pb.block_ids.data();
+  ab.seq_mask = all_selected ? nullptr : pb.mask.data();
+  ab.n_seqs = static_cast<int64_t>(pb.kv_len.size());
+  ab.block_size = bs;
+  ab.n_rows = pb.q_indptr.back();
+  ab.dev = {d.q_indptr.data<int32_t>(), d.kv_len.data<int32_t>(), d.block_indptr.data<int32_t>(),
+            d.block_ids.data<int32_t>(),
+            all_selected ? nullptr : reinterpret_cast<const uint8_t*>(d.mask.data<int32_t>())};
+  return d;
+}
+
+// The absorbed form alone against the reference with bf16-exact inputs (so only summation order
+// differs: 1e-4 relative per row), for a tiny shape, an awkward one (20 heads = two head groups,
+// the second partial; r + dr = 20, not a multiple of 8) and DeepSeek-V2-Lite's (H 16, r 512,
+// dr 64, dn 128, dv 128); pages of 1 and 64 tokens; every sequence selected (no row map) and not.
+// Sequences: one key; 1100 keys (many tiles and splits); 3 query rows (MTP-style decode: each row
+// its own causal limit); one not selected, whose rows must keep a sentinel; page boundary ±1; two
+// rows over two keys.
+TEST_F(CudaOps, MlaAbsorbedDecodeSplitKv) {
+  struct Shape {
+    int64_t H, r, dr, dn, dv;
+  };
+  struct Seq {
+    int32_t q_len, kv_len;
+    bool selected;
+  };
+  const std::vector<Seq> seqs = {{1, 1, true},   {1, 1100, true}, {3, 300, true}, {1, 37, false},
+                                 {1, 64, true},  {1, 129, true},  {2, 2, true}};
+  const float sentinel = 12345.0f;
+  for (const Shape& sh : {Shape{4, 32, 8, 16, 16}, Shape{20, 16, 4, 24, 12}, Shape{16, 512, 64, 128, 128}}) {
+    const int64_t H = sh.H, dqk = sh.dn + sh.dr, width = sh.r + sh.dr;
+    LinearWeight kvb = host_linear(H * (sh.dn + sh.dv), sh.r, DType::kF32);
+    round_to_bf16(kvb.weight);
+    LinearWeight d_kvb = gpu_->place_linear({&kvb});
+    MlaParams p;
+    p.n_heads = H;
+    p.qk_nope_head_dim = sh.dn;
+    p.qk_rope_head_dim = sh.dr;
+    p.v_head_dim = sh.dv;
+    p.kv_lora_rank = sh.r;
+    p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(dqk));
+    for (int64_t bs : {1, 64}) {
+      int64_t n_blocks = 0;
+      for (const Seq& s : seqs) n_blocks += (s.kv_len + bs - 1) / bs;
+      std::vector<int32_t> pages(static_cast<size_t>(n_blocks));
+      std::iota(pages.begin(), pages.end(), 0);
+      std::shuffle(pages.begin(), pages.end(), rng_);
+      PagedBatch pb;
+      size_t next = 0;
+      for (const Seq& s : seqs) add_seq(pb, s.q_len, s.kv_len, s.selected, bs, pages, next);
+      const int64_t T = pb.q_indptr.back();
+      Tensor cache = randn({n_blocks, bs, width});
+      round_to_bf16(cache);
+      Tensor d_cache = gpu_->allocate(DType::kBF16, {n_blocks, bs, width});
+      {
+        Tensor hb = Tensor::empty_host(DType::kBF16, {n_blocks, bs, width});
+        for (int64_t i = 0; i < cache.numel(); ++i) hb.data<uint16_t>()[i] = f32_to_bf16(cache.data<float>()[i]);
+        gpu_->copy_from_host(hb.raw_data(), d_cache);
+      }
+      Tensor q = randn({T, H, dqk});
+      const Tensor d_q = up(q);
+      for (bool all : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "H " << H << " r " << sh.r << " block_size " << bs
+                                          << (all ? " all selected" : " one sequence masked"));
+        const DeviceBatch db = device_batch(*gpu_, pb, bs, all);
+        Tensor ref_o = Tensor::empty_host(DType::kF32, {T, H, sh.dv});
+        p.kv_b_proj = &kvb;
+        ref_.mla_attention(p, MlaForm::kAbsorbed, q, cache, db.ab, ref_o);
+        Tensor filled = Tensor::empty_host(DType::kF32, {T, H, sh.dv});
+        std::fill_n(filled.data<float>(), filled.numel(), sentinel);
+        Tensor d_o = gpu_->allocate(DType::kF32, {T, H, sh.dv});
+        gpu_->copy_from_host(filled.raw_data(), d_o);
+        p.kv_b_proj = &d_kvb;
+        gpu_->mla_attention(p, MlaForm::kAbsorbed, d_q, d_cache, db.ab, d_o);
+        const Tensor o = down(d_o);
+        const int64_t row_n = H * sh.dv;
+        for (size_t b = 0; b < seqs.size(); ++b)
+          for (int64_t row = pb.q_indptr[b]; row < pb.q_indptr[b + 1]; ++row) {
+            const float* got = o.data<float>() + row * row_n;
+            if (!all && !seqs[b].selected) {
+              for (int64_t j = 0; j < row_n; ++j) ASSERT_EQ(got[j], sentinel) << "row " << row << " was written";
+              continue;
+            }
+            const float* want = ref_o.data<float>() + row * row_n;
+            double num = 0, den = 0;
+            for (int64_t j = 0; j < row_n; ++j) {
+              ASSERT_TRUE(std::isfinite(got[j])) << "row " << row;
+              num += (static_cast<double>(got[j]) - want[j]) * (static_cast<double>(got[j]) - want[j]);
+              den += static_cast<double>(want[j]) * want[j];
+            }
+            EXPECT_LT(std::sqrt(num / den), 1e-4) << "row " << row << " (kv_len " << seqs[b].kv_len << ")";
+          }
+      }
+    }
+  }
+}
+
+// Bitwise determinism of the absorbed decode (no atomics, fixed reduction orders): the same batch
+// twice gives identical outputs, at a small batch (many KV splits per row) and a large one (few).
+// A row's result depends on the rest of the batch only through the split count, which depends on
+// the batch size (cuda::mla_decode_splits); so sequence 0's row is compared between two batches
+// of other sequences that get the same count (1 and 2 rows: 59 splits on an H200; 300 rows and
+// the largest smaller size with the same count).
+TEST_F(CudaOps, MlaAbsorbedDecodeIsDeterministic) {
+  const int64_t H = 16, r = 512, dr = 64, dn = 128, dv = 128, bs = 16, width = r + dr, dqk = dn + dr;
+  LinearWeight kvb = host_linear(H * (dn + dv), r, DType::kF32);
+  LinearWeight d_kvb = gpu_->place_linear({&kvb});
+  MlaParams p;
+  p.n_heads = H;
+  p.qk_nope_head_dim = dn;
+  p.qk_rope_head_dim = dr;
+  p.v_head_dim = dv;
+  p.kv_lora_rank = r;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(dqk));
+  p.kv_b_proj = &d_kvb;
+  // A pool of sequences: 0 has 1000 keys, the others 1..64; pages in pool order.
+  const int n_pool = 301;
+  std::vector<int32_t> kv_len(n_pool), first_page(n_pool);
+  std::uniform_int_distribution<int32_t> len(1, 64);
+  int32_t n_blocks = 0;
+  for (int s = 0; s < n_pool; ++s) {
+    kv_len[s] = s == 0 ? 1000 : len(rng_);
+    first_page[s] = n_blocks;
+    n_blocks += (kv_len[s] + static_cast<int32_t>(bs) - 1) / static_cast<int32_t>(bs);
+  }
+  Tensor d_cache16 = gpu_->allocate(DType::kBF16, {n_blocks, bs, width});
+  {
+    const Tensor c = randn({n_blocks, bs, width});
+    Tensor hb = Tensor::empty_host(DType::kBF16, {n_blocks, bs, width});
+    for (int64_t i = 0; i < c.numel(); ++i) hb.data<uint16_t>()[i] = f32_to_bf16(c.data<float>()[i]);
+    gpu_->copy_from_host(hb.raw_data(), d_cache16);
+  }
+  Tensor q_pool = randn({n_pool, H, dqk});  // query row of each pool sequence
+  // Runs the batch of pool sequences `ids` (one row each) and returns its output rows.
+  auto run = [&](const std::vector<int>& ids) {
+    PagedBatch pb;
+    Tensor q = Tensor::empty_host(DType::kF32, {static_cast<int64_t>(ids.size()), H, dqk});
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int s = ids[i];
+      std::vector<int32_t> pages;
+      for (int32_t k = 0; k < (kv_len[s] + bs - 1) / bs; ++k) pages.push_back(first_page[s] + k);
+      size_t next = 0;
+      add_seq(pb, 1, kv_len[s], true, bs, pages, next);
+      std::copy_n(q_pool.data<float>() + s * H * dqk, H * dqk, q.data<float>() + static_cast<int64_t>(i) * H * dqk);
+    }
+    const DeviceBatch db = device_batch(*gpu_, pb, bs, true);
+    Tensor d_o = dev_empty(DType::kF32, {static_cast<int64_t>(ids.size()), H, dv});
+    gpu_->mla_attention(p, MlaForm::kAbsorbed, up(q), d_cache16, db.ab, d_o);
+    return down(d_o);
+  };
+  auto rows_equal = [&](const Tensor& a, const Tensor& b, int64_t n_rows) {
+    return std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(n_rows * H * dv) * sizeof(float)) == 0;
+  };
+  std::vector<int> large_a, large_b;
+  for (int s = 0; s < 300; ++s) large_a.push_back(s);
+  int64_t n_b = 299;  // the largest size below 300 with 300's split count (else 299: not compared)
+#ifdef DEEPINFER_HAVE_CUDA
+  for (int64_t n = 299; n >= 150; --n)
+    if (cuda::mla_decode_splits(n, H) == cuda::mla_decode_splits(300, H)) {
+      n_b = n;
+      break;
+    }
+#endif
+  large_b.push_back(0);
+  for (int s = 300; static_cast<int64_t>(large_b.size()) < n_b; --s) large_b.push_back(s);  // others, reversed
+  const std::vector<std::vector<int>> pairs[] = {{{0}, {0, 7}}, {large_a, large_b}};
+  for (const auto& pr : pairs) {
+    const std::vector<int>& a = pr[0];
+    const std::vector<int>& b = pr[1];
+    const Tensor o1 = run(a), o2 = run(a);
+    EXPECT_TRUE(rows_equal(o1, o2, static_cast<int64_t>(a.size()))) << a.size() << " rows: not repeatable";
+    const Tensor ob = run(b);
+#ifdef DEEPINFER_HAVE_CUDA
+    const int splits_a = cuda::mla_decode_splits(static_cast<int64_t>(a.size()), H);
+    const int splits_b = cuda::mla_decode_splits(static_cast<int64_t>(b.size()), H);
+    if (splits_a == splits_b)
+      EXPECT_TRUE(rows_equal(o1, ob, 1)) << "sequence 0's row differs between batches of " << a.size() << " and "
+                                         << b.size() << " rows (" << splits_a << " splits both)";
+    else
+      std::printf("note: %zu and %zu rows use %d and %d splits; batch independence not comparable\n", a.size(),
+                  b.size(), splits_a, splits_b);
+#endif
   }
 }
 

@@ -115,9 +115,16 @@ struct CudaState {
   std::vector<TimedOp> timed_ops;
   std::vector<cudaEvent_t> timing_events;  // spare events
   bool capturing = false;
+  int moe_gemm = -1;  // set_moe_gemm
 };
 
 namespace {
+
+// MoE steps with at most this many routed rows (tokens × top_k) use the skinny grouped GEMM:
+// a few rows per expert, bandwidth-bound (decode up to batch ~340 at top-6).
+constexpr int64_t kMoeSkinnyMaxRows = 2048;
+// Dense FP8 linears with at most this many rows use the skinny kernel (no dequantized copy).
+constexpr int64_t kDenseSkinnyMaxRows = 64;
 
 Elem elem_of(DType t) {
   switch (t) {
@@ -179,6 +186,11 @@ CudaBackend::~CudaBackend() {
 void CudaBackend::synchronize() { DI_CUDA_CHECK(cudaStreamSynchronize(s_->stream)); }
 
 bool CudaBackend::supports_graphs() const { return !s_->op_timing; }
+
+void CudaBackend::set_moe_gemm(int form) {
+  DI_CHECK(form >= -1 && form <= 2);
+  s_->moe_gemm = form;
+}
 
 void CudaBackend::set_op_timing(bool on) { s_->op_timing = on; }
 
@@ -519,6 +531,19 @@ const void* CudaBackend::bf16_weight(const LinearWeight& w) {
   return dptr(deq);
 }
 
+void CudaBackend::linear(const void* xb, int64_t M, const LinearWeight& w, float* out, int64_t ldc) {
+  const int64_t N = w.n_out(), K = w.n_in();
+  const bool fp8 = w.dtype() == DType::kF8E4M3;
+  if (fp8 && M <= kDenseSkinnyMaxRows && w.block_n == 1 && cuda::moe_skinny_ok(K, 8, true, w.block_k)) {
+    // FP8 at decode sizes: read the FP8 bytes once, no dequantized copy.
+    cuda::dense_gemv(static_cast<const bf16*>(xb), M, K, dptr(w.weight), cdptr<float>(w.scale_inv), true, w.block_k, N,
+                     out, ldc, s_->stream);
+    return;
+  }
+  const auto* wb = static_cast<const bf16*>(bf16_weight(w));
+  cuda::gemm(s_->blas, M, N, K, static_cast<const bf16*>(xb), K, 0, wb, K, 0, true, out, Elem::kF32, ldc, 0, 1);
+}
+
 void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& w, Tensor& out) {
   OpTimer timer(*this, "matmul", w.n_out(), w.n_in());
 
@@ -533,8 +558,7 @@ void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& 
   }
   Tensor xb = empty(DType::kBF16, {M, K});
   cuda::to_bf16(cdptr<float>(x), x_stride == 0 ? K : x_stride, M, K, dptr<bf16>(xb), s_->stream);
-  const auto* wb = static_cast<const bf16*>(bf16_weight(w));
-  cuda::gemm(s_->blas, M, N, K, dptr<bf16>(xb), K, 0, wb, K, 0, true, dptr(out), Elem::kF32, N, 0, 1);
+  linear(dptr(xb), M, w, dptr<float>(out), N);
 }
 
 void CudaBackend::rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeParams& rope) {
@@ -579,6 +603,10 @@ void CudaBackend::add(Tensor& out, const Tensor& x) {
   cuda::add(dptr<float>(out), cdptr<float>(x), out.numel(), s_->stream);
 }
 
+namespace {
+void* arena_alloc(void* ctx, size_t bytes);  // step memory for the launchers' scratch (defined below)
+}  // namespace
+
 void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& q, const Tensor& cache,
                                 const AttentionBatch& batch, Tensor& out) {
   OpTimer timer(*this, form == MlaForm::kAbsorbed ? "mla_attention absorbed" : "mla_attention naive");
@@ -615,7 +643,11 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
     a.block_size = batch.block_size;
     a.scale = p.softmax_scale;
     a.out = dptr<float>(out);
-    cuda::mla_decode(a, st);
+    // The selected rows, counted from the host's index arrays: a size, like T (a decode-only
+    // step selects all T rows, so its graph replays the same grids).
+    for (int64_t b = 0; b < batch.n_seqs; ++b)
+      if (batch.selected(b)) a.n_rows += batch.q_indptr[b + 1] - batch.q_indptr[b];
+    cuda::mla_decode(a, arena_alloc, &s_->arena, st);
     return;
   }
 
@@ -725,6 +757,14 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     DI_CHECK(experts[0].gate_proj.dtype() == DType::kBF16);
   }
   a.out = dptr<float>(out);
+  // Decode-sized steps (and anything captured into a graph): the skinny kernel; larger steps
+  // (prefill): a cuBLAS GEMM per expert after reading the row counts back.
+  const bool skinny_ok = cuda::moe_skinny_ok(a.D, a.I, a.fp8, a.block_k);
+  if (s_->moe_gemm >= 0) a.form = s_->moe_gemm == 1 && !skinny_ok ? 0 : s_->moe_gemm;
+  else if (a.T * a.k <= kMoeSkinnyMaxRows || s_->capturing) a.form = skinny_ok ? 1 : 0;
+  else a.form = 2;
+  if (a.form == 2 && s_->capturing) a.form = 0;
+  a.blas = s_->blas;
   ScratchScope scope(*this);
   cuda::moe_experts(a, arena_alloc, &s_->arena, s_->stream);
 }
@@ -743,15 +783,12 @@ void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) {
     cuda::gemm(s_->blas, T, 2 * I, D, dptr<bf16>(xb), D, 0, cdptr<bf16>(w.gate_proj.weight), D, 0, true, dptr(gu),
                Elem::kF32, 2 * I, 0, 1);
   } else {
-    const auto* g = static_cast<const bf16*>(bf16_weight(w.gate_proj));
-    cuda::gemm(s_->blas, T, I, D, dptr<bf16>(xb), D, 0, g, D, 0, true, dptr(gu), Elem::kF32, 2 * I, 0, 1);
-    const auto* u = static_cast<const bf16*>(bf16_weight(w.up_proj));
-    cuda::gemm(s_->blas, T, I, D, dptr<bf16>(xb), D, 0, u, D, 0, true, dptr<float>(gu) + I, Elem::kF32, 2 * I, 0, 1);
+    linear(dptr(xb), T, w.gate_proj, dptr<float>(gu), 2 * I);
+    linear(dptr(xb), T, w.up_proj, dptr<float>(gu) + I, 2 * I);
   }
   Tensor act = empty(DType::kBF16, {T, I});
   cuda::silu_mul(cdptr<float>(gu), T, I, dptr(act), Elem::kBF16, st);
-  const auto* dw = static_cast<const bf16*>(bf16_weight(w.down_proj));
-  cuda::gemm(s_->blas, T, D, I, dptr<bf16>(act), I, 0, dw, I, 0, true, dptr(out), Elem::kF32, D, 0, 1);
+  linear(dptr(act), T, w.down_proj, dptr<float>(out), D);
 }
 
 void CudaBackend::sample(const Tensor& logits, const std::vector<SampleRow>& rows, Tensor& tokens, Tensor& logprobs,

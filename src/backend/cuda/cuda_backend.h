@@ -1,11 +1,13 @@
 // CudaBackend: the Backend ops on one NVIDIA GPU (sm_90a; compiled for sm_100a too). Weights,
 // activations and KV pages live in device memory; every op is issued on the backend's stream
-// without host synchronization (to_host is the only synchronizing call), so a step can be
+// without host synchronization (to_host synchronizes; so does moe_experts on steps above 2048
+// routed rows, which reads the per-expert row counts back for cuBLAS), so a decode step can be
 // enqueued while the previous one runs.
 //
 // Numerics: activations are F32 at op boundaries; GEMM operands are rounded to bf16 and
-// accumulated in fp32 (cuBLAS for dense GEMMs, a grouped WMMA kernel for MoE experts); FP8
-// weights are dequantized on the fly (per-row scales, block_k = 128). KV pages are BF16.
+// accumulated in fp32 (cuBLAS; the skinny grouped/dense kernel at decode sizes); FP8 weights
+// are read as FP8 by the skinny kernel and dequantized to bf16 for cuBLAS otherwise (per-row
+// scales, block_k = 128). KV pages are BF16.
 // Softmax, norms, RoPE and routing run in fp32. Tolerances against the reference: docs/DESIGN.md.
 //
 // Memory: `allocate` = cudaMalloc (weights, KV pages); `empty`/`upload` = a step arena (bump
@@ -82,6 +84,11 @@ class CudaBackend : public Backend {
   int64_t step_memory_generation() const override;
   std::pair<int64_t, int64_t> memory_info() const override;  // cudaMemGetInfo
   int64_t step_memory_bytes() const override;                 // the arena's capacity
+  // The MoE grouped-GEMM form (tests and benchmarks): −1 by the step's size (the default: skinny
+  // up to 2048 routed rows or inside a graph capture, else per-expert cuBLAS), 0 the tiled WMMA
+  // kernel, 1 the skinny bandwidth kernel (where its sizes allow), 2 a cuBLAS GEMM per expert
+  // (one host synchronization; never while capturing).
+  void set_moe_gemm(int form);
   // The cudaStream_t all ops are issued on, as an opaque pointer.
   void* stream() const;
 
@@ -89,6 +96,9 @@ class CudaBackend : public Backend {
   // Weight w as a bf16 [n_out, n_in] device pointer: the weight itself, or (FP8) a step-memory
   // dequantized copy.
   const void* bf16_weight(const LinearWeight& w);
+  // out[M, N] (row stride ldc) F32 = xb[M, K] BF16 · wᵀ: cuBLAS on bf16 weights; FP8 weights at
+  // decode sizes through the skinny kernel, else a dequantized copy and cuBLAS.
+  void linear(const void* xb, int64_t M, const LinearWeight& w, float* out, int64_t ldc);
   // Op timing: brackets one op with events when timing is on (no-op otherwise).
   class OpTimer {
    public:

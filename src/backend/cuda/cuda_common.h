@@ -35,6 +35,11 @@ namespace deepinfer::cuda {
   do {                                                                                            \
     if (!(cond)) ::deepinfer::cuda::check_failed(__FILE__, __LINE__, #cond, "");                  \
   } while (0)
+// As DI_CUDA_REQUIRE, with a sentence for the reader (an unsupported size, say).
+#define DI_CUDA_REQUIRE_MSG(cond, msg)                                                            \
+  do {                                                                                            \
+    if (!(cond)) ::deepinfer::cuda::check_failed(__FILE__, __LINE__, #cond, msg);                 \
+  } while (0)
 #define DI_CUDA_LAUNCHED() DI_CUDA_CHECK(cudaGetLastError())
 
 namespace deepinfer::cuda {
@@ -91,22 +96,33 @@ void gemm_f32(cublasHandle_t h, int64_t M, int64_t N, int64_t K, const float* A,
               int64_t ldb, float* C, int64_t ldc);
 
 // ---- cuda_mla.cu ----
-// The absorbed form, whole: per (row, head) q̃ = W_UKᵀ q_nope (fp32 q, bf16 W, fp32 sums),
-// attention over the latent rows, out = W_UV · o_lat, written only for selected sequences' rows.
+// The absorbed form over the paged latent cache for the selected sequences' rows: per (row, head)
+// q̃ = W_UKᵀ q_nope, softmax(scale · (q̃·c_kv + q_pe·k_pe)) over the causal keys, o_lat = Σ p·c_kv,
+// out = W_UV · o_lat, all in fp32 (bf16 cache and kv_b). Rows of other sequences are not touched.
 struct MlaDecodeArgs {
-  const float* q;      // [T, H, dqk] = [q_nope | q_pe] per head
+  const float* q;      // [T, H, dn + dr] = [q_nope | q_pe] per head, RoPE applied
   const bf16* kv_b;    // [H * (dn + dv), r]: per head W_UK [dn, r] then W_UV [dv, r]
-  const bf16* cache;   // [n_blocks, block_size, r + dr]
-  const int32_t* q_indptr;
-  const int32_t* kv_len;
-  const int32_t* block_indptr;
-  const int32_t* block_ids;
-  const uint8_t* seq_mask;  // null = all
+  const bf16* cache;   // [n_blocks, block_size, r + dr] = [c_kv | k_pe] per position
+  const int32_t* q_indptr;      // [n_seqs + 1]
+  const int32_t* kv_len;        // [n_seqs] (≥ the sequence's q_len)
+  const int32_t* block_indptr;  // [n_seqs + 1]
+  const int32_t* block_ids;     // [block_indptr[n_seqs]]
+  const uint8_t* seq_mask;      // [n_seqs] or null = all
   int64_t n_seqs, T, H, r, dr, dn, dv, block_size;
+  // Σ q_len over the selected sequences, counted on the host (T when every row is selected). It
+  // sizes the grids and scratch, so it must be the same at every replay of a captured graph.
+  int64_t n_rows;
   float scale;
-  float* out;  // [T, H, dv]
+  float* out;  // [T, H, dv] fp32
 };
-void mla_decode(const MlaDecodeArgs& a, cudaStream_t s);
+// Scratch (q̃, per-split partials: ~4·n_rows·H·r·(1 + n_splits) bytes) comes from `alloc`.
+// Launch shape depends only on the sizes above and the GPU's SM count (graph-safe); no atomics.
+// Supported: r ≤ 512, r + dr ≤ 576, dn ≤ 512 (checked).
+void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
+// The KV splits mla_decode uses per row (1..64), a function of n_rows · ceil(H / 16) split blocks
+// per split and the SM count only: the fewest within 10% of the least waves(s) / s. A row's result
+// is bitwise reproducible and independent of the other rows for a given split count.
+int mla_decode_splits(int64_t n_rows, int64_t H);
 // lat[i, :] = cache row of position i (< S) of the sequence whose page list starts at block_ids
 // (lat F32 or BF16: lat_elem).
 void gather_latent(const bf16* cache, const int32_t* block_ids, int64_t block_size, int64_t width, int64_t S, void* lat,
@@ -177,8 +193,18 @@ struct MoeArgs {
   bool fp8;
   int64_t block_k;
   float* out;              // [T, D]
+  int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 skinny (bandwidth) kernel, 2 one cuBLAS
+                           // GEMM per expert with rows (reads the row counts back: one host sync)
+  cublasHandle_t blas = nullptr;  // form 2
 };
-// Scratch comes from `alloc` (step memory).
+// Scratch comes from `alloc` (step memory). Forms 0 and 1 never synchronize (graph-capturable);
+// form 1 needs D, I (and FP8 block_k) multiples of 8 (moe_skinny_ok).
+bool moe_skinny_ok(int64_t D, int64_t I, bool fp8, int64_t block_k);
+// Dense skinny GEMM with the same kernel: C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for
+// m < M; W bf16 or FP8 with one scale per (row, block_k columns). Bandwidth-shaped: for few rows
+// (decode), FP8 weights read once at a byte each. Preconditions: moe_skinny_ok(K, 8, fp8, block_k).
+void dense_gemv(const bf16* A, int64_t M, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k,
+                int64_t N, float* C, int64_t ldc, cudaStream_t s);
 void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
 
 }  // namespace deepinfer::cuda

@@ -1,29 +1,78 @@
-// MLA attention kernels of the CUDA backend (part 1: correct and simple; part 2 replaces the
-// decode kernel with a split-KV FlashMLA-class kernel behind the same launcher).
-//  - mla_decode: the absorbed form over the paged latent cache, whole. One block per (query
-//    row, head): q̃ = W_UKᵀ q_nope in fp32, then each of its 4 warps takes every 4th key with an
-//    online softmax (lanes hold the latent dimensions strided by 32), the warps' partial states
-//    merge in shared memory, and out = W_UV · o_lat is written in fp32. No bf16 rounding of
-//    q or o_lat (only the cache is bf16).
+// MLA attention kernels of the CUDA backend.
+//  - mla_decode: the absorbed form over the paged latent cache, in fp32 on CUDA cores (only the
+//    cache and kv_b are bf16; q̃, scores, probabilities and o_lat stay fp32). Three kernels over
+//    the n_rows selected query rows (plus a one-block row map when some rows are not selected):
+//      absorb_q:  q̃ = W_UKᵀ q_nope for every selected row and head → scratch [n_rows, H, r];
+//      split:     split-KV attention. A block owns one row, 16 heads and one of n_splits key
+//                 ranges; each 32-key latent tile is widened to fp32 in shared memory once and
+//                 used by all 16 heads, so a row's latents are read once per head group (once
+//                 for H ≤ 16), not once per head. Writes per split the unnormalized o_lat and
+//                 the softmax state (max, sum);
+//      apply_uv:  merges the splits in split order (exact online-softmax merge) and writes
+//                 out = W_UV · o_lat to the selected rows only.
+//    Graph-safe: grids, n_splits and scratch sizes depend only on (n_rows, H, r, dn, dv, SM
+//    count), fixed per batch size of decode-only steps; each split's key range is computed on the
+//    device from kv_len. Deterministic: no atomics, every reduction in a fixed order; a row's
+//    result depends on the rest of the batch only through n_splits.
 //  - the naive (prefill) form is cuBLAS GEMMs (cuda_backend.cpp) around gather_latent and
 //    causal_softmax: K/V decompressed to fp32, scores and P·V in TF32.
 #include "backend/cuda/cuda_common.h"
 
+#include <algorithm>
 #include <cfloat>
 
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kMaxRPerLane = 16;   // kv_lora_rank ≤ 512
-constexpr int kMaxPePerLane = 2;   // qk_rope_head_dim ≤ 64
+// ---- Absorbed decode ----------------------------------------------------------------------------
+
+constexpr int kThreads = 256;  // every decode kernel: 8 warps
+constexpr int kWarps = kThreads / 32;
+constexpr int kHeads = 16;     // heads per split block (a head group)
+constexpr int kKeys = 32;      // keys per latent tile
+constexpr int kMaxRank = 512;  // r: the split kernel's o_lat maps 128 channel quads
+constexpr int kMaxWidth = 576;  // r + dr (DeepSeek: 512 + 64)
+constexpr int kMaxSplits = 64;
+constexpr int kRedStride = kKeys + 8;  // a head's partial scores: +8 floats keeps the stores conflict-free
+// 16-byte latent chunks per thread per tile (9 at r + dr = 576).
+constexpr int kTileChunks = (kKeys * kMaxWidth / 8 + kThreads - 1) / kThreads;
+constexpr int kGemmRows = 16;     // rows per block of absorb_q and apply_uv
+constexpr int kAbsorbCols = 64;   // q̃ channels per absorb_q block (2 per lane)
+constexpr int kUvCols = 16;       // output channels per apply_uv block (2 per warp)
+constexpr int kUvChunks = kMaxRank / 128;  // a lane's 4-channel chunks of a W_UV row
+constexpr int kMaxDn = 512;
+
+// Shared-memory row stride of the split kernel's q and latent tiles: ≥ r + dr rounded to 4, and
+// 4 × an odd number, so float4 reads of 4 (or 8) consecutive rows at one column hit disjoint banks.
+int tile_stride(int64_t width) {
+  int64_t quads = (width + 3) / 4;
+  if (quads % 2 == 0) ++quads;
+  return static_cast<int>(4 * quads);
+}
+
+size_t split_smem_bytes(int wq) {
+  return sizeof(float) *
+         (static_cast<size_t>(kHeads + kKeys) * wq + kWarps * kHeads * kRedStride + kKeys * kHeads + kHeads);
+}
+
+// What every decode kernel reads: the caller's arguments and the scratch laid out by mla_decode.
+struct DecodePlan {
+  MlaDecodeArgs a;
+  const int2* row_map;  // [n_rows] (sequence, row) of each selected row; null: all T rows, in order
+  float* q_lat;         // [n_rows, H, r] q̃
+  float* part_acc;      // [n_splits, n_rows, H, r] Σ_s e^{score_s − m} c_kv[s] per split (unnormalized)
+  float2* part_ml;      // [n_splits, n_rows, H] (m, l): running max and Σ e^{score − m}; (−inf, 0) if empty
+  int n_splits, n_hg;   // key ranges per row; head groups (ceil(H / 16))
+  int wq;               // tile_stride(r + dr)
+};
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
-// The sequence owning query row `row`: the largest b with q_indptr[b] ≤ row.
+// The sequence owning query row `row`: the largest b with q_indptr[b] ≤ row (sequences with no
+// rows are skipped, since the next one starts at the same index).
 __device__ __forceinline__ int64_t seq_of_row(const int32_t* q_indptr, int64_t n_seqs, int64_t row) {
   int64_t lo = 0, hi = n_seqs - 1;
   while (lo < hi) {
@@ -34,102 +83,417 @@ __device__ __forceinline__ int64_t seq_of_row(const int32_t* q_indptr, int64_t n
   return lo;
 }
 
-__global__ void __launch_bounds__(kWarps * 32) mla_decode_kernel(MlaDecodeArgs a) {
-  const int64_t row = blockIdx.x, h = blockIdx.y;
-  const int64_t b = seq_of_row(a.q_indptr, a.n_seqs, row);
-  if (row >= a.q_indptr[b + 1]) return;  // a row of no sequence (cannot happen in a valid batch)
-  if (a.seq_mask != nullptr && a.seq_mask[b] == 0) return;
-  const int64_t q_len = a.q_indptr[b + 1] - a.q_indptr[b];
-  const int64_t pos = a.kv_len[b] - q_len + (row - a.q_indptr[b]);
-  const int64_t n_keys = pos + 1;
-  const int64_t width = a.r + a.dr, dqk = a.dn + a.dr;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+// Row of q/out of selected row i.
+__device__ __forceinline__ int64_t selected_row(const DecodePlan& pl, int64_t i) {
+  return pl.row_map != nullptr ? pl.row_map[i].y : i;
+}
+
+// Two bf16 → fp32 (the low half first).
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+// row_map[j] = (b, row) of the selected rows in order. One block: thread t owns the contiguous
+// run of sequences [t·per, (t+1)·per), counts their selected rows, a block scan (warp shuffles,
+// then the 8 warp totals in shared memory) gives its first index, then it writes its rows.
+// Only launched when some sequence with rows is not selected (mixed steps, never graphed).
+__global__ void __launch_bounds__(kThreads) mla_row_map_kernel(const int32_t* q_indptr, const uint8_t* seq_mask,
+                                                               int64_t n_seqs, int2* row_map) {
+  __shared__ int64_t warp_total[kWarps];
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  const int64_t per = (n_seqs + kThreads - 1) / kThreads;
+  const int64_t b0 = std::min<int64_t>(n_seqs, t * per), b1 = std::min<int64_t>(n_seqs, b0 + per);
+  auto selected = [&](int64_t b) { return seq_mask == nullptr || seq_mask[b] != 0; };
+  int64_t count = 0;
+  for (int64_t b = b0; b < b1; ++b)
+    if (selected(b)) count += q_indptr[b + 1] - q_indptr[b];
+  int64_t incl = count;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int64_t y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) warp_total[warp] = incl;
+  __syncthreads();
+  int64_t next = incl - count;
+  for (int w = 0; w < warp; ++w) next += warp_total[w];
+  for (int64_t b = b0; b < b1; ++b)
+    if (selected(b))
+      for (int32_t row = q_indptr[b]; row < q_indptr[b + 1]; ++row)
+        row_map[next++] = make_int2(static_cast<int>(b), row);
+}
+
+// q̃[i, h, c] = Σ_j q_nope[row(i), h, j] · W_UK_h[j, c] (fp32 q and sums, bf16 W widened exactly).
+// Block (64-channel tile, head h, 16-row tile), 256 threads. Warp w takes j in [w·jc, (w+1)·jc)
+// (jc = ceil(dn / 8) rounded up to 4); lane l the channels c0 + 2l and c0 + 2l + 1 for all 16 rows
+// (acc [16][2]; one 4-byte W_UK load per j, 128 contiguous bytes per warp; q_nope read as float4
+// broadcasts). The 8 warps' partial sums are then added in warp order through shared memory.
+// Shared: the q_nope tile [16][dn rounded to 4] fp32, then, reused, the partials [8][16][64] fp32
+// (32 KB); row ids [16]. Preconditions: dn ≤ 512.
+__global__ void __launch_bounds__(kThreads) mla_absorb_q_kernel(DecodePlan pl) {
+  const MlaDecodeArgs& a = pl.a;
+  __shared__ __align__(16) float sm[kWarps * kGemmRows * kAbsorbCols];
+  __shared__ int64_t srow[kGemmRows];
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kAbsorbCols, h = blockIdx.y;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.z) * kGemmRows;
+  const int64_t dn4 = (a.dn + 3) / 4 * 4, dqk = a.dn + a.dr;
+  if (t < kGemmRows) srow[t] = i0 + t < a.n_rows ? selected_row(pl, i0 + t) : -1;
+  __syncthreads();
+  for (int64_t e = t; e < kGemmRows * dn4; e += kThreads) {
+    const int64_t ii = e / dn4, j = e % dn4;
+    sm[e] = srow[ii] >= 0 && j < a.dn ? a.q[(srow[ii] * a.H + h) * dqk + j] : 0.0f;
+  }
+  __syncthreads();
+
+  const int64_t jc = ((a.dn + kWarps - 1) / kWarps + 3) / 4 * 4;
+  const int64_t j_begin = warp * jc, j_end = std::min<int64_t>(a.dn, j_begin + jc);
+  const int64_t c = c0 + 2 * lane;
+  const bool pair = a.r % 2 == 0 && c + 1 < a.r;  // one aligned bf16x2 load
   const bf16* w_uk = a.kv_b + h * (a.dn + a.dv) * a.r;  // [dn, r]
-  const bf16* w_uv = w_uk + a.dn * a.r;                   // [dv, r]
-
-  __shared__ float sm_q[kMaxRPerLane * 32];      // q_nope, then reused for o_lat
-  __shared__ float sm_qlat[kMaxRPerLane * 32];
-  __shared__ float sm_m[kWarps], sm_l[kWarps];
-  __shared__ float sm_acc[kWarps][kMaxRPerLane * 32];
-
-  // q̃[c] = Σ_j q_nope[j] · W_UK[j, c] (coalesced over c).
-  const float* qrow = a.q + (row * a.H + h) * dqk;
-  for (int64_t j = threadIdx.x; j < a.dn; j += blockDim.x) sm_q[j] = qrow[j];
-  __syncthreads();
-  for (int64_t c = threadIdx.x; c < a.r; c += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t j = 0; j < a.dn; ++j) acc += sm_q[j] * __bfloat162float(w_uk[j * a.r + c]);
-    sm_qlat[c] = acc;
-  }
-  __syncthreads();
-
-  float ql[kMaxRPerLane], qp[kMaxPePerLane], acc[kMaxRPerLane];
+  float acc[kGemmRows][2] = {};
+#pragma unroll 2
+  for (int64_t j = j_begin; j < j_end; j += 4) {
+    float2 wv[4];
 #pragma unroll
-  for (int t = 0; t < kMaxRPerLane; ++t) {
-    const int64_t c = lane + 32 * t;
-    ql[t] = c < a.r ? sm_qlat[c] : 0.0f;
-    acc[t] = 0.0f;
-  }
-#pragma unroll
-  for (int t = 0; t < kMaxPePerLane; ++t) {
-    const int64_t c = lane + 32 * t;
-    qp[t] = c < a.dr ? qrow[a.dn + c] : 0.0f;
-  }
-  const int32_t* pages = a.block_ids + a.block_indptr[b];
-  float m = -FLT_MAX, l = 0.0f;
-  for (int64_t s = warp; s < n_keys; s += kWarps) {
-    const bf16* lat = a.cache + (static_cast<int64_t>(pages[s / a.block_size]) * a.block_size + s % a.block_size) * width;
-    float lv[kMaxRPerLane];
-    float dot = 0.0f;
-#pragma unroll
-    for (int t = 0; t < kMaxRPerLane; ++t) {
-      const int64_t c = lane + 32 * t;
-      lv[t] = c < a.r ? __bfloat162float(lat[c]) : 0.0f;
-      dot += ql[t] * lv[t];
+    for (int x = 0; x < 4; ++x) {
+      wv[x] = make_float2(0.0f, 0.0f);
+      if (j + x >= j_end) continue;
+      const bf16* wr = w_uk + (j + x) * a.r;
+      if (pair) {
+        const uint32_t u = *reinterpret_cast<const uint32_t*>(wr + c);
+        wv[x] = make_float2(bf16_lo(u), bf16_hi(u));
+      } else {
+        if (c < a.r) wv[x].x = __bfloat162float(wr[c]);
+        if (c + 1 < a.r) wv[x].y = __bfloat162float(wr[c + 1]);
+      }
     }
 #pragma unroll
-    for (int t = 0; t < kMaxPePerLane; ++t) {
-      const int64_t c = lane + 32 * t;
-      if (c < a.dr) dot += qp[t] * __bfloat162float(lat[a.r + c]);
+    for (int ii = 0; ii < kGemmRows; ++ii) {
+      const float4 q4 = *reinterpret_cast<const float4*>(sm + ii * dn4 + j);
+      acc[ii][0] = fmaf(q4.x, wv[0].x, acc[ii][0]);
+      acc[ii][0] = fmaf(q4.y, wv[1].x, acc[ii][0]);
+      acc[ii][0] = fmaf(q4.z, wv[2].x, acc[ii][0]);
+      acc[ii][0] = fmaf(q4.w, wv[3].x, acc[ii][0]);
+      acc[ii][1] = fmaf(q4.x, wv[0].y, acc[ii][1]);
+      acc[ii][1] = fmaf(q4.y, wv[1].y, acc[ii][1]);
+      acc[ii][1] = fmaf(q4.z, wv[2].y, acc[ii][1]);
+      acc[ii][1] = fmaf(q4.w, wv[3].y, acc[ii][1]);
     }
-    const float score = warp_sum(dot) * a.scale;
-    const float m_new = fmaxf(m, score);
-    const float corr = __expf(m - m_new), p = __expf(score - m_new);
-    l = l * corr + p;
+  }
+  __syncthreads();  // the q_nope tile is dead: reuse it for the partials
 #pragma unroll
-    for (int t = 0; t < kMaxRPerLane; ++t) acc[t] = acc[t] * corr + p * lv[t];
-    m = m_new;
-  }
-  if (lane == 0) {
-    sm_m[warp] = m;
-    sm_l[warp] = l;
-  }
-#pragma unroll
-  for (int t = 0; t < kMaxRPerLane; ++t) sm_acc[warp][lane + 32 * t] = acc[t];
+  for (int ii = 0; ii < kGemmRows; ++ii)
+    *reinterpret_cast<float2*>(sm + (warp * kGemmRows + ii) * kAbsorbCols + 2 * lane) =
+        make_float2(acc[ii][0], acc[ii][1]);
   __syncthreads();
-  float M = -FLT_MAX;
-  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w]);
-  float L = 0.0f, f[kWarps];
-  for (int w = 0; w < kWarps; ++w) {
-    f[w] = sm_l[w] > 0.0f ? __expf(sm_m[w] - M) : 0.0f;  // warps that saw no key contribute nothing
-    L += sm_l[w] * f[w];
-  }
-  float* o_lat = sm_q;  // q_nope is no longer needed
-  for (int64_t c = threadIdx.x; c < a.r; c += blockDim.x) {
-    float o = 0.0f;
-    for (int w = 0; w < kWarps; ++w) o += sm_acc[w][c] * f[w];
-    o_lat[c] = o / L;
-  }
-  __syncthreads();
-  // out[j] = Σ_c W_UV[j, c] · o_lat[c]: a warp per output, lanes over c (coalesced).
-  float* out = a.out + (row * a.H + h) * a.dv;
-  for (int64_t j = warp; j < a.dv; j += kWarps) {
+  for (int e = t; e < kGemmRows * kAbsorbCols; e += kThreads) {
+    const int ii = e / kAbsorbCols, cc = e % kAbsorbCols;
+    if (srow[ii] < 0 || c0 + cc >= a.r) continue;
     float v = 0.0f;
-    for (int64_t c = lane; c < a.r; c += 32) v += __bfloat162float(w_uv[j * a.r + c]) * o_lat[c];
-    v = warp_sum(v);
-    if (lane == 0) out[j] = v;
+    for (int w = 0; w < kWarps; ++w) v += sm[(w * kGemmRows + ii) * kAbsorbCols + cc];
+    pl.q_lat[((i0 + ii) * a.H + h) * a.r + c0 + cc] = v;
   }
 }
+
+// Split-KV attention over the latent pages for 16 heads of one selected row.
+// Block (x = i·n_hg + g for row i and head group g, so a row's head groups run side by side and
+// share its latents in L2; y = split), 256 threads. The row attends to n_keys = pos + 1 keys,
+// cut into n_splits ranges of per = ceil(ceil(n_keys / n_splits) / 32)·32 keys: split y owns
+// [y·per, min(n_keys, (y+1)·per)); an empty range writes (−inf, 0) and nothing else.
+// Per 32-key tile:
+//   load:     the tile's latent rows, 16-byte chunks of the bf16 pages (issued one tile ahead
+//             into registers), widened to fp32 into lat [32][wq]; rows past the range are zero.
+//   scores:   warp w takes the channel quads w, w+8, …; lane (hs = lane/8, ks = lane%8) forms the
+//             4×4 dot products of heads hs+4j with keys ks+8j over them (float4 reads, disjoint
+//             banks); partials [8 warps][16][40] are summed in warp order.
+//   softmax:  thread t = 16·h + j owns head h, keys j and j+16: running (m, l) of head h in
+//             registers (all 16 threads of the head hold it), probabilities p [32][16] and the
+//             rescale factor corr [16] to shared memory. Keys past the range score −inf.
+//   o_lat:    thread t owns channels 4·(t%128)..+3 and heads 8·(t/128)..+7 (acc [8][4]):
+//             acc = acc·corr[h] + Σ_k p[k][h] · lat[k][c] (zero rows add exactly zero).
+// Shared (dynamic): q [16][wq] ([q̃ | q_pe] per head, zero past r + dr and for heads ≥ H),
+// lat [32][wq], partials [8][16][40], p [32][16], corr [16], fp32: 133,952 bytes at r + dr = 576
+// (one block per SM). Preconditions: r ≤ 512, r + dr ≤ 576, kv_len ≥ q_len for every sequence.
+__global__ void __launch_bounds__(kThreads, 1) mla_split_kernel(DecodePlan pl) {
+  extern __shared__ __align__(16) float smem[];
+  const MlaDecodeArgs& a = pl.a;
+  const int wq = pl.wq;
+  float* sq = smem;                                 // [kHeads][wq]
+  float* slat = sq + kHeads * wq;                   // [kKeys][wq]
+  float* sred = slat + kKeys * wq;                  // [kWarps][kHeads][kRedStride]
+  float* sp = sred + kWarps * kHeads * kRedStride;  // [kKeys][kHeads]
+  float* scorr = sp + kKeys * kHeads;               // [kHeads]
+
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int64_t i = blockIdx.x / pl.n_hg, h0 = static_cast<int64_t>(blockIdx.x % pl.n_hg) * kHeads;
+  const int split = blockIdx.y;
+  const int64_t row = selected_row(pl, i);
+  const int64_t b = pl.row_map != nullptr ? pl.row_map[i].x : seq_of_row(a.q_indptr, a.n_seqs, row);
+  const int64_t q0 = a.q_indptr[b], q_len = a.q_indptr[b + 1] - q0;
+  const int64_t n_keys = a.kv_len[b] - q_len + (row - q0) + 1;
+  const int64_t per = ((n_keys + pl.n_splits - 1) / pl.n_splits + kKeys - 1) / kKeys * kKeys;
+  const int64_t k_begin = split * per, k_end = std::min(n_keys, k_begin + per);
+  float2* ml_out = pl.part_ml + (static_cast<int64_t>(split) * a.n_rows + i) * a.H;
+  if (k_begin >= k_end) {
+    if (t < kHeads && h0 + t < a.H) ml_out[h0 + t] = make_float2(-INFINITY, 0.0f);
+    return;
+  }
+
+  const int64_t width = a.r + a.dr, dqk = a.dn + a.dr;
+  for (int e = t; e < kHeads * wq; e += kThreads) {
+    const int hh = e / wq, c = e % wq;
+    const int64_t h = h0 + hh;
+    float v = 0.0f;
+    if (h < a.H) {
+      if (c < a.r) v = pl.q_lat[(i * a.H + h) * a.r + c];
+      else if (c < width) v = a.q[(row * a.H + h) * dqk + a.dn + (c - a.r)];
+    }
+    sq[e] = v;
+  }
+
+  // Tile loads: chunk e = t + 256·j is key e / w8, channels 8·(e % w8)..+7.
+  const int32_t* pages = a.block_ids + a.block_indptr[b];
+  const int w8 = static_cast<int>((width + 7) / 8), bs = static_cast<int>(a.block_size);
+  const int wr4 = static_cast<int>((width + 3) / 4 * 4);  // channels the scores read
+  const bool vec = width % 8 == 0;                          // rows are 16-byte aligned
+  uint4 pre[kTileChunks];
+  auto load_tile = [&](int64_t t0) {
+#pragma unroll
+    for (int j = 0; j < kTileChunks; ++j) {
+      const int e = t + j * kThreads, k = e / w8, c8 = e % w8;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (k < kKeys && t0 + k < k_end) {
+        const int64_t key = t0 + k;
+        const bf16* src = a.cache + (static_cast<int64_t>(pages[key / bs]) * bs + key % bs) * width + 8 * c8;
+        if (vec) {
+          v = *reinterpret_cast<const uint4*>(src);
+        } else {
+          uint16_t u[8];
+          for (int x = 0; x < 8; ++x) u[x] = 8 * c8 + x < width ? __bfloat16_as_ushort(src[x]) : uint16_t{0};
+          v = make_uint4(u[0] | uint32_t{u[1]} << 16, u[2] | uint32_t{u[3]} << 16, u[4] | uint32_t{u[5]} << 16,
+                         u[6] | uint32_t{u[7]} << 16);
+        }
+      }
+      pre[j] = v;
+    }
+  };
+  auto store_tile = [&]() {
+#pragma unroll
+    for (int j = 0; j < kTileChunks; ++j) {
+      const int e = t + j * kThreads, k = e / w8, c8 = e % w8;
+      if (k >= kKeys) continue;
+      float* dst = slat + k * wq + 8 * c8;
+      *reinterpret_cast<float4*>(dst) = make_float4(bf16_lo(pre[j].x), bf16_hi(pre[j].x), bf16_lo(pre[j].y),
+                                                    bf16_hi(pre[j].y));
+      if (8 * c8 + 4 < wr4)
+        *reinterpret_cast<float4*>(dst + 4) = make_float4(bf16_lo(pre[j].z), bf16_hi(pre[j].z),
+                                                          bf16_lo(pre[j].w), bf16_hi(pre[j].w));
+    }
+  };
+
+  const int hs = lane / 8, ks = lane % 8;           // scores: heads hs + 4j, keys ks + 8j
+  const int fh = t / 16, fj = t % 16;               // softmax: head fh, keys fj and fj + 16
+  const int cq = t % 128, hq = 8 * (t / 128);       // o_lat: channels 4cq..+3, heads hq..hq+7
+  const bool has_channels = 4 * cq < a.r;
+  const int nq = wr4 / 4;
+  float m_run = -INFINITY, l_run = 0.0f;  // head fh
+  float acc[8][4] = {};
+  load_tile(k_begin);
+  for (int64_t t0 = k_begin; t0 < k_end; t0 += kKeys) {
+    __syncthreads();  // the previous tile's o_lat pass is done with lat (first tile: q is written)
+    store_tile();
+    __syncthreads();
+    if (t0 + kKeys < k_end) load_tile(t0 + kKeys);  // in flight during this tile's math
+
+    float s[4][4] = {};
+#pragma unroll 2
+    for (int qd = warp; qd < nq; qd += kWarps) {
+      float4 qv[4], lv[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) qv[j] = *reinterpret_cast<const float4*>(sq + (hs + 4 * j) * wq + 4 * qd);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) lv[j] = *reinterpret_cast<const float4*>(slat + (ks + 8 * j) * wq + 4 * qd);
+#pragma unroll
+      for (int jh = 0; jh < 4; ++jh)
+#pragma unroll
+        for (int jk = 0; jk < 4; ++jk) {
+          float v = s[jh][jk];
+          v = fmaf(qv[jh].x, lv[jk].x, v);
+          v = fmaf(qv[jh].y, lv[jk].y, v);
+          v = fmaf(qv[jh].z, lv[jk].z, v);
+          s[jh][jk] = fmaf(qv[jh].w, lv[jk].w, v);
+        }
+    }
+#pragma unroll
+    for (int jh = 0; jh < 4; ++jh)
+#pragma unroll
+      for (int jk = 0; jk < 4; ++jk) sred[(warp * kHeads + hs + 4 * jh) * kRedStride + ks + 8 * jk] = s[jh][jk];
+    __syncthreads();
+
+    float sc[2];
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      const int k = fj + 16 * x;
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += sred[(w * kHeads + fh) * kRedStride + k];
+      sc[x] = t0 + k < k_end ? v * a.scale : -INFINITY;
+    }
+    float mx = fmaxf(sc[0], sc[1]);
+    for (int o = 8; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));  // within 16 lanes
+    const float m_new = fmaxf(m_run, mx);  // finite: the tile holds at least one key of the range
+    const float corr = __expf(m_run - m_new);  // 0 on the first tile (m_run = −inf)
+    const float p0 = __expf(sc[0] - m_new), p1 = __expf(sc[1] - m_new);
+    float ps = p0 + p1;
+    for (int o = 8; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+    l_run = l_run * corr + ps;
+    m_run = m_new;
+    sp[fj * kHeads + fh] = p0;
+    sp[(fj + 16) * kHeads + fh] = p1;
+    if (fj == 0) scorr[fh] = corr;
+    __syncthreads();
+
+    if (has_channels) {
+#pragma unroll
+      for (int jh = 0; jh < 8; ++jh) {
+        const float cr = scorr[hq + jh];
+#pragma unroll
+        for (int x = 0; x < 4; ++x) acc[jh][x] *= cr;
+      }
+#pragma unroll 4
+      for (int k = 0; k < kKeys; ++k) {
+        const float4 lv = *reinterpret_cast<const float4*>(slat + k * wq + 4 * cq);
+        const float4 pa = *reinterpret_cast<const float4*>(sp + k * kHeads + hq);
+        const float4 pb = *reinterpret_cast<const float4*>(sp + k * kHeads + hq + 4);
+        const float pv[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+#pragma unroll
+        for (int jh = 0; jh < 8; ++jh) {
+          acc[jh][0] = fmaf(pv[jh], lv.x, acc[jh][0]);
+          acc[jh][1] = fmaf(pv[jh], lv.y, acc[jh][1]);
+          acc[jh][2] = fmaf(pv[jh], lv.z, acc[jh][2]);
+          acc[jh][3] = fmaf(pv[jh], lv.w, acc[jh][3]);
+        }
+      }
+    }
+  }
+
+  float* acc_out = pl.part_acc + (static_cast<int64_t>(split) * a.n_rows + i) * a.H * a.r;
+  if (has_channels)
+#pragma unroll
+    for (int jh = 0; jh < 8; ++jh) {
+      const int64_t h = h0 + hq + jh;
+      if (h >= a.H) break;
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+        if (4 * cq + x < a.r) acc_out[h * a.r + 4 * cq + x] = acc[jh][x];
+    }
+  if (fj == 0 && h0 + fh < a.H) ml_out[h0 + fh] = make_float2(m_run, l_run);
+}
+
+// out[row(i), h, n] = Σ_c o_lat[i, h, c] · W_UV_h[n, c], with o_lat the merge of the splits:
+// o_lat = Σ_s w_s · acc_s, w_s = e^{m_s − M} / Σ_s' e^{m_s' − M} l_s' (M = max m_s over non-empty
+// splits; empty ones weigh 0 and are not read), summed in split order.
+// Block (16-channel tile of dv, head h, 16-row tile), 256 threads: thread t < 16 computes row t's
+// split weights; all threads merge the o_lat tile [16][r] into shared memory (a warp along c of
+// one row); then warp w owns output channels n0 + 2w and n0 + 2w + 1: lane l holds W_UV rows at
+// c = 4l + 128k (8-byte loads, 256 contiguous bytes per warp and k) and forms, per row, partial
+// sums over its channels that a butterfly reduces across the warp (fixed order).
+// Shared: o_lat tile [16][r rounded to 4] fp32 (≤ 32 KB), weights [16][64], row ids [16].
+// Preconditions: r ≤ 512.
+__global__ void __launch_bounds__(kThreads) mla_apply_uv_kernel(DecodePlan pl) {
+  const MlaDecodeArgs& a = pl.a;
+  __shared__ __align__(16) float sm[kGemmRows * kMaxRank];
+  __shared__ float swt[kGemmRows][kMaxSplits];
+  __shared__ int64_t srow[kGemmRows];
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kUvCols, h = blockIdx.y;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.z) * kGemmRows;
+  const int64_t r4 = (a.r + 3) / 4 * 4;
+  const int n_splits = pl.n_splits;
+  if (t < kGemmRows) {
+    const int64_t i = i0 + t;
+    srow[t] = i < a.n_rows ? selected_row(pl, i) : -1;
+    if (i < a.n_rows) {
+      const float2* ml = pl.part_ml + i * a.H + h;  // split s at + s · n_rows · H
+      const int64_t stride = a.n_rows * a.H;
+      float m = -INFINITY;
+      for (int s = 0; s < n_splits; ++s)
+        if (ml[s * stride].y > 0.0f) m = fmaxf(m, ml[s * stride].x);
+      float l = 0.0f;
+      for (int s = 0; s < n_splits; ++s)
+        if (ml[s * stride].y > 0.0f) l += __expf(ml[s * stride].x - m) * ml[s * stride].y;
+      for (int s = 0; s < n_splits; ++s)
+        swt[t][s] = ml[s * stride].y > 0.0f ? __expf(ml[s * stride].x - m) / l : 0.0f;
+    }
+  }
+  __syncthreads();
+  for (int64_t e = t; e < kGemmRows * r4; e += kThreads) {
+    const int64_t ii = e / r4, c = e % r4;
+    float v = 0.0f;
+    if (srow[ii] >= 0 && c < a.r) {
+      const float* src = pl.part_acc + ((i0 + ii) * a.H + h) * a.r + c;  // split s at + s · n_rows · H · r
+      for (int s = 0; s < n_splits; ++s) {
+        const float w = swt[ii][s];
+        if (w != 0.0f) v = fmaf(w, src[s * a.n_rows * a.H * a.r], v);
+      }
+    }
+    sm[e] = v;
+  }
+  __syncthreads();
+
+  const bf16* w_uv = a.kv_b + (h * (a.dn + a.dv) + a.dn) * a.r;  // [dv, r]
+  const bool quad = a.r % 4 == 0;  // 8-byte aligned loads of 4 channels
+  float wv[2][kUvChunks][4];
+#pragma unroll
+  for (int col = 0; col < 2; ++col) {
+    const int64_t n = n0 + 2 * warp + col;
+#pragma unroll
+    for (int k = 0; k < kUvChunks; ++k) {
+      const int64_t c = 4 * lane + 128 * k;
+      const bf16* src = w_uv + n * a.r + c;
+      if (n < a.dv && quad && c < a.r) {
+        const uint2 u = *reinterpret_cast<const uint2*>(src);
+        wv[col][k][0] = bf16_lo(u.x);
+        wv[col][k][1] = bf16_hi(u.x);
+        wv[col][k][2] = bf16_lo(u.y);
+        wv[col][k][3] = bf16_hi(u.y);
+      } else {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) wv[col][k][x] = n < a.dv && c + x < a.r ? __bfloat162float(src[x]) : 0.0f;
+      }
+    }
+  }
+  float mine[2] = {0.0f, 0.0f};  // lane ii's row ii
+#pragma unroll
+  for (int ii = 0; ii < kGemmRows; ++ii) {
+    float v[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < kUvChunks; ++k) {
+      const int64_t c = 4 * lane + 128 * k;
+      if (c >= r4) break;
+      const float4 o = *reinterpret_cast<const float4*>(sm + ii * r4 + c);
+#pragma unroll
+      for (int col = 0; col < 2; ++col) {
+        v[col] = fmaf(o.x, wv[col][k][0], v[col]);
+        v[col] = fmaf(o.y, wv[col][k][1], v[col]);
+        v[col] = fmaf(o.z, wv[col][k][2], v[col]);
+        v[col] = fmaf(o.w, wv[col][k][3], v[col]);
+      }
+    }
+    v[0] = warp_sum(v[0]);
+    v[1] = warp_sum(v[1]);
+    if (lane == ii) {
+      mine[0] = v[0];
+      mine[1] = v[1];
+    }
+  }
+  if (lane < kGemmRows && srow[lane] >= 0)
+    for (int col = 0; col < 2; ++col) {
+      const int64_t n = n0 + 2 * warp + col;
+      if (n < a.dv) a.out[(srow[lane] * a.H + h) * a.dv + n] = mine[col];
+    }
+}
+
+// ---- Naive form helpers -------------------------------------------------------------------------
 
 template <typename Out>
 __global__ void gather_latent_kernel(const bf16* cache, const int32_t* block_ids, int64_t bs, int64_t width, Out* lat) {
@@ -173,12 +537,67 @@ __global__ void causal_softmax_kernel(const float* scores, int64_t rows, int64_t
 
 }  // namespace
 
-void mla_decode(const MlaDecodeArgs& a, cudaStream_t s) {
-  if (a.T == 0 || a.n_seqs == 0) return;
-  DI_CUDA_REQUIRE(a.r <= kMaxRPerLane * 32);
-  DI_CUDA_REQUIRE(a.dn <= kMaxRPerLane * 32);
-  DI_CUDA_REQUIRE(a.dr <= kMaxPePerLane * 32);
-  mla_decode_kernel<<<dim3(static_cast<unsigned>(a.T), static_cast<unsigned>(a.H)), kWarps * 32, 0, s>>>(a);
+int mla_decode_splits(int64_t n_rows, int64_t H) {
+  static const int n_sm = [] {
+    int dev = 0, n = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  // With one split block per SM, s splits take ceil(blocks·s / SMs) waves of 1/s of a row's keys
+  // each: time ∝ waves(s) / s. The fewest splits within 10% of the best, since every split also
+  // costs a q̃ tile load and a partial state to merge.
+  const int64_t blocks = std::max<int64_t>(1, n_rows * ((H + kHeads - 1) / kHeads));
+  auto cost = [&](int64_t s) { return static_cast<double>((blocks * s + n_sm - 1) / n_sm) / static_cast<double>(s); };
+  double best = cost(1);
+  for (int64_t s = 2; s <= kMaxSplits; ++s) best = std::min(best, cost(s));
+  int splits = 1;
+  while (cost(splits) > 1.1 * best) ++splits;
+  return splits;
+}
+
+void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s) {
+  if (a.T == 0 || a.n_seqs == 0 || a.n_rows == 0) return;
+  DI_CUDA_REQUIRE_MSG(a.r >= 1 && a.r <= kMaxRank, "mla_decode supports kv_lora_rank 1..512");
+  DI_CUDA_REQUIRE_MSG(a.dr >= 0 && a.r + a.dr <= kMaxWidth,
+                      "mla_decode supports kv_lora_rank + qk_rope_head_dim <= 576");
+  DI_CUDA_REQUIRE_MSG(a.dn >= 1 && a.dn <= kMaxDn, "mla_decode supports qk_nope_head_dim 1..512");
+  DI_CUDA_REQUIRE_MSG(a.dv >= 1 && a.H >= 1 && a.H <= 65535, "mla_decode needs v_head_dim >= 1 and 1..65535 heads");
+  DI_CUDA_REQUIRE_MSG(a.block_size >= 1, "mla_decode needs a positive KV block size");
+  DI_CUDA_REQUIRE_MSG(a.n_rows <= a.T, "mla_decode: more selected rows than query rows");
+  const int64_t n_hg = (a.H + kHeads - 1) / kHeads, row_tiles = (a.n_rows + kGemmRows - 1) / kGemmRows;
+  DI_CUDA_REQUIRE_MSG(a.n_rows * n_hg <= INT32_MAX && row_tiles <= 65535, "mla_decode: too many decode rows");
+  DecodePlan pl{};
+  pl.a = a;
+  pl.n_splits = mla_decode_splits(a.n_rows, a.H);
+  pl.n_hg = static_cast<int>(n_hg);
+  pl.wq = tile_stride(a.r + a.dr);
+  auto get = [&](size_t bytes) { return alloc(ctx, bytes == 0 ? 16 : bytes); };
+  const int64_t lat = a.n_rows * a.H * a.r;  // elements of one [n_rows, H, r] slab
+  pl.q_lat = static_cast<float*>(get(sizeof(float) * lat));
+  pl.part_acc = static_cast<float*>(get(sizeof(float) * lat * pl.n_splits));
+  pl.part_ml = static_cast<float2*>(get(sizeof(float2) * a.n_rows * a.H * pl.n_splits));
+  if (a.n_rows < a.T) {  // some rows belong to sequences that are not selected
+    auto* row_map = static_cast<int2*>(get(sizeof(int2) * a.n_rows));
+    mla_row_map_kernel<<<1, kThreads, 0, s>>>(a.q_indptr, a.seq_mask, a.n_seqs, row_map);
+    DI_CUDA_LAUNCHED();
+    pl.row_map = row_map;
+  }
+  static const bool smem_ok = [] {  // first call: eager, never inside a graph capture
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(split_smem_bytes(tile_stride(kMaxWidth)))));
+    return true;
+  }();
+  (void)smem_ok;
+  const unsigned tiles = static_cast<unsigned>(row_tiles), heads = static_cast<unsigned>(a.H);
+  mla_absorb_q_kernel<<<dim3(static_cast<unsigned>((a.r + kAbsorbCols - 1) / kAbsorbCols), heads, tiles), kThreads, 0,
+                        s>>>(pl);
+  DI_CUDA_LAUNCHED();
+  mla_split_kernel<<<dim3(static_cast<unsigned>(a.n_rows * n_hg), static_cast<unsigned>(pl.n_splits)), kThreads,
+                     split_smem_bytes(pl.wq), s>>>(pl);
+  DI_CUDA_LAUNCHED();
+  mla_apply_uv_kernel<<<dim3(static_cast<unsigned>((a.dv + kUvCols - 1) / kUvCols), heads, tiles), kThreads, 0,
+                        s>>>(pl);
   DI_CUDA_LAUNCHED();
 }
 

@@ -3,10 +3,18 @@
 //   → stable radix sort of the (token, slot) entries by expert (cub) → per-expert row offsets
 //   and 64-row tile offsets → gather rows as bf16 → grouped GEMM gate|up → SiLU·mul →
 //   grouped GEMM down → weighted combine in slot order (deterministic, no atomics).
-// The grouped GEMM (part 1) is a plain WMMA kernel: 64×64 tiles, 4 warps, bf16 or FP8
-// weights (dequantized while staging into shared memory); part 2 replaces it with wgmma.
+// Three forms of the grouped GEMMs (MoeArgs::form; CudaBackend picks by the step's size):
+//  - skinny (decode): grouped_gemv_kernel, one block per (8 weight rows, active expert),
+//    weights streamed once per 8 rows of the expert with 16-byte loads, fp32 FMAs on the CUDA
+//    cores — the weights' bandwidth, not the math, is the limit at a few rows per expert;
+//  - per-expert cuBLAS (prefill): the row counts are read back (one host synchronization, never
+//    inside a graph) and each expert with rows gets one tensor-core GEMM;
+//  - tiled: a plain WMMA kernel (64×64 tiles, 4 warps, FP8 dequantized while staging), sync-free
+//    for any size; the fallback where the others do not apply.
 #include "backend/cuda/cuda_common.h"
 
+#include <algorithm>
+#include <vector>
 #include <cub/cub.cuh>
 #include <cuda_fp8.h>
 #include <mma.h>
@@ -17,63 +25,100 @@ namespace {
 constexpr int kMaxExperts = 256;
 constexpr int kMaxGroups = 64;
 
-__global__ void route_kernel(RouteArgs a) {
-  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (t >= a.T) return;
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+constexpr int kRouteWarps = 4;
+
+// One warp per token (kRouteWarps tokens per block): DeepSeek's selection rule as in the
+// reference's route_one_token. Lane l owns experts l, l + 32, …; scores and choice scores sit
+// in the warp's shared slice ([2 · kMaxExperts + kMaxGroups] floats) so group scores can read
+// whole groups. Top-k: k rounds of a warp arg-max over (choice desc, id asc) — the reference's
+// scan keeps the first maximum, i.e. the lowest id on ties, −inf entries included.
+__global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
+  __shared__ float smem[kRouteWarps][2 * kMaxExperts + kMaxGroups];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
+  if (t >= a.T) return;  // whole warps leave; no block-wide barrier follows
+  float* scores = smem[warp];
+  float* choice = scores + kMaxExperts;
+  float* group_score = choice + kMaxExperts;
   const float* lg = a.logits + t * a.E;
-  float scores[kMaxExperts], choice[kMaxExperts], group_score[kMaxGroups];
+  const int E = static_cast<int>(a.E);
   if (a.scoring == 0) {
     float mx = -INFINITY;
-    for (int64_t e = 0; e < a.E; ++e) mx = fmaxf(mx, lg[e]);
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, lg[e]);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     float sum = 0;
-    for (int64_t e = 0; e < a.E; ++e) sum += (scores[e] = expf(lg[e] - mx));
-    for (int64_t e = 0; e < a.E; ++e) scores[e] /= sum;
+    for (int e = lane; e < E; e += 32) sum += (scores[e] = expf(lg[e] - mx));
+    sum = warp_sum(sum);
+    for (int e = lane; e < E; e += 32) scores[e] /= sum;
   } else {
-    for (int64_t e = 0; e < a.E; ++e) scores[e] = 1.0f / (1.0f + expf(-lg[e]));
+    for (int e = lane; e < E; e += 32) scores[e] = 1.0f / (1.0f + expf(-lg[e]));
   }
-  for (int64_t e = 0; e < a.E; ++e) choice[e] = scores[e] + (a.bias != nullptr ? a.bias[e] : 0.0f);
+  for (int e = lane; e < E; e += 32) choice[e] = scores[e] + (a.bias != nullptr ? a.bias[e] : 0.0f);
+  __syncwarp();
   if (a.method != 0 && a.n_group > 1) {
-    const int64_t per = a.E / a.n_group;
-    for (int64_t g = 0; g < a.n_group; ++g) {
+    const int per = static_cast<int>(a.E / a.n_group), G = static_cast<int>(a.n_group);
+    for (int g = lane; g < G; g += 32) {
       const float* c = choice + g * per;
       if (a.method == 1) {
         float m = c[0];
-        for (int64_t e = 1; e < per; ++e) m = fmaxf(m, c[e]);
+        for (int e = 1; e < per; ++e) m = fmaxf(m, c[e]);
         group_score[g] = m;
       } else {
         float x = -INFINITY, y = -INFINITY;
-        for (int64_t e = 0; e < per; ++e) {
+        for (int e = 0; e < per; ++e) {
           if (c[e] > x) { y = x; x = c[e]; } else if (c[e] > y) { y = c[e]; }
         }
         group_score[g] = x + y;
       }
     }
+    __syncwarp();
     // Keep the topk_group best groups (stable: ties to the lower group id); mask the others.
-    for (int64_t g = 0; g < a.n_group; ++g) {
-      int64_t rank = 0;
-      for (int64_t o = 0; o < a.n_group; ++o)
-        rank += group_score[o] > group_score[g] || (group_score[o] == group_score[g] && o < g);
+    for (int g = lane; g < G; g += 32) {
+      int rank = 0;
+      for (int o = 0; o < G; ++o) rank += group_score[o] > group_score[g] || (group_score[o] == group_score[g] && o < g);
       if (rank >= a.topk_group)
-        for (int64_t e = 0; e < per; ++e) choice[g * per + e] = -INFINITY;
+        for (int e = 0; e < per; ++e) choice[g * per + e] = -INFINITY;
     }
+    __syncwarp();
   }
   int32_t* ids = a.ids + t * a.top_k;
   float* w = a.weights + t * a.top_k;
+  uint32_t taken = 0;  // bit i: this lane's expert lane + 32 i is chosen
+  float wsum = 0;
   for (int64_t j = 0; j < a.top_k; ++j) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < a.E; ++e) {
-      bool taken = false;
-      for (int64_t i = 0; i < j; ++i) taken |= ids[i] == e;
-      if (taken) continue;
-      if (best < 0 || choice[e] > choice[best]) best = e;
+    float bv = -INFINITY;
+    int be = INT_MAX;
+    for (int i = 0, e = lane; e < E; ++i, e += 32) {
+      if (taken & (1u << i)) continue;
+      if (be == INT_MAX || choice[e] > bv) {
+        bv = choice[e];
+        be = e;
+      }
     }
-    ids[j] = static_cast<int32_t>(best);
-    w[j] = scores[best];
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+      if (oe != INT_MAX && (be == INT_MAX || ov > bv || (ov == bv && oe < be))) {
+        bv = ov;
+        be = oe;
+      }
+    }
+    if (be % 32 == lane) taken |= 1u << (be / 32);
+    const float sj = scores[be];
+    wsum += sj;
+    if (lane == 0) {
+      ids[j] = be;
+      w[j] = sj;
+    }
   }
+  if (lane != 0) return;
   if (a.norm_topk_prob) {
-    float sum = 0;
-    for (int64_t j = 0; j < a.top_k; ++j) sum += w[j];
-    sum += 1e-20f;
+    const float sum = wsum + 1e-20f;
     for (int64_t j = 0; j < a.top_k; ++j) w[j] /= sum;
   }
   for (int64_t j = 0; j < a.top_k; ++j) w[j] *= a.scale;
@@ -84,9 +129,11 @@ __global__ void iota_kernel(int32_t* v, int64_t n) {
   if (i < n) v[i] = static_cast<int32_t>(i);
 }
 
-// offsets[e] = first sorted entry of expert e (lower bound); tiles[e] = Σ_{e' < e} ceil(count / kBM).
+// offsets[e] = first sorted entry of expert e (lower bound); tiles[e] = Σ_{e' < e} ceil(count / kBM);
+// active[j] = the j-th expert with rows, −1 past the last (n_active slots: min(E, n)).
 template <int kBM>
-__global__ void offsets_kernel(const int32_t* sorted, int64_t n, int64_t E, int32_t* offsets, int32_t* tiles) {
+__global__ void offsets_kernel(const int32_t* sorted, int64_t n, int64_t E, int32_t* offsets, int32_t* tiles,
+                               int32_t* active, int64_t n_active) {
   for (int64_t e = threadIdx.x; e <= E; e += blockDim.x) {
     int64_t lo = 0, hi = n;
     while (lo < hi) {
@@ -99,12 +146,131 @@ __global__ void offsets_kernel(const int32_t* sorted, int64_t n, int64_t E, int3
   __syncthreads();
   if (threadIdx.x == 0) {
     int32_t acc = 0;
+    int64_t j = 0;
     for (int64_t e = 0; e < E; ++e) {
       tiles[e] = acc;
       acc += (offsets[e + 1] - offsets[e] + kBM - 1) / kBM;
+      if (offsets[e + 1] > offsets[e] && j < n_active) active[j++] = static_cast<int32_t>(e);
     }
     tiles[E] = acc;
+    for (; j < n_active; ++j) active[j] = -1;
   }
+}
+
+constexpr int kGemvWarps = 4;
+constexpr int kGemvRowsPerWarp = 2;  // weight rows a warp streams together
+constexpr int kGemvUnroll = 4;       // K steps unrolled: 2 · 4 loads of 16 B in flight per lane
+constexpr int kGemvMaxM = 8;         // expert rows per pass over the weights
+constexpr int kGemvVec = 8;          // elements per lane per load (16 B bf16, 8 B fp8)
+
+// 8 consecutive weights of row wr from column k, as floats (FP8: times the row's block scale).
+template <bool kFp8>
+__device__ __forceinline__ void load_w8(const void* W, const float* wscale, int64_t n_kb, int64_t block_k, int64_t K,
+                                        int64_t wr, int64_t k, float* w) {
+  if constexpr (kFp8) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(W) + wr * K + k);
+    const float sc = wscale[wr * n_kb + k / block_k];
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
+#pragma unroll
+    for (int v = 0; v < 8; ++v) {
+      __nv_fp8_e4m3 q;
+      q.__x = b[v];
+      w[v] = static_cast<float>(q) * sc;
+    }
+  } else {
+    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(W) + wr * K + k);
+    const bf16* b = reinterpret_cast<const bf16*>(&raw);
+#pragma unroll
+    for (int v = 0; v < 8; ++v) w[v] = __bfloat162float(b[v]);
+  }
+}
+
+// Skinny grouped GEMM: C[r, n] = Σ_k A[r, k] · W[e·N + n, k] for the rows r of expert e (C's
+// row stride ldc); with active == null, a dense skinny GEMM over rows [0, dense_rows).
+// Sizing for bandwidth at one row: small blocks (4 warps × 2 weight rows) so a decode GEMM has
+// hundreds of blocks, and the K loop unrolled so each lane keeps several loads in flight.
+// grid (ceil(N / (kGemvWarps·kGemvRowsPerWarp)), n_active): block y serves active[y] (an
+// expert with rows; −1: idle); each warp streams kGemvRowsPerWarp weight rows with 8-element
+// loads per lane (lanes stride K by 256), multiplies them with up to kGemvMaxM of the expert's
+// rows of A (bf16, read through L1: every warp of the block reads the same A), and reduces per
+// (row, weight row) across the warp. Experts with more rows take several passes (the weights
+// come from L2 again). Preconditions: K % 8 == 0; FP8: block_k % 8 == 0. Accumulation in fp32;
+// the order (lane partial sums, then a butterfly) does not depend on the other experts' rows.
+template <bool kFp8>
+__global__ void __launch_bounds__(kGemvWarps * 32) grouped_gemv_kernel(const bf16* A, int64_t K, const void* W,
+                                                                       const float* wscale, int64_t n_kb,
+                                                                       int64_t block_k, int64_t N,
+                                                                       const int32_t* offsets, const int32_t* active,
+                                                                       int64_t dense_rows, float* C, int64_t ldc) {
+  // Dense use (active == null): one "expert" 0 with rows [0, dense_rows).
+  const int e = active != nullptr ? active[blockIdx.y] : 0;
+  if (e < 0) return;
+  const int64_t r0 = active != nullptr ? offsets[e] : 0;
+  const int64_t rows = active != nullptr ? offsets[e + 1] - r0 : dense_rows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp) * kGemvRowsPerWarp;
+  if (n0 >= N) return;
+  for (int64_t mc = 0; mc < rows; mc += kGemvMaxM) {
+    const int m = static_cast<int>(min(static_cast<int64_t>(kGemvMaxM), rows - mc));
+    float acc[kGemvRowsPerWarp][kGemvMaxM];
+#pragma unroll
+    for (int q = 0; q < kGemvRowsPerWarp; ++q)
+#pragma unroll
+      for (int i = 0; i < kGemvMaxM; ++i) acc[q][i] = 0.0f;
+#pragma unroll kGemvUnroll
+    for (int64_t k = static_cast<int64_t>(lane) * kGemvVec; k < K; k += 32 * kGemvVec) {
+      float w[kGemvRowsPerWarp][kGemvVec];
+#pragma unroll
+      for (int q = 0; q < kGemvRowsPerWarp; ++q) {
+        if (n0 + q < N) {
+          load_w8<kFp8>(W, wscale, n_kb, block_k, K, static_cast<int64_t>(e) * N + n0 + q, k, w[q]);
+        } else {
+#pragma unroll
+          for (int v = 0; v < kGemvVec; ++v) w[q][v] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kGemvMaxM; ++i) {
+        if (i < m) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(A + (r0 + mc + i) * K + k);
+          const bf16* ab = reinterpret_cast<const bf16*>(&raw);
+          float a[kGemvVec];
+#pragma unroll
+          for (int v = 0; v < kGemvVec; ++v) a[v] = __bfloat162float(ab[v]);
+#pragma unroll
+          for (int q = 0; q < kGemvRowsPerWarp; ++q)
+#pragma unroll
+            for (int v = 0; v < kGemvVec; ++v) acc[q][i] = fmaf(w[q][v], a[v], acc[q][i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kGemvRowsPerWarp; ++q)
+#pragma unroll
+      for (int i = 0; i < kGemvMaxM; ++i) {
+        if (i < m) {
+          const float v = warp_sum(acc[q][i]);
+          if (lane == 0 && n0 + q < N) C[(r0 + mc + i) * ldc + n0 + q] = v;
+        }
+      }
+  }
+}
+
+void grouped_gemv(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
+                  const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t dense_rows, float* C,
+                  int64_t ldc, cudaStream_t s) {
+  DI_CUDA_REQUIRE(K % kGemvVec == 0);
+  DI_CUDA_REQUIRE(!fp8 || block_k % kGemvVec == 0);
+  DI_CUDA_REQUIRE(n_active <= 65535);
+  const dim3 grid(grid_for(N, kGemvWarps * kGemvRowsPerWarp), static_cast<unsigned>(n_active));
+  const int64_t n_kb = fp8 ? (K + block_k - 1) / block_k : 0;
+  if (fp8)
+    grouped_gemv_kernel<true><<<grid, kGemvWarps * 32, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, active,
+                                                               dense_rows, C, ldc);
+  else
+    grouped_gemv_kernel<false><<<grid, kGemvWarps * 32, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, active,
+                                                                dense_rows, C, ldc);
+  DI_CUDA_LAUNCHED();
 }
 
 // xa[i] = bf16(x[perm[i] / k]); inv[perm[i]] = i.
@@ -228,8 +394,18 @@ void moe_route(const RouteArgs& a, cudaStream_t s) {
   if (a.T == 0) return;
   DI_CUDA_REQUIRE(a.E <= kMaxExperts);
   DI_CUDA_REQUIRE(a.n_group <= kMaxGroups);
-  route_kernel<<<grid_for(a.T, 64), 64, 0, s>>>(a);
+  route_kernel<<<grid_for(a.T, kRouteWarps), kRouteWarps * 32, 0, s>>>(a);
   DI_CUDA_LAUNCHED();
+}
+
+void dense_gemv(const bf16* A, int64_t M, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k,
+                int64_t N, float* C, int64_t ldc, cudaStream_t s) {
+  if (M == 0) return;
+  grouped_gemv(A, K, W, scale, fp8, block_k, N, nullptr, nullptr, 1, M, C, ldc, s);
+}
+
+bool moe_skinny_ok(int64_t D, int64_t I, bool fp8, int64_t block_k) {
+  return D % kGemvVec == 0 && I % kGemvVec == 0 && (!fp8 || block_k % kGemvVec == 0);
 }
 
 void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s) {
@@ -242,6 +418,8 @@ void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void
   auto* inv = static_cast<int32_t*>(get(sizeof(int32_t) * R));
   auto* offsets = static_cast<int32_t*>(get(sizeof(int32_t) * (a.E + 1)));
   auto* tiles = static_cast<int32_t*>(get(sizeof(int32_t) * (a.E + 1)));
+  const int64_t n_active = std::min(a.E, R);
+  auto* active = static_cast<int32_t*>(get(sizeof(int32_t) * n_active));
   iota_kernel<<<grid_for(R, 256), 256, 0, s>>>(entries, R);
   DI_CUDA_LAUNCHED();
   int end_bit = 1;
@@ -252,17 +430,46 @@ void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void
   void* temp = get(temp_bytes);
   DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, a.ids, keys_sorted, entries, perm,
                                                 static_cast<int>(R), 0, end_bit, s));
-  offsets_kernel<kBM><<<1, 256, 0, s>>>(keys_sorted, R, a.E, offsets, tiles);
+  offsets_kernel<kBM><<<1, 256, 0, s>>>(keys_sorted, R, a.E, offsets, tiles, active, n_active);
   DI_CUDA_LAUNCHED();
   auto* xa = static_cast<bf16*>(get(sizeof(bf16) * R * a.D));
   permute_kernel<<<static_cast<unsigned>(R), 256, 0, s>>>(a.x, perm, a.k, a.D, xa, inv);
   DI_CUDA_LAUNCHED();
+  DI_CUDA_REQUIRE(a.form != 1 || moe_skinny_ok(a.D, a.I, a.fp8, a.block_k));
+  DI_CUDA_REQUIRE(a.form != 2 || a.blas != nullptr);
+  std::vector<int32_t> host_offsets;
+  bf16* wbuf = nullptr;  // form 2 with FP8 weights: one expert's weights dequantized
+  if (a.form == 2) {
+    host_offsets.resize(static_cast<size_t>(a.E + 1));
+    DI_CUDA_CHECK(cudaMemcpyAsync(host_offsets.data(), offsets, sizeof(int32_t) * (a.E + 1), cudaMemcpyDeviceToHost, s));
+    DI_CUDA_CHECK(cudaStreamSynchronize(s));
+    if (a.fp8) wbuf = static_cast<bf16*>(get(sizeof(bf16) * std::max(2 * a.I * a.D, a.D * a.I)));
+  }
+  auto gemm = [&](const bf16* A, int64_t K, const void* W, const float* scale, int64_t N, float* C) {
+    if (a.form == 1) {
+      grouped_gemv(A, K, W, scale, a.fp8, a.block_k, N, offsets, active, n_active, 0, C, N, s);
+    } else if (a.form == 0) {
+      grouped_gemm<float>(A, R, K, W, scale, a.fp8, a.block_k, N, offsets, tiles, a.E, C, s);
+    } else {  // C rows of expert e = A rows of e · W_eᵀ, one cuBLAS GEMM each (stream-ordered wbuf reuse)
+      const int64_t n_kb = a.fp8 ? (K + a.block_k - 1) / a.block_k : 0;
+      for (int64_t e = 0; e < a.E; ++e) {
+        const int64_t r0 = host_offsets[static_cast<size_t>(e)], n = host_offsets[static_cast<size_t>(e) + 1] - r0;
+        if (n == 0) continue;
+        const bf16* We = static_cast<const bf16*>(W) + e * N * K;
+        if (a.fp8) {
+          dequant_fp8(static_cast<const uint8_t*>(W) + e * N * K, scale + e * N * n_kb, N, K, 1, a.block_k, n_kb, wbuf, s);
+          We = wbuf;
+        }
+        cuda::gemm(a.blas, n, N, K, A + r0 * K, K, 0, We, K, 0, true, C + r0 * N, Elem::kF32, N, 0, 1);
+      }
+    }
+  };
   auto* h13 = static_cast<float*>(get(sizeof(float) * R * 2 * a.I));
-  grouped_gemm<float>(xa, R, a.D, a.w13, a.w13_scale, a.fp8, a.block_k, 2 * a.I, offsets, tiles, a.E, h13, s);
+  gemm(xa, a.D, a.w13, a.w13_scale, 2 * a.I, h13);
   auto* act = static_cast<bf16*>(get(sizeof(bf16) * R * a.I));
   silu_mul(h13, R, a.I, act, Elem::kBF16, s);
   auto* y = static_cast<float*>(get(sizeof(float) * R * a.D));
-  grouped_gemm<float>(act, R, a.I, a.w2, a.w2_scale, a.fp8, a.block_k, a.D, offsets, tiles, a.E, y, s);
+  gemm(act, a.I, a.w2, a.w2_scale, a.D, y);
   combine_kernel<<<static_cast<unsigned>(a.T), 256, 0, s>>>(y, inv, a.weights, a.k, a.D, a.out);
   DI_CUDA_LAUNCHED();
 }
