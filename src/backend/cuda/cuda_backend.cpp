@@ -120,9 +120,11 @@ struct CudaState {
 
 namespace {
 
-// MoE steps with at most this many routed rows (tokens × top_k) use the skinny grouped GEMM:
-// a few rows per expert, bandwidth-bound (decode up to batch ~340 at top-6).
-constexpr int64_t kMoeSkinnyMaxRows = 2048;
+// MoE steps with at most this many routed rows (tokens × top_k) use the skinny grouped GEMM (a
+// few rows per expert: bandwidth-bound; decode up to batch 85 at top-6 of 64 experts). Beyond,
+// its CUDA-core math loses to tensor cores (V2-Lite batch 256: 83 ms skinny vs 60 ms tiled per
+// step): per-expert cuBLAS, or the tiled kernel inside a graph capture.
+constexpr int64_t kMoeSkinnyMaxRows = 512;
 // Dense FP8 linears with at most this many rows use the skinny kernel (no dequantized copy).
 constexpr int64_t kDenseSkinnyMaxRows = 64;
 
@@ -761,8 +763,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
   // (prefill): a cuBLAS GEMM per expert after reading the row counts back.
   const bool skinny_ok = cuda::moe_skinny_ok(a.D, a.I, a.fp8, a.block_k);
   if (s_->moe_gemm >= 0) a.form = s_->moe_gemm == 1 && !skinny_ok ? 0 : s_->moe_gemm;
-  else if (a.T * a.k <= kMoeSkinnyMaxRows || s_->capturing) a.form = skinny_ok ? 1 : 0;
-  else a.form = 2;
+  else if (a.T * a.k <= kMoeSkinnyMaxRows) a.form = skinny_ok ? 1 : 0;
+  else a.form = s_->capturing ? 0 : 2;
   if (a.form == 2 && s_->capturing) a.form = 0;
   a.blas = s_->blas;
   ScratchScope scope(*this);

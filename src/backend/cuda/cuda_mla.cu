@@ -431,9 +431,20 @@ __global__ void __launch_bounds__(kThreads) mla_apply_uv_kernel(DecodePlan pl) {
     float v = 0.0f;
     if (srow[ii] >= 0 && c < a.r) {
       const float* src = pl.part_acc + ((i0 + ii) * a.H + h) * a.r + c;  // split s at + s · n_rows · H · r
-      for (int s = 0; s < n_splits; ++s) {
-        const float w = swt[ii][s];
-        if (w != 0.0f) v = fmaf(w, src[s * a.n_rows * a.H * a.r], v);
+      const int64_t stride = a.n_rows * a.H * a.r;
+      // Eight splits' loads issued together, then summed in split order (the latency of one L2
+      // round trip per 8 splits instead of per split; empty splits read nothing and add 0).
+      for (int s0 = 0; s0 < n_splits; s0 += 8) {
+        float x[8], w[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int s = s0 + j;
+          w[j] = s < n_splits ? swt[ii][s] : 0.0f;
+          x[j] = w[j] != 0.0f ? src[s * stride] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          if (w[j] != 0.0f) v = fmaf(w[j], x[j], v);
       }
     }
     sm[e] = v;

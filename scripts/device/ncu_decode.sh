@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# On the GPU machine: builds `deepinfer` and profiles the decode kernels of one V2-Lite step with
+# Nsight Compute (per-kernel duration, DRAM and SM throughput), eager (no graphs).
+# Usage: bash scripts/device/ncu_decode.sh [KERNEL_REGEX] [BATCHES]   (defaults: "mla|gemv|route", "1 256")
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+prefix=/tmp/deb
+mkdir -p "$prefix"
+for f in .device_carry/*.deb; do dpkg -x "$f" "$prefix"; done
+cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_PYTHON=OFF -DDEEPINFER_WERROR=OFF \
+  -DCMAKE_PREFIX_PATH="$prefix/usr" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+cmake --build build-device -j"$(nproc)" --target deepinfer > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
+regex=${1:-mla|gemv|route}
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+echo "ncu: $NCU"
+for b in ${2:-1 256}; do
+  # One warm-up step (27 layers' launches skipped), then one profiled step.
+  per_step=$(( 27 * 3 + 26 * 4 ))
+  timeout 240 "$NCU" --clock-control none -k "regex:$regex" --launch-skip 200 --launch-count 60 \
+    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread \
+    build-device/src/tools/deepinfer bench --config bench/configs/deepseek_v2_lite.json --prefill "" \
+    --decode-batch "$b" --steps 2 --warmup 2 --no-graphs > "$OUT/ncu_b$b.log" 2>&1
+  echo "== B=$b rc=$?"
+  python3 - "$OUT/ncu_b$b.log" <<'PY'
+import re, sys, collections
+txt = open(sys.argv[1]).read()
+blocks = re.split(r'\n  (?=\S.*\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\))', txt)
+agg = collections.OrderedDict()
+for b in blocks[1:]:
+    name = b.split('(')[0].strip()
+    name = re.sub(r'<.*', '', name)[-60:]
+    m = {k: v for k, v in re.findall(r'\n\s+(\S+)\s+\S*\s+([\d.,]+)', b)}
+    d = agg.setdefault(name, collections.defaultdict(list))
+    for k, v in m.items():
+        try: d[k].append(float(v.replace(',', '')))
+        except ValueError: pass
+for name, d in agg.items():
+    t = d.get('gpu__time_duration.sum', [0])
+    avg = lambda k: sum(d.get(k, [0])) / max(1, len(d.get(k, [0])))
+    print(f"{name:60s} n={len(t):3d} mean {sum(t)/max(1,len(t)):10.1f} (ns/us as ncu prints) dram% {avg('dram__throughput.avg.pct_of_peak_sustained_elapsed'):5.1f} sm% {avg('sm__throughput.avg.pct_of_peak_sustained_elapsed'):5.1f} read {avg('dram__bytes_read.sum'):10.1f} grid {avg('launch__grid_size'):8.0f} regs {avg('launch__registers_per_thread'):4.0f}")
+PY
+done
