@@ -3,19 +3,13 @@
 # plus the CPU suite with the device's compiler. Logs under $OUT (see the summary at the end).
 # Usage (device `run`, carry [".device_carry", "third_party"]): bash scripts/device/gpu_check.sh [bench]
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-prefix=/tmp/deb
-mkdir -p "$prefix"
-for f in .device_carry/*.deb; do dpkg -x "$f" "$prefix"; done
+source "$(dirname "$0")/build_device.sh"
 {
   nproc; gcc --version | head -1; nvcc --version | tail -1
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
 } > "$OUT/machine.txt" 2>&1
 t0=$(date +%s)
-cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_PYTHON=OFF -DDEEPINFER_WERROR=OFF \
-  -DCMAKE_PREFIX_PATH="$prefix/usr" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
-cmake --build build-device -j"$(nproc)" > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
+device_build
 echo "build: $(( $(date +%s) - t0 )) s"
 T=build-device/tests/deepinfer_tests
 status=0

@@ -3,20 +3,13 @@
 # Nsight Compute (per-kernel duration, DRAM and SM throughput), eager (no graphs).
 # Usage: bash scripts/device/ncu_decode.sh [KERNEL_REGEX] [BATCHES]   (defaults: "mla|gemv|route", "1 256")
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-prefix=/tmp/deb
-mkdir -p "$prefix"
-for f in .device_carry/*.deb; do dpkg -x "$f" "$prefix"; done
-cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_PYTHON=OFF -DDEEPINFER_WERROR=OFF \
-  -DCMAKE_PREFIX_PATH="$prefix/usr" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
-cmake --build build-device -j"$(nproc)" --target deepinfer > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
+source "$(dirname "$0")/build_device.sh"
+device_build deepinfer
 regex=${1:-mla|gemv|route}
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 echo "ncu: $NCU"
 for b in ${2:-1 256}; do
-  # One warm-up step (27 layers' launches skipped), then one profiled step.
-  per_step=$(( 27 * 3 + 26 * 4 ))
+  # Skip the first 200 matching launches (limits measurement and warm-up), profile 60.
   timeout 240 "$NCU" --clock-control none -k "regex:$regex" --launch-skip 200 --launch-count 60 \
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread \
     build-device/src/tools/deepinfer bench --config bench/configs/deepseek_v2_lite.json --prefill "" \

@@ -37,6 +37,18 @@ void set_moe_gemm(Backend& b, int form) {
 #endif
 }
 
+// MLA shape parameters (kv_b_proj set by the caller).
+MlaParams mla_params(int64_t H, int64_t dn, int64_t dr, int64_t dv, int64_t r, float scale) {
+  MlaParams p;
+  p.n_heads = H;
+  p.qk_nope_head_dim = dn;
+  p.qk_rope_head_dim = dr;
+  p.v_head_dim = dv;
+  p.kv_lora_rank = r;
+  p.softmax_scale = scale;
+  return p;
+}
+
 class CudaOps : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -276,7 +288,7 @@ TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
       m.down_proj = host_linear(D, I, dt);
     }
     const std::vector<MlpWeights> d_experts = place_experts(*gpu_, experts);
-    for (int64_t T : {0, 1, 2, 31, 130}) {
+    for (int64_t T : {0, 1, 2, 31, 130, 200}) {  // 200 · 3 > 512 routed rows: the radix-sort path
       Tensor x = randn({T, D});
       // Dense MLP (expert 0) through both layouts.
       Tensor ref_m = Tensor::empty_host(DType::kF32, {T, D});
@@ -324,13 +336,7 @@ TEST_F(CudaOps, MlaAttentionBothFormsOverPages) {
   const int64_t H = 5, dn = 16, dr = 8, dv = 12, r = 40, bs = 16, width = r + dr;
   LinearWeight kvb = host_linear(H * (dn + dv), r, DType::kF32);
   LinearWeight d_kvb = gpu_->place_linear({&kvb});
-  MlaParams p;
-  p.n_heads = H;
-  p.qk_nope_head_dim = dn;
-  p.qk_rope_head_dim = dr;
-  p.v_head_dim = dv;
-  p.kv_lora_rank = r;
-  p.softmax_scale = 0.2f;
+  MlaParams p = mla_params(H, dn, dr, dv, r, 0.2f);
   // (q_len, kv_len): decode rows, a prefill over a cached prefix crossing pages, a 1-token
   // sequence, a long page-aligned one, an exact-page boundary ±1.
   const std::vector<std::pair<int32_t, int32_t>> seqs = {{1, 1}, {1, 17}, {7, 7}, {13, 45}, {1, 64}, {3, 65}, {1, 63}};
@@ -474,13 +480,7 @@ TEST_F(CudaOps, MlaAbsorbedDecodeSplitKv) {
     LinearWeight kvb = host_linear(H * (sh.dn + sh.dv), sh.r, DType::kF32);
     round_to_bf16(kvb.weight);
     LinearWeight d_kvb = gpu_->place_linear({&kvb});
-    MlaParams p;
-    p.n_heads = H;
-    p.qk_nope_head_dim = sh.dn;
-    p.qk_rope_head_dim = sh.dr;
-    p.v_head_dim = sh.dv;
-    p.kv_lora_rank = sh.r;
-    p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(dqk));
+    MlaParams p = mla_params(H, sh.dn, sh.dr, sh.dv, sh.r, 1.0f / std::sqrt(static_cast<float>(dqk)));
     for (int64_t bs : {1, 64}) {
       int64_t n_blocks = 0;
       for (const Seq& s : seqs) n_blocks += (s.kv_len + bs - 1) / bs;
@@ -547,13 +547,7 @@ TEST_F(CudaOps, MlaAbsorbedDecodeIsDeterministic) {
   const int64_t H = 16, r = 512, dr = 64, dn = 128, dv = 128, bs = 16, width = r + dr, dqk = dn + dr;
   LinearWeight kvb = host_linear(H * (dn + dv), r, DType::kF32);
   LinearWeight d_kvb = gpu_->place_linear({&kvb});
-  MlaParams p;
-  p.n_heads = H;
-  p.qk_nope_head_dim = dn;
-  p.qk_rope_head_dim = dr;
-  p.v_head_dim = dv;
-  p.kv_lora_rank = r;
-  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(dqk));
+  MlaParams p = mla_params(H, dn, dr, dv, r, 1.0f / std::sqrt(static_cast<float>(dqk)));
   p.kv_b_proj = &d_kvb;
   // A pool of sequences: 0 has 1000 keys, the others 1..64; pages in pool order.
   const int n_pool = 301;

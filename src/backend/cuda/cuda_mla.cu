@@ -397,32 +397,40 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kernel(DecodePlan pl) {
 // one row); then warp w owns output channels n0 + 2w and n0 + 2w + 1: lane l holds W_UV rows at
 // c = 4l + 128k (8-byte loads, 256 contiguous bytes per warp and k) and forms, per row, partial
 // sums over its channels that a butterfly reduces across the warp (fixed order).
-// Shared: o_lat tile [16][r rounded to 4] fp32 (≤ 32 KB), weights [16][64], row ids [16].
+// Shared: o_lat tile [16][r rounded to 4] fp32 (≤ 32 KB), split states [16][64] float2 (loaded
+// by all threads at once), weights [16][64], row ids [16].
 // Preconditions: r ≤ 512.
 __global__ void __launch_bounds__(kThreads) mla_apply_uv_kernel(DecodePlan pl) {
   const MlaDecodeArgs& a = pl.a;
   __shared__ __align__(16) float sm[kGemmRows * kMaxRank];
   __shared__ float swt[kGemmRows][kMaxSplits];
+  __shared__ float2 sml[kGemmRows][kMaxSplits];
   __shared__ int64_t srow[kGemmRows];
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kUvCols, h = blockIdx.y;
   const int64_t i0 = static_cast<int64_t>(blockIdx.z) * kGemmRows;
   const int64_t r4 = (a.r + 3) / 4 * 4;
   const int n_splits = pl.n_splits;
+  // The splits' softmax states, all loaded at once (one L2 round trip, not one per split).
+  for (int e = t; e < kGemmRows * n_splits; e += kThreads) {
+    const int ii = e / n_splits, sp = e % n_splits;
+    const int64_t i = i0 + ii;
+    sml[ii][sp] = i < a.n_rows ? pl.part_ml[(static_cast<int64_t>(sp) * a.n_rows + i) * a.H + h]
+                               : make_float2(-INFINITY, 0.0f);
+  }
+  __syncthreads();
   if (t < kGemmRows) {
     const int64_t i = i0 + t;
     srow[t] = i < a.n_rows ? selected_row(pl, i) : -1;
     if (i < a.n_rows) {
-      const float2* ml = pl.part_ml + i * a.H + h;  // split s at + s · n_rows · H
-      const int64_t stride = a.n_rows * a.H;
+      const float2* ml = sml[t];
       float m = -INFINITY;
       for (int s = 0; s < n_splits; ++s)
-        if (ml[s * stride].y > 0.0f) m = fmaxf(m, ml[s * stride].x);
+        if (ml[s].y > 0.0f) m = fmaxf(m, ml[s].x);
       float l = 0.0f;
       for (int s = 0; s < n_splits; ++s)
-        if (ml[s * stride].y > 0.0f) l += __expf(ml[s * stride].x - m) * ml[s * stride].y;
-      for (int s = 0; s < n_splits; ++s)
-        swt[t][s] = ml[s * stride].y > 0.0f ? __expf(ml[s * stride].x - m) / l : 0.0f;
+        if (ml[s].y > 0.0f) l += __expf(ml[s].x - m) * ml[s].y;
+      for (int s = 0; s < n_splits; ++s) swt[t][s] = ml[s].y > 0.0f ? __expf(ml[s].x - m) / l : 0.0f;
     }
   }
   __syncthreads();

@@ -1,8 +1,9 @@
-// MoE on the GPU without host synchronization:
-//   route (one thread per token, DeepSeek's selection rule as in route_one_token)
-//   → stable radix sort of the (token, slot) entries by expert (cub) → per-expert row offsets
-//   and 64-row tile offsets → gather rows as bf16 → grouped GEMM gate|up → SiLU·mul →
-//   grouped GEMM down → weighted combine in slot order (deterministic, no atomics).
+// MoE on the GPU, without host synchronization except in the per-expert cuBLAS form:
+//   route (a warp per token, DeepSeek's selection rule as in route_one_token)
+//   → stable sort of the (token, slot) entries by expert (one block for ≤ 512 entries, else
+//   cub's radix sort) → per-expert row offsets, 64-row tile offsets and the active experts
+//   → gather rows as bf16 → grouped GEMM gate|up → SiLU·mul →
+//   grouped GEMM down → weighted combine in slot order (deterministic: no float atomics).
 // Three forms of the grouped GEMMs (MoeArgs::form; CudaBackend picks by the step's size):
 //  - skinny (decode): grouped_gemv_kernel, one block per (8 weight rows, active expert),
 //    weights streamed once per 8 rows of the expert with 16-byte loads, fp32 FMAs on the CUDA
@@ -273,6 +274,50 @@ void grouped_gemv(const bf16* A, int64_t K, const void* W, const float* scale, b
   DI_CUDA_LAUNCHED();
 }
 
+constexpr int64_t kSmallSortMax = 512;  // routed rows sorted by small_sort_kernel
+
+// Decode-sized steps (R ≤ kSmallSortMax entries): one 1024-thread block does what iota + the
+// stable radix sort + offsets_kernel do — perm lists the (token, slot) entries by expert, ties
+// in entry order (an entry's rank is the number of earlier entries of its expert: O(R²/1024)
+// compares, ≤ 256 per thread), plus offsets, tile offsets and the active-expert list. Counts
+// use shared-memory atomics (exact integers: order-free). Shared: ids [512], starts [E + 1].
+template <int kBM>
+__global__ void __launch_bounds__(1024) small_sort_kernel(const int32_t* ids, int64_t R, int64_t E, int32_t* perm,
+                                                          int32_t* offsets, int32_t* tiles, int32_t* active,
+                                                          int64_t n_active) {
+  __shared__ int32_t s_ids[kSmallSortMax];
+  __shared__ int32_t s_start[kMaxExperts + 1];
+  const int t = threadIdx.x;
+  for (int e = t; e <= E; e += blockDim.x) s_start[e] = 0;
+  for (int i = t; i < R; i += blockDim.x) s_ids[i] = ids[i];
+  __syncthreads();
+  for (int i = t; i < R; i += blockDim.x) atomicAdd(&s_start[s_ids[i]], 1);
+  __syncthreads();
+  if (t == 0) {  // counts → starts; offsets, tiles, active list
+    int32_t acc = 0, tile = 0;
+    int64_t j = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const int32_t c = s_start[e];
+      s_start[e] = acc;
+      offsets[e] = acc;
+      tiles[e] = tile;
+      if (c > 0 && j < n_active) active[j++] = static_cast<int32_t>(e);
+      acc += c;
+      tile += (c + kBM - 1) / kBM;
+    }
+    offsets[E] = acc;
+    tiles[E] = tile;
+    for (; j < n_active; ++j) active[j] = -1;
+  }
+  __syncthreads();
+  for (int i = t; i < R; i += blockDim.x) {
+    const int32_t e = s_ids[i];
+    int32_t rank = 0;
+    for (int j = 0; j < i; ++j) rank += s_ids[j] == e;
+    perm[s_start[e] + rank] = i;
+  }
+}
+
 // xa[i] = bf16(x[perm[i] / k]); inv[perm[i]] = i.
 __global__ void permute_kernel(const float* x, const int32_t* perm, int64_t k, int64_t D, bf16* xa, int32_t* inv) {
   const int64_t i = blockIdx.x;
@@ -420,18 +465,23 @@ void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void
   auto* tiles = static_cast<int32_t*>(get(sizeof(int32_t) * (a.E + 1)));
   const int64_t n_active = std::min(a.E, R);
   auto* active = static_cast<int32_t*>(get(sizeof(int32_t) * n_active));
-  iota_kernel<<<grid_for(R, 256), 256, 0, s>>>(entries, R);
-  DI_CUDA_LAUNCHED();
-  int end_bit = 1;
-  while ((int64_t{1} << end_bit) < a.E) ++end_bit;
-  size_t temp_bytes = 0;
-  DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, a.ids, keys_sorted, entries, perm,
-                                                static_cast<int>(R), 0, end_bit, s));
-  void* temp = get(temp_bytes);
-  DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, a.ids, keys_sorted, entries, perm,
-                                                static_cast<int>(R), 0, end_bit, s));
-  offsets_kernel<kBM><<<1, 256, 0, s>>>(keys_sorted, R, a.E, offsets, tiles, active, n_active);
-  DI_CUDA_LAUNCHED();
+  if (R <= kSmallSortMax) {  // decode: one block instead of iota + radix sort + offsets
+    small_sort_kernel<kBM><<<1, 1024, 0, s>>>(a.ids, R, a.E, perm, offsets, tiles, active, n_active);
+    DI_CUDA_LAUNCHED();
+  } else {
+    iota_kernel<<<grid_for(R, 256), 256, 0, s>>>(entries, R);
+    DI_CUDA_LAUNCHED();
+    int end_bit = 1;
+    while ((int64_t{1} << end_bit) < a.E) ++end_bit;
+    size_t temp_bytes = 0;
+    DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, a.ids, keys_sorted, entries, perm,
+                                                  static_cast<int>(R), 0, end_bit, s));
+    void* temp = get(temp_bytes);
+    DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, a.ids, keys_sorted, entries, perm,
+                                                  static_cast<int>(R), 0, end_bit, s));
+    offsets_kernel<kBM><<<1, 256, 0, s>>>(keys_sorted, R, a.E, offsets, tiles, active, n_active);
+    DI_CUDA_LAUNCHED();
+  }
   auto* xa = static_cast<bf16*>(get(sizeof(bf16) * R * a.D));
   permute_kernel<<<static_cast<unsigned>(R), 256, 0, s>>>(a.x, perm, a.k, a.D, xa, inv);
   DI_CUDA_LAUNCHED();
