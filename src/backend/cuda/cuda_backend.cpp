@@ -122,9 +122,11 @@ namespace {
 
 // MoE steps with at most this many routed rows (tokens × top_k) use the skinny grouped GEMM (a
 // few rows per expert: bandwidth-bound; decode up to batch 85 at top-6 of 64 experts). Beyond,
-// its CUDA-core math loses to tensor cores (V2-Lite batch 256: 83 ms skinny vs 60 ms tiled per
-// step): per-expert cuBLAS, or the tiled kernel inside a graph capture.
+// its CUDA-core math loses to tensor cores (V2-Lite batch 256: 83 ms skinny vs 60 ms tiled v1 per
+// step, 34 ms with tiled v2): the tiled kernel, or per-expert cuBLAS once the experts average
+// kMoePerExpertMinRows rows (prefill), where cuBLAS's tiles win and one host sync is cheap.
 constexpr int64_t kMoeSkinnyMaxRows = 512;
+constexpr int64_t kMoePerExpertMinRows = 64;
 // Dense FP8 linears with at most this many rows use the skinny kernel (no dequantized copy).
 constexpr int64_t kDenseSkinnyMaxRows = 64;
 
@@ -759,12 +761,13 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     DI_CHECK(experts[0].gate_proj.dtype() == DType::kBF16);
   }
   a.out = dptr<float>(out);
-  // Decode-sized steps (and anything captured into a graph): the skinny kernel; larger steps
-  // (prefill): a cuBLAS GEMM per expert after reading the row counts back.
+  // Decode-sized steps: the skinny kernel; larger ones the tiled kernel, or (prefill, never while
+  // capturing) a cuBLAS GEMM per expert after reading the row counts back.
   const bool skinny_ok = cuda::moe_skinny_ok(a.D, a.I, a.fp8, a.block_k);
+  const int64_t R = a.T * a.k;
   if (s_->moe_gemm >= 0) a.form = s_->moe_gemm == 1 && !skinny_ok ? 0 : s_->moe_gemm;
-  else if (a.T * a.k <= kMoeSkinnyMaxRows) a.form = skinny_ok ? 1 : 0;
-  else a.form = s_->capturing ? 0 : 2;
+  else if (R <= kMoeSkinnyMaxRows) a.form = skinny_ok ? 1 : 0;
+  else a.form = !s_->capturing && R >= kMoePerExpertMinRows * a.E ? 2 : 0;
   if (a.form == 2 && s_->capturing) a.form = 0;
   a.blas = s_->blas;
   ScratchScope scope(*this);

@@ -1,7 +1,7 @@
 // CudaBackend: the Backend ops on one NVIDIA GPU (sm_90a; compiled for sm_100a too). Weights,
 // activations and KV pages live in device memory; every op is issued on the backend's stream
-// without host synchronization (to_host synchronizes; so does moe_experts on steps above 512
-// routed rows outside graph captures, which reads the per-expert row counts back for cuBLAS), so a decode step can be
+// without host synchronization (to_host synchronizes; so does moe_experts on prefill-sized steps
+// outside graph captures, which reads the per-expert row counts back for cuBLAS), so a decode step can be
 // enqueued while the previous one runs.
 //
 // Numerics: activations are F32 at op boundaries; GEMM operands are rounded to bf16 and
@@ -85,7 +85,8 @@ class CudaBackend : public Backend {
   std::pair<int64_t, int64_t> memory_info() const override;  // cudaMemGetInfo
   int64_t step_memory_bytes() const override;                 // the arena's capacity
   // The MoE grouped-GEMM form (tests and benchmarks): −1 by the step's size (the default: skinny
-  // up to 512 routed rows, else per-expert cuBLAS, or tiled inside a graph capture), 0 the tiled WMMA
+  // up to 512 routed rows; per-expert cuBLAS from 64 rows per expert on average, outside graph
+  // captures; tiled in between), 0 the tiled WMMA
   // kernel, 1 the skinny bandwidth kernel (where its sizes allow), 2 a cuBLAS GEMM per expert
   // (one host synchronization; never while capturing).
   void set_moe_gemm(int form);

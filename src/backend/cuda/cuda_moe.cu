@@ -10,8 +10,9 @@
 //    cores — the weights' bandwidth, not the math, is the limit at a few rows per expert;
 //  - per-expert cuBLAS (prefill): the row counts are read back (one host synchronization, never
 //    inside a graph) and each expert with rows gets one tensor-core GEMM;
-//  - tiled: a plain WMMA kernel (64×64 tiles, 4 warps, FP8 dequantized while staging), sync-free
-//    for any size; the fallback where the others do not apply.
+//  - tiled: WMMA over each expert's 64-row tiles, sync-free for any size — version 2 (64×128
+//    tiles, 8 warps, 16-byte loads one K step ahead, double-buffered) where K % 8 == 0, else
+//    version 1 (64×64 tiles, scalar staging).
 #include "backend/cuda/cuda_common.h"
 
 #include <algorithm>
@@ -421,13 +422,140 @@ __global__ void __launch_bounds__(128) grouped_gemm_kernel(const bf16* A, int64_
   }
 }
 
+// Version 2 of the tiled grouped GEMM (K % 8 == 0): C[r, n] = Σ_k A[r, k] · W[e·N + n, k] over
+// the same 64-row tiles of each expert's rows (tiles[] from the sort), 128 output columns per
+// block. 256 threads = 8 warps as 2 (rows) × 4 (columns), each a 32×32 tile of 2×2 WMMA 16×16
+// fragments. Per 32-wide K step a thread moves one 16-byte chunk of A (64 rows × 4 chunks) and
+// two of W (128 rows × 4 chunks; FP8: 8 bytes widened to bf16 with the row's block scale, as
+// version 1 rounds it), loaded into registers one step ahead and stored into the other of two
+// shared buffers, so global latency hides behind the MMAs; one barrier per step. Rows past the
+// tile's rows and columns past N are zero-filled; the epilogue goes through shared memory
+// (aliasing the A/B buffers) and writes only real rows and columns.
+constexpr int kV2M = 64, kV2N = 128, kV2K = 32, kV2Pad = 8;
+constexpr size_t kV2AbBytes = sizeof(bf16) * 2 * (kV2M + kV2N) * (kV2K + kV2Pad);
+constexpr size_t kV2CBytes = sizeof(float) * kV2M * (kV2N + 4);
+constexpr size_t kV2SmemBytes = kV2AbBytes > kV2CBytes ? kV2AbBytes : kV2CBytes;
+
+template <bool kFp8>
+__global__ void __launch_bounds__(256) grouped_gemm_v2_kernel(const bf16* A, int64_t K, const void* W,
+                                                              const float* wscale, int64_t n_kb, int64_t block_k,
+                                                              int64_t N, const int32_t* offsets, const int32_t* tiles,
+                                                              int64_t E, float* C) {
+  using namespace nvcuda;
+  const int64_t tile = blockIdx.y;
+  if (tile >= tiles[E]) return;
+  int64_t lo = 0, hi = E - 1;  // expert: the largest e with tiles[e] ≤ tile
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (tiles[mid] <= tile) lo = mid;
+    else hi = mid - 1;
+  }
+  const int64_t e = lo;
+  const int64_t m0 = offsets[e] + (tile - tiles[e]) * kV2M;
+  const int64_t rows = min(static_cast<int64_t>(kV2M), static_cast<int64_t>(offsets[e + 1]) - m0);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kV2N;
+
+  __shared__ __align__(128) unsigned char smem[kV2SmemBytes];
+  auto As = reinterpret_cast<bf16(*)[kV2M][kV2K + kV2Pad]>(smem);                       // [2][64][40]
+  auto Bs = reinterpret_cast<bf16(*)[kV2N][kV2K + kV2Pad]>(smem + sizeof(bf16) * 2 * kV2M * (kV2K + kV2Pad));  // [2][128][40]
+  const int t = threadIdx.x, warp = t / 32;
+  const int wm = warp / 4, wn = warp % 4;
+  const int lr = t / 4, lc = (t % 4) * 8;  // this thread's chunk: row lr (and lr + 64 of W), columns lc..lc+7
+
+  uint4 ra, rb[2];
+  auto load = [&](int64_t k0) {
+    const int64_t kk = k0 + lc;
+    ra = make_uint4(0, 0, 0, 0);
+    if (lr < rows && kk < K) ra = *reinterpret_cast<const uint4*>(A + (m0 + lr) * K + kk);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int64_t n = n0 + lr + 64 * j;
+      rb[j] = make_uint4(0, 0, 0, 0);
+      if (n >= N || kk >= K) continue;
+      const int64_t wr = e * N + n;
+      if constexpr (kFp8) {
+        const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(W) + wr * K + kk);
+        const float sc = wscale[wr * n_kb + kk / block_k];
+        const uint8_t* b8 = reinterpret_cast<const uint8_t*>(&raw);
+        bf16* out = reinterpret_cast<bf16*>(&rb[j]);
+#pragma unroll
+        for (int v = 0; v < 8; ++v) {
+          __nv_fp8_e4m3 q;
+          q.__x = b8[v];
+          out[v] = __float2bfloat16(static_cast<float>(q) * sc);
+        }
+      } else {
+        rb[j] = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(W) + wr * K + kk);
+      }
+    }
+  };
+  auto store = [&](int buf) {
+    *reinterpret_cast<uint4*>(&As[buf][lr][lc]) = ra;
+    *reinterpret_cast<uint4*>(&Bs[buf][lr][lc]) = rb[0];
+    *reinterpret_cast<uint4*>(&Bs[buf][lr + 64][lc]) = rb[1];
+  };
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+  load(0);
+  store(0);
+  __syncthreads();
+  int buf = 0;
+  for (int64_t k0 = 0; k0 < K; k0 += kV2K) {
+    const bool more = k0 + kV2K < K;
+    if (more) load(k0 + kV2K);
+#pragma unroll
+    for (int kk = 0; kk < kV2K; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], &As[buf][wm * 32 + i * 16][kk], kV2K + kV2Pad);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], &Bs[buf][wn * 32 + j * 16][kk], kV2K + kV2Pad);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }
+    if (more) store(buf ^ 1);
+    __syncthreads();
+    buf ^= 1;
+  }
+  auto Cs = reinterpret_cast<float(*)[kV2N + 4]>(smem);  // [64][132], aliasing A/B (all reads done)
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      wmma::store_matrix_sync(&Cs[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], kV2N + 4, wmma::mem_row_major);
+  __syncthreads();
+  for (int idx = t; idx < kV2M * kV2N; idx += blockDim.x) {
+    const int r = idx / kV2N, c = idx % kV2N;
+    if (r < rows && n0 + c < N) C[(m0 + r) * N + n0 + c] = Cs[r][c];
+  }
+}
+
 template <typename OutT>
 void grouped_gemm(const bf16* A, int64_t R, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k,
                   int64_t N, const int32_t* offsets, const int32_t* tiles, int64_t E, OutT* C, cudaStream_t s) {
   const int64_t max_tiles = (R + kBM - 1) / kBM + E;
   DI_CUDA_REQUIRE(max_tiles <= 65535);  // grid.y limit: R = tokens·top_k rows per step
-  const dim3 grid(grid_for(N, kBN), static_cast<unsigned>(max_tiles));
   const int64_t n_kb = fp8 ? (K + block_k - 1) / block_k : 0;
+  if constexpr (sizeof(OutT) == 4) {
+    static_assert(kV2M == kBM, "version 2 reads the same 64-row tiles");
+    if (K % 8 == 0 && (!fp8 || block_k % 8 == 0)) {
+      const dim3 grid2(grid_for(N, kV2N), static_cast<unsigned>(max_tiles));
+      if (fp8)
+        grouped_gemm_v2_kernel<true><<<grid2, 256, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, tiles, E, C);
+      else
+        grouped_gemm_v2_kernel<false><<<grid2, 256, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, tiles, E, C);
+      DI_CUDA_LAUNCHED();
+      return;
+    }
+  }
+  const dim3 grid(grid_for(N, kBN), static_cast<unsigned>(max_tiles));
   if (fp8) grouped_gemm_kernel<true, OutT><<<grid, 128, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, tiles, E, C);
   else grouped_gemm_kernel<false, OutT><<<grid, 128, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, tiles, E, C);
   DI_CUDA_LAUNCHED();
