@@ -338,6 +338,23 @@ __global__ void combine_kernel(const float* y, const int32_t* inv, const float* 
 
 constexpr int kBM = 64, kBN = 64, kBK = 32, kPad = 8;
 
+// Row tile `tile` of the sorted rows (tiles[e]: expert e's first 64-row tile): its expert, first
+// row and row count (≤ kBM). False past the last tile.
+__device__ __forceinline__ bool tile_rows(int64_t tile, const int32_t* offsets, const int32_t* tiles, int64_t E,
+                                          int64_t* e, int64_t* m0, int64_t* rows) {
+  if (tile >= tiles[E]) return false;
+  int64_t lo = 0, hi = E - 1;  // the largest e with tiles[e] ≤ tile
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (tiles[mid] <= tile) lo = mid;
+    else hi = mid - 1;
+  }
+  *e = lo;
+  *m0 = offsets[lo] + (tile - tiles[lo]) * kBM;
+  *rows = min(static_cast<int64_t>(kBM), static_cast<int64_t>(offsets[lo + 1]) - *m0);
+  return true;
+}
+
 // C[r, n] = Σ_k A[r, k] · W[e·N + n, k] for the rows r of expert e's segment.
 template <bool kFp8, typename OutT>
 __global__ void __launch_bounds__(128) grouped_gemm_kernel(const bf16* A, int64_t K, const void* W, const float* wscale,
@@ -345,17 +362,8 @@ __global__ void __launch_bounds__(128) grouped_gemm_kernel(const bf16* A, int64_
                                                            const int32_t* offsets, const int32_t* tiles, int64_t E,
                                                            OutT* C) {
   using namespace nvcuda;
-  const int64_t tile = blockIdx.y;
-  if (tile >= tiles[E]) return;
-  int64_t lo = 0, hi = E - 1;  // expert: the largest e with tiles[e] ≤ tile
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (tiles[mid] <= tile) lo = mid;
-    else hi = mid - 1;
-  }
-  const int64_t e = lo;
-  const int64_t m0 = offsets[e] + (tile - tiles[e]) * kBM;
-  const int64_t rows = min(static_cast<int64_t>(kBM), static_cast<int64_t>(offsets[e + 1]) - m0);
+  int64_t e, m0, rows;
+  if (!tile_rows(blockIdx.y, offsets, tiles, E, &e, &m0, &rows)) return;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBN;
 
   __shared__ __align__(32) bf16 As[kBM][kBK + kPad];
@@ -442,17 +450,8 @@ __global__ void __launch_bounds__(256) grouped_gemm_v2_kernel(const bf16* A, int
                                                               int64_t N, const int32_t* offsets, const int32_t* tiles,
                                                               int64_t E, float* C) {
   using namespace nvcuda;
-  const int64_t tile = blockIdx.y;
-  if (tile >= tiles[E]) return;
-  int64_t lo = 0, hi = E - 1;  // expert: the largest e with tiles[e] ≤ tile
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (tiles[mid] <= tile) lo = mid;
-    else hi = mid - 1;
-  }
-  const int64_t e = lo;
-  const int64_t m0 = offsets[e] + (tile - tiles[e]) * kV2M;
-  const int64_t rows = min(static_cast<int64_t>(kV2M), static_cast<int64_t>(offsets[e + 1]) - m0);
+  int64_t e, m0, rows;
+  if (!tile_rows(blockIdx.y, offsets, tiles, E, &e, &m0, &rows)) return;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kV2N;
 
   __shared__ __align__(128) unsigned char smem[kV2SmemBytes];
