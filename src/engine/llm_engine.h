@@ -37,7 +37,6 @@ class LLMEngine {
   static Expected<std::unique_ptr<LLMEngine>> create(const EngineConfig& config);
   LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, std::unique_ptr<Backend> backend,
             std::unique_ptr<Tokenizer> tokenizer = nullptr);
-  bool overlap() const { return overlap_; }
   // Switches the overlapped loop (EngineConfig::overlap) on or off between workloads, so a
   // benchmark compares both on one engine. Precondition: no step in flight (has_unfinished()
   // is false). Engine thread only.

@@ -81,12 +81,12 @@ std::vector<SampledToken> ModelRunner::run_sync(const StepPlan& plan) {
     extras.top_logprobs = backend_.empty(DType::kF32, {R, setup.n_top});
   }
   backend_.sample(logits, setup.rows, tok, lp, &extras);
-  const Tensor h_tok = backend_.on_host() ? tok : backend_.to_host(tok);  // the step's one synchronization
-  const Tensor h_lp = backend_.on_host() ? lp : backend_.to_host(lp);
+  const Tensor h_tok = backend_.to_host(tok);  // the step's one synchronization (host backends: no copy)
+  const Tensor h_lp = backend_.to_host(lp);
   Tensor h_top_ids, h_top_lps;
   if (setup.n_top > 0) {
-    h_top_ids = backend_.on_host() ? extras.top_ids : backend_.to_host(extras.top_ids);
-    h_top_lps = backend_.on_host() ? extras.top_logprobs : backend_.to_host(extras.top_logprobs);
+    h_top_ids = backend_.to_host(extras.top_ids);
+    h_top_lps = backend_.to_host(extras.top_logprobs);
   }
   for (int64_t i = 0; i < R; ++i) {
     const ScheduledSeq& x = *sampled[static_cast<size_t>(i)];
@@ -125,10 +125,7 @@ ModelRunner::SampleSetup ModelRunner::prepare_sampling(const std::vector<const S
     row = {p.sampler(), s->seed, static_cast<uint64_t>(position)};
     row.n_top_logprobs = p.logprobs ? static_cast<int32_t>(*p.logprobs) : 0;
     setup.n_top = std::max<int64_t>(setup.n_top, row.n_top_logprobs);
-    const int64_t n_output = position - static_cast<int64_t>(s->prompt_ids.size());
-    const bool masks = n_output < p.min_tokens && (!p.ignore_eos || !p.stop_token_ids.empty());
-    const bool penalties = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
-    if (!masks && !penalties) continue;
+    if (!has_logits_processors(p, position - static_cast<int64_t>(s->prompt_ids.size()))) continue;
     // The output so far: appended tokens, then samples of earlier overlapped steps — known here
     // (future_) or still on the device (pending_: their buffer indices).
     output = s->output_ids;

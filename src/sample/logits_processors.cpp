@@ -5,6 +5,11 @@
 
 namespace deepinfer {
 
+bool has_logits_processors(const SamplingParams& p, int64_t n_output) {
+  const bool masks = n_output < p.min_tokens && (!p.ignore_eos || !p.stop_token_ids.empty());
+  return masks || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+}
+
 LogitsProcessors make_logits_processors(const SamplingParams& p, const std::vector<int32_t>& prompt,
                                         const std::vector<int32_t>& output, int64_t n_pending,
                                         const std::vector<int64_t>& eos_ids) {

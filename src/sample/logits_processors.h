@@ -27,6 +27,11 @@ struct LogitsProcessors {
   bool active() const { return penalizes() || !masked.empty(); }
 };
 
+// Whether a request's next token has processors to apply, given the output tokens before it
+// (known or in flight): the condition under which make_logits_processors returns active ones,
+// checked first so rows without processors build nothing.
+bool has_logits_processors(const SamplingParams& p, int64_t n_output);
+
 // The processors of a request's next token: `prompt` its prompt ids, `output` the output tokens
 // known here, `n_pending` more output tokens still in flight (their indices are filled by the
 // caller into `pending`); `eos_ids` the model's EOS ids. Precondition: ids < the vocabulary.

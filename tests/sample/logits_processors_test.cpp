@@ -81,5 +81,21 @@ TEST(LogitsProcessors, PendingTokensCountAsOutput) {
   }
 }
 
+// The runner's cheap pre-check agrees with the processors it would build.
+TEST(LogitsProcessors, HasProcessorsMatchesActive) {
+  for (int variant = 0; variant < 32; ++variant) {
+    SamplingParams p;
+    p.repetition_penalty = variant & 1 ? 1.1f : 1.0f;
+    p.frequency_penalty = variant & 2 ? 0.3f : 0.0f;
+    p.ignore_eos = (variant & 4) != 0;
+    if (variant & 8) p.stop_token_ids = {3};
+    p.min_tokens = variant & 16 ? 2 : 0;
+    for (int64_t n_output : {0, 1, 2, 5})
+      EXPECT_EQ(has_logits_processors(p, n_output),
+                make_logits_processors(p, {1}, std::vector<int32_t>(static_cast<size_t>(n_output), 2), 0, {0}).active())
+          << variant << " n_output " << n_output;
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer
