@@ -10,6 +10,8 @@
 #              device sampling) synchronous and overlapped, with the device timeline (not in "all")
 #   profile:   `deepinfer bench --op-times` on deepseek_v2_lite.json, bf16 and fp8: device time per op
 #              kind for prefill 4096 and decode B=1/32/256 (not in "all")
+#   invariant: `deepinfer bench` on deepseek_v2_lite.json, bf16 and fp8, default then --batch-invariant
+#              (prefill 4096, decode B=1/32/256): the batch-invariant mode's overhead (not in "all")
 #   report:    scripts/bench/report.py OUT_DIR, also saved as OUT_DIR/report.md
 # Each command runs under `timeout` (seconds: DI_TIMEOUT, default 180; PEER_TIMEOUT, default 280, with
 # the peer's own budget PEER_MAX_SECONDS, default 180); a failed or timed-out command is reported
@@ -19,12 +21,12 @@
 set -u -o pipefail
 
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-  echo "usage: $0 OUT_DIR [all|deepinfer|peer|serve|profile|report]" >&2
+  echo "usage: $0 OUT_DIR [all|deepinfer|peer|serve|profile|invariant|report]" >&2
   exit 2
 fi
 OUT=$1
 WHAT=${2:-all}
-case "$WHAT" in all|deepinfer|peer|serve|profile|report) ;; *) echo "$0: unknown part '$WHAT'" >&2; exit 2 ;; esac
+case "$WHAT" in all|deepinfer|peer|serve|profile|invariant|report) ;; *) echo "$0: unknown part '$WHAT'" >&2; exit 2 ;; esac
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=$ROOT/build-device/src/tools/deepinfer
 DI_TIMEOUT=${DI_TIMEOUT:-180}
@@ -71,6 +73,17 @@ if [ "$WHAT" = profile ]; then
   for dt in bf16 fp8; do
     run "deepinfer_v2_lite_${dt}_ops" "$DI_TIMEOUT" "$BIN" bench --config "$LITE" --dtype "$dt" --prefill 4096 \
       --decode-batch 1,32,256 --op-times --json "$OUT/deepinfer_v2_lite_${dt}_ops.json"
+  done
+fi
+
+if [ "$WHAT" = invariant ]; then
+  for dt in bf16 fp8; do
+    for mode in default invariant; do
+      flag=""
+      [ "$mode" = invariant ] && flag=--batch-invariant
+      run "deepinfer_v2_lite_${dt}_${mode}" "$DI_TIMEOUT" "$BIN" bench --config "$LITE" --dtype "$dt" --prefill 4096 \
+        --decode-batch 1,32,256 --op-times $flag --json "$OUT/deepinfer_v2_lite_${dt}_${mode}.json"
+    done
   done
 fi
 

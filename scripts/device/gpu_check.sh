@@ -9,7 +9,7 @@ source "$(dirname "$0")/build_device.sh"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
 } > "$OUT/machine.txt" 2>&1
 t0=$(date +%s)
-device_build
+device_build ${DEVICE_TARGETS:-}
 echo "build: $(( $(date +%s) - t0 )) s"
 T=build-device/tests/deepinfer_tests
 status=0
@@ -21,7 +21,10 @@ run() {  # name, command...
   [ $rc -ne 0 ] && status=1
   echo "$name: rc=$rc $(( $(date +%s) - s )) s  $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200)"
 }
-run cuda_ops "$T" --gtest_filter='CudaOps.*:CudaSampling.*'
+run cuda_ops "$T" --gtest_filter='CudaOps.*:CudaSampling.*:CudaMlaTc.*:CudaFp8Gemm.*:CudaTiledGemmV3.*'
+grep -E 'v[23] |TFLOP' "$OUT/cuda_ops.log" | head -12
+run cuda_invariance "$T" --gtest_filter='CudaInvariantOps.*:CudaBatchInvariance.*'
+grep -E "^\[invariance\]" "$OUT/cuda_invariance.log"
 run cuda_fixtures "$T" --gtest_filter='Fixtures/GoldenFixtureCuda.*:CudaModelParity.*'
 grep -E "\[cuda (fixture|parity)\]" "$OUT/cuda_fixtures.log" | sed 's|/.*/fixtures/||' | head -60
 run cuda_runtime env DEEPINFER_TEST_DEVICE=cuda "$T" --gtest_filter='LLMEngine.*'

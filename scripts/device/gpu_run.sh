@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: scripts/device/gpu_check.sh, then the chosen benchmark parts, then every log
 # packed into $OUT/logs.tgz (a call brings back at most 8 files).
-# Usage: bash scripts/device/gpu_run.sh [deepinfer|peer|serve|profile|all|none]
+# Usage: bash scripts/device/gpu_run.sh [deepinfer|peer|serve|profile|invariant|all|none]
 OUT=${OUT:-/tmp/out}
 bash scripts/device/gpu_check.sh
 rc=$?

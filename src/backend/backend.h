@@ -110,6 +110,11 @@ class Backend {
   // (and graphs are not captured, so each op runs as launched). take_op_times waits for the
   // device and returns the time per op kind since the last call. Host backends time nothing.
   virtual void set_op_timing(bool on) { (void)on; }
+  // Batch-invariant kernels (DEEPINFER_BATCH_INVARIANT=1): while on, every op computes a row's
+  // result with a tiling and reduction order that do not depend on the other rows of the step
+  // (how many, which, chunked or not), so a token's logits are bitwise the same in any batch.
+  // Host backends are invariant always; device backends trade some speed for it.
+  virtual void set_batch_invariant(bool on) { (void)on; }
   virtual std::vector<OpTime> take_op_times() { return {}; }
   virtual void capture_begin() { DI_CHECK(false && "no graphs on this backend"); }
   virtual int64_t capture_end() { return -1; }

@@ -28,9 +28,9 @@ struct EngineConfig {
   bool cuda_graphs = true;
   int64_t num_kv_blocks = 0;               // overrides kv_cache_bytes when > 0 (tests)
   bool enable_prefix_caching = true;       // DEEPINFER_ENABLE_PREFIX_CACHING=0 turns it off
-  // DEEPINFER_BATCH_INVARIANT=1: every attention row uses the absorbed MLA form, so outputs do
-  // not depend on batching, chunking, preemption or prefix-cache hits (CPU kernels are already
-  // invariant otherwise).
+  // DEEPINFER_BATCH_INVARIANT=1: every attention row uses the absorbed MLA form and the backend
+  // its batch-invariant kernels (Backend::set_batch_invariant; the CPU's always are), so outputs
+  // are bitwise independent of batching, chunking, preemption and prefix-cache hits.
   bool batch_invariant = false;
   // DEEPINFER_OVERLAP=0|1: schedule step N+1 while step N executes (the executor resolves N's
   // samples as N+1's inputs). Outputs are identical either way. Unset: on for device backends

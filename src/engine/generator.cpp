@@ -21,7 +21,9 @@ Expected<std::unique_ptr<Generator>> Generator::create(const EngineConfig& confi
 }
 
 Generator::Generator(EngineConfig config, std::unique_ptr<DeepseekModel> model, std::unique_ptr<Backend> backend)
-    : config_(std::move(config)), model_(std::move(model)), backend_(std::move(backend)) {}
+    : config_(std::move(config)), model_(std::move(model)), backend_(std::move(backend)) {
+  backend_->set_batch_invariant(config_.batch_invariant);
+}
 
 int64_t Generator::max_model_len() const {
   return effective_max_model_len(config_.max_model_len, model_->config().max_position_embeddings);
@@ -88,6 +90,7 @@ Expected<std::vector<GenerateResult>> Generator::generate(const std::vector<Gene
     return true;
   };
 
+  const MlaPolicy policy = config_.batch_invariant ? MlaPolicy::kAbsorbed : MlaPolicy::kAuto;
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   {  // Prefill every prompt in one step.
@@ -104,7 +107,7 @@ Expected<std::vector<GenerateResult>> Generator::generate(const std::vector<Gene
         batch.logits_rows.push_back(static_cast<int32_t>(first_row[static_cast<size_t>(i)] + np - 1));
       }
     }
-    const Tensor logits = backend_->to_host(model_->forward(*backend_, batch, cache));
+    const Tensor logits = backend_->to_host(model_->forward(*backend_, batch, cache, policy));
     int64_t row = 0;
     for (int64_t i = 0; i < n; ++i) {
       const auto& r = requests[static_cast<size_t>(i)];
@@ -127,7 +130,7 @@ Expected<std::vector<GenerateResult>> Generator::generate(const std::vector<Gene
       batch.logits_rows.push_back(batch.add_sequence(seqs[static_cast<size_t>(i)], &last_token[static_cast<size_t>(i)], 1, bs));
     }
     if (live.empty()) break;
-    const Tensor logits = backend_->to_host(model_->forward(*backend_, batch, cache));
+    const Tensor logits = backend_->to_host(model_->forward(*backend_, batch, cache, policy));
     for (size_t j = 0; j < live.size(); ++j) {
       const int64_t i = live[j];
       seqs[static_cast<size_t>(i)].n_tokens += 1;

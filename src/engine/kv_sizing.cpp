@@ -24,8 +24,9 @@ Expected<int64_t> plan_kv_blocks(const DeepseekModel& model, Backend& backend, c
     ForwardBatch batch;
     batch.add_sequence(kv, tokens.data(), T, bs);
     batch.logits_rows.push_back(static_cast<int32_t>(T - 1));
-    (void)model.forward(backend, batch, scratch);
-    (void)model.forward(backend, batch, scratch);  // the second step runs on the merged arena
+    const MlaPolicy policy = config.batch_invariant ? MlaPolicy::kAbsorbed : MlaPolicy::kAuto;
+    (void)model.forward(backend, batch, scratch, policy);
+    (void)model.forward(backend, batch, scratch, policy);  // the second step runs on the merged arena
     backend.synchronize();
   }
   const auto [free_b, total_b] = backend.memory_info();

@@ -30,6 +30,7 @@ Expected<std::unique_ptr<LLMEngine>> LLMEngine::create(const EngineConfig& confi
   DI_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekModel> model, DeepseekModel::load(checkpoint));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(config.device, config.n_threads));
   DI_RETURN_IF_ERROR(model->place(*backend));
+  backend->set_batch_invariant(config.batch_invariant);  // before the profiling step sizes the scratch
   EngineConfig sized = config;
   DI_ASSIGN_OR_RETURN(sized.num_kv_blocks, plan_kv_blocks(*model, *backend, config));
   if (!config.chunk_cost_model.empty()) {  // fail at start-up, not on the first long prompt
@@ -48,6 +49,7 @@ LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, 
                      std::unique_ptr<Tokenizer> tokenizer)
     : config_(std::move(config)), model_(std::move(model)), backend_(std::move(backend)), tokenizer_(std::move(tokenizer)) {
   overlap_ = config_.overlap.value_or(!backend_->on_host());
+  backend_->set_batch_invariant(config_.batch_invariant);
   const int64_t bs = config_.kv_block_size;
   const int64_t n_blocks = config_.num_kv_blocks > 0 ? config_.num_kv_blocks : *plan_kv_blocks(*model_, *backend_, config_);
   SchedulerConfig sc;

@@ -102,6 +102,8 @@ class BenchRun {
       : cmd_(cmd), model_(model), backend_(backend), copy_bytes_per_s_(copy_bytes_per_s), flops_per_s_(flops_per_s),
         weight_dtype_(weight_dtype), rng_(static_cast<uint64_t>(cmd.seed) + 1) {}
 
+  MlaPolicy policy() const { return cmd_.batch_invariant ? MlaPolicy::kAbsorbed : MlaPolicy::kAuto; }
+
   // Batch 1, n tokens from an empty cache, logits of the last row only; median of
   // --prefill-reps runs after one warm-up run.
   json prefill(int64_t n) {
@@ -123,7 +125,7 @@ class BenchRun {
         ForwardBatch batch;
         batch.add_sequence(kv, tokens.data(), n, bs);
         batch.logits_rows.push_back(static_cast<int32_t>(n - 1));
-        (void)model_.forward(backend_, batch, cache);
+        (void)model_.forward(backend_, batch, cache, policy());
       });
       if (r >= 1) ms_all.push_back(ms);
     }
@@ -132,7 +134,7 @@ class BenchRun {
         ForwardBatch batch;
         batch.add_sequence(kv, tokens.data(), n, bs);
         batch.logits_rows.push_back(static_cast<int32_t>(n - 1));
-        (void)model_.forward(backend_, batch, cache);
+        (void)model_.forward(backend_, batch, cache, policy());
       });
     }
     const double ms = median(ms_all);
@@ -177,7 +179,7 @@ class BenchRun {
           step.add_sequence(seqs[static_cast<size_t>(b)], &tokens[static_cast<size_t>(b)], 1, bs);
           step.logits_rows.push_back(static_cast<int32_t>(b));
         }
-        (void)model_.forward(backend_, step, cache, MlaPolicy::kAuto, cmd_.graphs ? &graphs : nullptr);
+        (void)model_.forward(backend_, step, cache, policy(), cmd_.graphs ? &graphs : nullptr);
       });
       for (KvSequence& kv : seqs) kv.n_tokens += 1;
       if (i >= cmd_.warmup) ms_all.push_back(ms);
@@ -190,7 +192,7 @@ class BenchRun {
           step.add_sequence(seqs[static_cast<size_t>(b)], &tokens[static_cast<size_t>(b)], 1, bs);
           step.logits_rows.push_back(static_cast<int32_t>(b));
         }
-        (void)model_.forward(backend_, step, cache, MlaPolicy::kAuto, nullptr);
+        (void)model_.forward(backend_, step, cache, policy(), nullptr);
       });
     }
     const double ms = median(ms_all);
@@ -312,6 +314,8 @@ void BenchCommand::add_to(CLI::App& parent) {
   app->add_flag("--op-times", op_times,
                 "After each case, one more step with every op timed by device events (printed, and in the JSON)");
   app->add_flag("!--no-graphs", graphs, "Decode without CUDA graphs (every kernel launched by the host)");
+  app->add_flag("--batch-invariant", batch_invariant,
+                "Measure the batch-invariant mode (DEEPINFER_BATCH_INVARIANT=1: invariant kernels, absorbed MLA)");
   app->add_option("--serve", serve,
                   "Serving-loop phase: this many requests of --context random prompt tokens, --steps greedy tokens "
                   "each, through the engine synchronous then overlapped (0: skip)")
@@ -344,6 +348,7 @@ int BenchCommand::run() const {
   auto backend_or = make_backend(device, threads);
   if (!backend_or) return fail(Status(StatusCode::kInvalidArgument, "--device: " + backend_or.status().message()));
   Backend& backend = **backend_or;
+  backend.set_batch_invariant(batch_invariant);
 
   // Limits first, on an empty device (they need ~4.4 GiB for a moment).
   std::optional<double> copy_bytes_per_s, flops_per_s;
@@ -391,7 +396,7 @@ int BenchCommand::run() const {
       {"settings",
        {{"prefill", *prefill_sizes}, {"decode_batch", *batch_sizes}, {"context", context}, {"steps", steps},
         {"warmup", warmup}, {"prefill_reps", prefill_reps}, {"prefill_warmup", 1}, {"block_size", block_size},
-        {"seed", seed}, {"threads", threads}}},
+        {"seed", seed}, {"threads", threads}, {"batch_invariant", batch_invariant}}},
       {"floor_definitions",
        {{"decode", "floor_ms = bytes / limits.copy_bytes_per_s: weights read per step (attention, dense FFN, router, "
                    "shared experts, norms, lm_head, and per MoE layer E*(1-(1-k/E)^B) distinct routed experts; bf16 "
@@ -437,6 +442,7 @@ int BenchCommand::run() const {
     ec.kv_block_size = block_size;
     ec.max_num_seqs = std::max<int64_t>(serve, 1);
     ec.cuda_graphs = graphs;
+    ec.batch_invariant = batch_invariant;
     const int64_t per_seq = (context + steps + block_size - 1) / block_size;
     ec.num_kv_blocks = serve * per_seq + 1;
     const int64_t kv_need = ec.num_kv_blocks * PagedKvCache::bytes_per_block(model->kv_layers(), block_size,

@@ -30,6 +30,7 @@ struct BenchCommand {
   int threads = 0;
   bool graphs = true;  // decode steps through CUDA graphs (--no-graphs: eager)
   bool op_times = false;  // per-op device times of one extra step per case
+  bool batch_invariant = false;  // --batch-invariant: the DEEPINFER_BATCH_INVARIANT=1 kernels and MLA form
   int64_t serve = 0;   // serving-loop requests (0: no serving phase)
   std::string json_path;
   CLI::App* app = nullptr;

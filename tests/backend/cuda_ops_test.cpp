@@ -6,7 +6,8 @@
 //  - ops with bf16 GEMM operands (matmul, MLP, MoE experts): 1e-2 (two bf16 roundings of
 //    operands with ~4e-3 relative error each, fp32 accumulation);
 //  - MLA attention: 2e-2 (bf16 latent cache, bf16 queries, probabilities and decompressed K/V);
-//    the absorbed decode alone on bf16-exact cache and weights: 1e-4 per row (fp32 throughout).
+//    the absorbed decode alone on bf16-exact cache and weights: 1e-4 per row with the fp32 split
+//    kernel, 1e-2 with the tensor-core one (bf16 q̃ and probabilities; see CudaMlaTc).
 // Skipped without a GPU (CI); run on the GPU machine by scripts/device/gpu_check.sh.
 #include <gtest/gtest.h>
 
@@ -23,6 +24,7 @@
 #include "backend/cuda/cuda_common.h"  // mla_decode_splits
 #endif
 #include "support/cuda_available.h"
+#include "support/random_linear.h"
 
 namespace deepinfer {
 namespace {
@@ -81,25 +83,7 @@ class CudaOps : public ::testing::Test {
     return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
   }
   // Linear weight [n, k] in `dtype` (F32 host → BF16 on device; F8E4M3 with 128×128 scales).
-  LinearWeight host_linear(int64_t n, int64_t k, DType dtype) {
-    LinearWeight w;
-    const float std = 1.0f / std::sqrt(static_cast<float>(k));
-    Tensor f = randn({n, k}, std);
-    if (dtype == DType::kF8E4M3) {
-      w.block_n = w.block_k = 128;
-      const int64_t sr = (n + 127) / 128, sc = (k + 127) / 128;
-      w.weight = Tensor::empty_host(DType::kF8E4M3, {n, k});
-      w.scale_inv = Tensor::empty_host(DType::kF32, {sr, sc});
-      for (int64_t i = 0; i < sr * sc; ++i) w.scale_inv.data<float>()[i] = std / 64.0f * (1.0f + 0.1f * static_cast<float>(i % 3));
-      for (int64_t r = 0; r < n; ++r)
-        for (int64_t c = 0; c < k; ++c)
-          w.weight.data<uint8_t>()[r * k + c] =
-              f32_to_e4m3(f.data<float>()[r * k + c] / w.scale_inv.data<float>()[(r / 128) * sc + c / 128]);
-    } else {
-      w.weight = f;
-    }
-    return w;
-  }
+  LinearWeight host_linear(int64_t n, int64_t k, DType dtype) { return testing::random_linear(rng_, n, k, dtype); }
 
   std::unique_ptr<Backend> gpu_;
   ReferenceBackend ref_;
@@ -461,7 +445,7 @@ DeviceBatch device_batch(Backend& gpu, const PagedBatch& pb, int64_t bs, bool al
 }
 
 // The absorbed form alone against the reference with bf16-exact inputs (so only summation order
-// differs: 1e-4 relative per row), for a tiny shape, an awkward one (20 heads = two head groups,
+// differs: 1e-4 relative per row; 1e-2 for DeepSeek's shape, which takes the tensor-core kernel), for a tiny shape, an awkward one (20 heads = two head groups,
 // the second partial; r + dr = 20, not a multiple of 8) and DeepSeek-V2-Lite's (H 16, r 512,
 // dr 64, dn 128, dv 128); pages of 1 and 64 tokens; every sequence selected (no row map) and not.
 // Sequences: one key; 1100 keys (many tiles and splits); 3 query rows (MTP-style decode: each row
@@ -484,6 +468,8 @@ TEST_F(CudaOps, MlaAbsorbedDecodeSplitKv) {
     round_to_bf16(kvb.weight);
     LinearWeight d_kvb = gpu_->place_linear({&kvb});
     MlaParams p = mla_params(H, sh.dn, sh.dr, sh.dv, sh.r, 1.0f / std::sqrt(static_cast<float>(dqk)));
+    // DeepSeek's r 512 / dr 64 take the tensor-core split kernel by default (its tolerance: CudaMlaTc).
+    const double tol = sh.r == 512 && sh.dr == 64 ? 1e-2 : 1e-4;
     for (int64_t bs : {1, 64}) {
       int64_t n_blocks = 0;
       for (const Seq& s : seqs) n_blocks += (s.kv_len + bs - 1) / bs;
@@ -533,7 +519,7 @@ TEST_F(CudaOps, MlaAbsorbedDecodeSplitKv) {
               num += (static_cast<double>(got[j]) - want[j]) * (static_cast<double>(got[j]) - want[j]);
               den += static_cast<double>(want[j]) * want[j];
             }
-            EXPECT_LT(std::sqrt(num / den), 1e-4) << "row " << row << " (kv_len " << seqs[b].kv_len << ")";
+            EXPECT_LT(std::sqrt(num / den), tol) << "row " << row << " (kv_len " << seqs[b].kv_len << ")";
           }
       }
     }
@@ -621,6 +607,217 @@ TEST_F(CudaOps, MlaAbsorbedDecodeIsDeterministic) {
 #endif
   }
 }
+
+#ifdef DEEPINFER_HAVE_CUDA
+// ---- Tensor-core split kernel (cuda::mla_decode with MlaDecodeArgs::kernel = 1) -----------------
+// These call cuda::mla_decode directly (the backend op exposes neither the kernel choice nor the
+// batch-invariant split rule) on the legacy default stream, synchronizing the device around each
+// call. DeepSeek's latent shape (r 512, dr 64, dn 128, dv 128) at H = 16 (V2-Lite) and 128 (V3).
+//
+// Tolerance of the tensor-core kernel against the fp32 reference: 1e-2 relative L2 per row. It
+// rounds q̃ and q_pe to bf16 (unit roundoff u = 2^-9; a score's error is a sum of 576 independent
+// ±u·|q_c·c_c| terms, ≈ u/√3 · the score's scale ≈ 1.2e-3 for these O(1) scores) and each
+// probability to bf16 (another ≈ u/√3 relative per key). A weighted mean Σ p_k v_k / Σ p_k with
+// independent relative weight errors ε has relative error ≈ ε, so ≈ 2e-3 is expected; 1e-2
+// leaves 5× margin while a wrong key, head or page (O(1) error) still fails. A one-key row is
+// exact up to fp32 rounding (its single probability is 1). The fp32 kernel keeps 1e-4.
+
+// Scratch for cuda::mla_decode: 256-byte aligned pieces of one device buffer allocated (and
+// zeroed, on the backend's stream) before the call, so no allocation's memset can race the
+// launches on the default stream.
+struct TcScratch {
+  Tensor buf;  // [capacity] bytes
+  size_t used = 0;
+};
+void* tc_scratch_alloc(void* ctx, size_t bytes) {
+  auto* s = static_cast<TcScratch*>(ctx);
+  const size_t at = s->used;
+  s->used += (bytes + 255) / 256 * 256;
+  DI_CHECK(s->used <= static_cast<size_t>(s->buf.n_bytes()));
+  return static_cast<char*>(s->buf.raw_data()) + at;
+}
+
+class CudaMlaTc : public CudaOps {
+ protected:
+  static constexpr int64_t r_ = 512, dr_ = 64, dn_ = 128, dv_ = 128;
+  static constexpr float kSentinel = 12345.0f;
+  struct Seq {
+    int32_t q_len, kv_len;
+  };
+
+  // H heads, pages of bs tokens shuffled over the pool, random bf16-exact cache and kv_b.
+  void build(int64_t H, int64_t bs, const std::vector<Seq>& seqs) {
+    H_ = H;
+    bs_ = bs;
+    kvb_ = host_linear(H * (dn_ + dv_), r_, DType::kF32);
+    round_to_bf16(kvb_.weight);
+    d_kvb_ = device_bf16(kvb_.weight);
+    int64_t n_blocks = 0;
+    for (const Seq& s : seqs) n_blocks += (s.kv_len + bs - 1) / bs;
+    std::vector<int32_t> pages(static_cast<size_t>(n_blocks));
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), rng_);
+    pb_ = PagedBatch{};
+    size_t next = 0;
+    for (const Seq& s : seqs) add_seq(pb_, s.q_len, s.kv_len, true, bs, pages, next);
+    cache_ = randn({n_blocks, bs, r_ + dr_});
+    round_to_bf16(cache_);
+    d_cache_ = device_bf16(cache_);
+    q_ = randn({pb_.q_indptr.back(), H, dn_ + dr_});
+    d_q_ = up(q_);
+  }
+  // A host fp32 tensor's values as a device bf16 tensor of the same shape.
+  Tensor device_bf16(const Tensor& f) {
+    Tensor hb = Tensor::empty_host(DType::kBF16, f.shape());
+    for (int64_t i = 0; i < f.numel(); ++i) hb.data<uint16_t>()[i] = f32_to_bf16(f.data<float>()[i]);
+    Tensor d = gpu_->allocate(DType::kBF16, f.shape());
+    gpu_->copy_from_host(hb.raw_data(), d);
+    return d;
+  }
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(dn_ + dr_)); }
+  int64_t n_seqs() const { return static_cast<int64_t>(pb_.kv_len.size()); }
+  int64_t T() const { return pb_.q_indptr.back(); }
+  // The reference backend's absorbed form over every row: [T, H, dv] fp32.
+  Tensor reference() {
+    const DeviceBatch db = device_batch(*gpu_, pb_, bs_, true);
+    MlaParams p = mla_params(H_, dn_, dr_, dv_, r_, scale());
+    p.kv_b_proj = &kvb_;
+    Tensor o = Tensor::empty_host(DType::kF32, {T(), H_, dv_});
+    ref_.mla_attention(p, MlaForm::kAbsorbed, q_, cache_, db.ab, o);
+    return o;
+  }
+  // cuda::mla_decode over the sequences with selected[b] != 0 (empty: all, seq_mask null), with
+  // `kernel` and the split rule `split_keys` (> 0: the batch-invariant rule over 64 slots).
+  // Returns out [T, H, dv]; rows not selected keep kSentinel.
+  Tensor run(const std::vector<uint8_t>& selected, int64_t kernel, int64_t split_keys) {
+    PagedBatch pb = pb_;
+    const bool all = selected.empty();
+    pb.mask = all ? std::vector<uint8_t>(static_cast<size_t>(n_seqs()), 1) : selected;
+    const DeviceBatch db = device_batch(*gpu_, pb, bs_, all);
+    Tensor filled = Tensor::empty_host(DType::kF32, {T(), H_, dv_});
+    std::fill_n(filled.data<float>(), filled.numel(), kSentinel);
+    Tensor d_o = gpu_->allocate(DType::kF32, {T(), H_, dv_});
+    gpu_->copy_from_host(filled.raw_data(), d_o);
+    cuda::MlaDecodeArgs a{};
+    a.q = d_q_.data<float>();
+    a.kv_b = static_cast<const cuda::bf16*>(d_kvb_.raw_data());
+    a.cache = static_cast<const cuda::bf16*>(d_cache_.raw_data());
+    a.q_indptr = db.ab.dev.q_indptr;
+    a.kv_len = db.ab.dev.kv_len;
+    a.block_indptr = db.ab.dev.block_indptr;
+    a.block_ids = db.ab.dev.block_ids;
+    a.seq_mask = db.ab.dev.seq_mask;
+    a.n_seqs = n_seqs();
+    a.T = T();
+    a.H = H_;
+    a.r = r_;
+    a.dr = dr_;
+    a.dn = dn_;
+    a.dv = dv_;
+    a.block_size = bs_;
+    for (int64_t b = 0; b < n_seqs(); ++b)
+      if (pb.mask[static_cast<size_t>(b)] != 0) a.n_rows += pb.q_indptr[b + 1] - pb.q_indptr[b];
+    a.scale = scale();
+    a.out = d_o.data<float>();
+    a.split_keys = split_keys;
+    a.max_splits = split_keys > 0 ? cuda::kMlaMaxSplits : 0;
+    a.kernel = kernel;
+    // mla_decode's scratch (cuda_common.h) at most: q̃ and 64 splits' o_lat, states, row map.
+    const int64_t scratch_bytes = T() * H_ * (4 * r_ * (1 + cuda::kMlaMaxSplits) + 8 * cuda::kMlaMaxSplits) + 8 * T() + 4096;
+    TcScratch scratch{gpu_->allocate(DType::kU8, {scratch_bytes})};
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the backend's uploads are done
+    cuda::mla_decode(a, tc_scratch_alloc, &scratch, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return down(d_o);
+  }
+  // Rows of sequence b in `o`: [q_len · H · dv] floats from the sequence's first row.
+  const float* seq_rows(const Tensor& o, int64_t b) const { return o.data<float>() + pb_.q_indptr[b] * H_ * dv_; }
+  size_t seq_bytes(int64_t b) const {
+    return static_cast<size_t>((pb_.q_indptr[b + 1] - pb_.q_indptr[b]) * H_ * dv_) * sizeof(float);
+  }
+  // Every selected row of `got` within `tol` (relative L2 per row) of `ref`; the others untouched.
+  void expect_rows(const Tensor& got, const Tensor& ref, const std::vector<uint8_t>& selected, double tol) {
+    const int64_t row_n = H_ * dv_;
+    for (int64_t b = 0; b < n_seqs(); ++b)
+      for (int64_t row = pb_.q_indptr[b]; row < pb_.q_indptr[b + 1]; ++row) {
+        const float* g = got.data<float>() + row * row_n;
+        if (!selected.empty() && selected[static_cast<size_t>(b)] == 0) {
+          for (int64_t j = 0; j < row_n; ++j) ASSERT_EQ(g[j], kSentinel) << "row " << row << " was written";
+          continue;
+        }
+        const float* w = ref.data<float>() + row * row_n;
+        double num = 0, den = 0;
+        for (int64_t j = 0; j < row_n; ++j) {
+          ASSERT_TRUE(std::isfinite(g[j])) << "row " << row;
+          num += (static_cast<double>(g[j]) - w[j]) * (static_cast<double>(g[j]) - w[j]);
+          den += static_cast<double>(w[j]) * w[j];
+        }
+        EXPECT_LT(std::sqrt(num / den), tol) << "row " << row << " (kv_len " << pb_.kv_len[static_cast<size_t>(b)]
+                                             << ", q_len " << pb_.q_indptr[b + 1] - pb_.q_indptr[b] << ")";
+      }
+  }
+
+  int64_t H_ = 0, bs_ = 0;
+  PagedBatch pb_;
+  LinearWeight kvb_;
+  Tensor cache_, q_, d_kvb_, d_cache_, d_q_;
+};
+
+// The tensor-core kernel against the reference (and the fp32 kernel at 1e-4 on the same data):
+// contexts of 1, 31, 300 and 5000 keys, 3 causal query rows over 300 keys, page-boundary ±1 and
+// a sequence left out; pages of 16 and 64 tokens; both split rules. Selections: all rows (no row
+// map); one sequence not selected; only the 5000-key row (one row: the most splits, a cluster of
+// two CTAs per split where the GPU has ≥ 118 SMs); only the 3-row sequence.
+TEST_F(CudaMlaTc, MatchesReference) {
+  const std::vector<Seq> seqs = {{1, 1}, {1, 31}, {1, 300}, {1, 5000}, {3, 300}, {1, 77}, {1, 65}, {1, 63}};
+  const std::vector<std::vector<uint8_t>> selections = {
+      {}, {1, 1, 1, 1, 1, 0, 1, 1}, {0, 0, 0, 1, 0, 0, 0, 0}, {0, 0, 0, 0, 1, 0, 0, 0}};
+  for (int64_t H : {16, 128})
+    for (int64_t bs : {16, 64}) {
+      build(H, bs, seqs);
+      const Tensor ref = reference();
+      for (size_t sel = 0; sel < selections.size(); ++sel)
+        for (int64_t split_keys : {0, 256}) {
+          SCOPED_TRACE(::testing::Message() << "H " << H << " block_size " << bs << " selection " << sel
+                                            << " split_keys " << split_keys);
+          expect_rows(run(selections[sel], 1, split_keys), ref, selections[sel], 1e-2);
+          if (sel < 2) expect_rows(run(selections[sel], 0, split_keys), ref, selections[sel], 1e-4);
+        }
+    }
+}
+
+// Bitwise determinism of the tensor-core kernel: the same launch twice gives identical outputs
+// (a mixed batch under both split rules; a lone long row, which takes the cluster path). Under
+// the batch-invariant rule (split_keys > 0) each sequence's rows are identical whether launched
+// alone (a row map of its rows) or with all the others.
+TEST_F(CudaMlaTc, IsDeterministicAndBatchInvariant) {
+  const std::vector<Seq> seqs = {{1, 5000}, {1, 300}, {3, 300}, {1, 31}, {1, 1}, {1, 1000}};
+  for (int64_t H : {16, 128}) {
+    SCOPED_TRACE(::testing::Message() << "H " << H);
+    build(H, 16, seqs);
+    for (int64_t split_keys : {0, 256}) {
+      const Tensor o1 = run({}, 1, split_keys), o2 = run({}, 1, split_keys);
+      EXPECT_EQ(std::memcmp(o1.raw_data(), o2.raw_data(), static_cast<size_t>(o1.numel()) * sizeof(float)), 0)
+          << "split_keys " << split_keys << ": not repeatable";
+      if (split_keys == 0) {
+        std::vector<uint8_t> only_long(seqs.size(), 0);
+        only_long[0] = 1;
+        const Tensor a = run(only_long, 1, 0), b = run(only_long, 1, 0);
+        EXPECT_EQ(std::memcmp(seq_rows(a, 0), seq_rows(b, 0), seq_bytes(0)), 0) << "one row: not repeatable";
+        continue;
+      }
+      for (int64_t s = 0; s < n_seqs(); ++s) {
+        std::vector<uint8_t> alone(seqs.size(), 0);
+        alone[static_cast<size_t>(s)] = 1;
+        const Tensor o = run(alone, 1, split_keys);
+        EXPECT_EQ(std::memcmp(seq_rows(o, s), seq_rows(o1, s), seq_bytes(s)), 0)
+            << "sequence " << s << " (kv_len " << seqs[static_cast<size_t>(s)].kv_len
+            << "): alone differs from the full batch under the batch-invariant rule";
+      }
+    }
+  }
+}
+#endif
 
 TEST_F(CudaOps, StepMemoryIsReusedAcrossSteps) {
   gpu_->begin_step();

@@ -116,6 +116,7 @@ struct CudaState {
   std::vector<cudaEvent_t> timing_events;  // spare events
   bool capturing = false;
   int moe_gemm = -1;  // set_moe_gemm
+  bool batch_invariant = false;  // set_batch_invariant
 };
 
 namespace {
@@ -127,6 +128,14 @@ namespace {
 // kMoePerExpertMinRows rows (prefill), where cuBLAS's tiles win and one host sync is cheap.
 constexpr int64_t kMoeSkinnyMaxRows = 512;
 constexpr int64_t kMoePerExpertMinRows = 64;
+// Batch-invariant mode: GEMMs of at most this many rows use small_m_gemm (16-row passes over
+// the weights), larger ones the tiled kernel; both fold K identically (bitwise-equal results).
+constexpr int64_t kInvariantSmallRows = 64;
+// Batch-invariant MLA decode: a row of n keys uses ceil(n / 256) splits, at most 32 (a
+// function of the row alone). Decode-shaped steps launch all 32 split slots, so a graph's
+// launch never changes as contexts grow; other steps launch what their longest row needs.
+constexpr int64_t kMlaInvariantSplitKeys = 256;
+constexpr int64_t kMlaInvariantMaxSplits = 32;
 // Dense FP8 linears with at most this many rows use the skinny kernel (no dequantized copy).
 constexpr int64_t kDenseSkinnyMaxRows = 64;
 
@@ -192,11 +201,13 @@ void CudaBackend::synchronize() { DI_CUDA_CHECK(cudaStreamSynchronize(s_->stream
 bool CudaBackend::supports_graphs() const { return !s_->op_timing; }
 
 void CudaBackend::set_moe_gemm(int form) {
-  DI_CHECK(form >= -1 && form <= 2);
+  DI_CHECK(form >= -1 && form <= 3);
   s_->moe_gemm = form;
 }
 
 void CudaBackend::set_op_timing(bool on) { s_->op_timing = on; }
+
+void CudaBackend::set_batch_invariant(bool on) { s_->batch_invariant = on; }
 
 CudaBackend::OpTimer::OpTimer(CudaBackend& b, const char* op, int64_t n, int64_t k) : b_(b) {
   CudaState& s = *b.s_;
@@ -538,6 +549,12 @@ const void* CudaBackend::bf16_weight(const LinearWeight& w) {
 void CudaBackend::linear(const void* xb, int64_t M, const LinearWeight& w, float* out, int64_t ldc) {
   const int64_t N = w.n_out(), K = w.n_in();
   const bool fp8 = w.dtype() == DType::kF8E4M3;
+  if (s_->batch_invariant) {
+    DI_CHECK(!fp8 || w.block_n == 1);
+    invariant_gemm(xb, M, w.weight.raw_data(), fp8 ? cdptr<float>(w.scale_inv) : nullptr, fp8, w.block_k, N, K, out,
+                   ldc);
+    return;
+  }
   if (fp8 && M <= kDenseSkinnyMaxRows && w.block_n == 1 && cuda::moe_skinny_ok(K, 8, true, w.block_k)) {
     // FP8 at decode sizes: read the FP8 bytes once, no dequantized copy.
     cuda::dense_gemv(static_cast<const bf16*>(xb), M, K, dptr(w.weight), cdptr<float>(w.scale_inv), true, w.block_k, N,
@@ -548,6 +565,18 @@ void CudaBackend::linear(const void* xb, int64_t M, const LinearWeight& w, float
   cuda::gemm(s_->blas, M, N, K, static_cast<const bf16*>(xb), K, 0, wb, K, 0, true, out, Elem::kF32, ldc, 0, 1);
 }
 
+void CudaBackend::invariant_gemm(const void* xb, int64_t M, const void* w, const float* scale, bool fp8,
+                                 int64_t block_k, int64_t N, int64_t K, float* out, int64_t ldc) {
+  const auto* a = static_cast<const bf16*>(xb);
+  if (M <= kInvariantSmallRows && cuda::small_m_gemm_ok(K, fp8, block_k)) {
+    const int64_t splits = cuda::invariant_k_splits(K);
+    ScratchScope scope(*this);
+    float* part = splits > 1 ? dptr<float>(empty(DType::kF32, {splits, M, N})) : nullptr;
+    cuda::small_m_gemm(a, K, w, scale, fp8, block_k, N, nullptr, nullptr, 1, M, out, ldc, part, s_->stream);
+  } else
+    cuda::dense_gemm_tiled(a, M, K, w, scale, fp8, block_k, N, out, ldc, s_->stream);
+}
+
 void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& w, Tensor& out) {
   OpTimer timer(*this, "matmul", w.n_out(), w.n_in());
 
@@ -556,6 +585,11 @@ void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& 
   if (M == 0) return;
   ScratchScope scope(*this);
   if (w.dtype() == DType::kF32) {  // fp32 weights (the router): fp32 GEMM, no tf32
+    if (s_->batch_invariant) {
+      cuda::gemm_f32_ordered(cdptr<float>(x), x_stride == 0 ? K : x_stride, cdptr<float>(w.weight), M, N, K,
+                             dptr<float>(out), N, s_->stream);
+      return;
+    }
     cuda::gemm_f32(s_->blas, M, N, K, cdptr<float>(x), x_stride == 0 ? K : x_stride, cdptr<float>(w.weight), K,
                    dptr<float>(out), N);
     return;
@@ -649,8 +683,22 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
     a.out = dptr<float>(out);
     // The selected rows, counted from the host's index arrays: a size, like T (a decode-only
     // step selects all T rows, so its graph replays the same grids).
-    for (int64_t b = 0; b < batch.n_seqs; ++b)
-      if (batch.selected(b)) a.n_rows += batch.q_indptr[b + 1] - batch.q_indptr[b];
+    bool decode_shaped = true;  // one row per selected sequence
+    int64_t max_keys = 0;
+    for (int64_t b = 0; b < batch.n_seqs; ++b) {
+      if (!batch.selected(b)) continue;
+      const int64_t rows = batch.q_indptr[b + 1] - batch.q_indptr[b];
+      a.n_rows += rows;
+      decode_shaped = decode_shaped && rows == 1;
+      max_keys = std::max<int64_t>(max_keys, batch.kv_len[b]);
+    }
+    if (s_->batch_invariant) {
+      // The per-row rule needs every row's split count within the launch's slots: all 32 for
+      // decode-shaped steps (graph replays see growing contexts), else the longest row's.
+      a.split_keys = kMlaInvariantSplitKeys;
+      a.max_splits = decode_shaped ? kMlaInvariantMaxSplits
+                                   : cuda::mla_row_splits(max_keys, kMlaInvariantSplitKeys, kMlaInvariantMaxSplits);
+    }
     cuda::mla_decode(a, arena_alloc, &s_->arena, st);
     return;
   }
@@ -765,11 +813,14 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
   // capturing) a cuBLAS GEMM per expert after reading the row counts back.
   const bool skinny_ok = cuda::moe_skinny_ok(a.D, a.I, a.fp8, a.block_k);
   const int64_t R = a.T * a.k;
-  if (s_->moe_gemm >= 0) a.form = s_->moe_gemm == 1 && !skinny_ok ? 0 : s_->moe_gemm;
+  const bool small_ok = cuda::small_m_gemm_ok(a.D, a.fp8, a.block_k) && cuda::small_m_gemm_ok(a.I, a.fp8, a.block_k);
+  if (s_->moe_gemm >= 0) a.form = (s_->moe_gemm == 1 && !skinny_ok) || (s_->moe_gemm == 3 && !small_ok) ? 0 : s_->moe_gemm;
+  else if (s_->batch_invariant) a.form = R <= kMoeSkinnyMaxRows && small_ok ? 3 : 0;  // bitwise-equal forms
   else if (R <= kMoeSkinnyMaxRows) a.form = skinny_ok ? 1 : 0;
   else a.form = !s_->capturing && R >= kMoePerExpertMinRows * a.E ? 2 : 0;
   if (a.form == 2 && s_->capturing) a.form = 0;
   a.blas = s_->blas;
+  a.invariant = s_->batch_invariant;
   ScratchScope scope(*this);
   cuda::moe_experts(a, arena_alloc, &s_->arena, s_->stream);
 }
@@ -784,7 +835,9 @@ void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) {
   Tensor xb = empty(DType::kBF16, {T, D});
   cuda::to_bf16(cdptr<float>(x), D, T, D, dptr<bf16>(xb), st);
   Tensor gu = empty(DType::kF32, {T, 2 * I});  // [gate | up]
-  if (stacked({&w.gate_proj, &w.up_proj}) && w.gate_proj.dtype() == DType::kBF16) {
+  if (stacked({&w.gate_proj, &w.up_proj}) && w.gate_proj.dtype() == DType::kBF16 && s_->batch_invariant) {
+    invariant_gemm(dptr(xb), T, w.gate_proj.weight.raw_data(), nullptr, false, 0, 2 * I, D, dptr<float>(gu), 2 * I);
+  } else if (stacked({&w.gate_proj, &w.up_proj}) && w.gate_proj.dtype() == DType::kBF16) {
     cuda::gemm(s_->blas, T, 2 * I, D, dptr<bf16>(xb), D, 0, cdptr<bf16>(w.gate_proj.weight), D, 0, true, dptr(gu),
                Elem::kF32, 2 * I, 0, 1);
   } else {

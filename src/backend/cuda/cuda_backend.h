@@ -77,6 +77,11 @@ class CudaBackend : public Backend {
   void resolve_tokens(Tensor& ids, const Tensor& pending) override;
   bool supports_graphs() const override;
   void set_op_timing(bool on) override;
+  // Batch-invariant mode: dense and expert GEMMs on the fixed-fold WMMA kernels (small_m_gemm for
+  // ≤ 64 rows, the tiled kernel beyond: bitwise equal), the router on gemm_f32_ordered, MLA decode
+  // with the per-row split rule (kMlaInvariantSplitKeys keys per split, at most
+  // kMlaInvariantMaxSplits). No cuBLAS, no skinny CUDA-core kernels.
+  void set_batch_invariant(bool on) override;
   std::vector<OpTime> take_op_times() override;
   void capture_begin() override;
   int64_t capture_end() override;
@@ -88,7 +93,8 @@ class CudaBackend : public Backend {
   // up to 512 routed rows; per-expert cuBLAS from 64 rows per expert on average, outside graph
   // captures; tiled in between), 0 the tiled WMMA
   // kernel, 1 the skinny bandwidth kernel (where its sizes allow), 2 a cuBLAS GEMM per expert
-  // (one host synchronization; never while capturing).
+  // (one host synchronization; never while capturing), 3 small_m_gemm (bitwise equal to 0; the
+  // batch-invariant mode's form up to 512 routed rows).
   void set_moe_gemm(int form);
   // The cudaStream_t all ops are issued on, as an opaque pointer.
   void* stream() const;
@@ -100,6 +106,10 @@ class CudaBackend : public Backend {
   // out[M, N] (row stride ldc) F32 = xb[M, K] BF16 · wᵀ: cuBLAS on bf16 weights; FP8 weights at
   // decode sizes through the skinny kernel, else a dequantized copy and cuBLAS.
   void linear(const void* xb, int64_t M, const LinearWeight& w, float* out, int64_t ldc);
+  // Batch-invariant out[M, N] (row stride ldc) = xb[M, K] BF16 · wᵀ (w bf16, or FP8 with per
+  // (row, block_k) scales): small_m_gemm or the tiled kernel by M (bitwise-equal folds).
+  void invariant_gemm(const void* xb, int64_t M, const void* w, const float* scale, bool fp8, int64_t block_k,
+                      int64_t N, int64_t K, float* out, int64_t ldc);
   // Op timing: brackets one op with events when timing is on (no-op otherwise).
   class OpTimer {
    public:

@@ -114,13 +114,35 @@ struct MlaDecodeArgs {
   int64_t n_rows;
   float scale;
   float* out;  // [T, H, dv] fp32
+  // Batch-invariant split rule (DEEPINFER_BATCH_INVARIANT). 0: every row uses the launch's
+  // n_splits, chosen from the launch size (mla_decode_splits) — fastest, but a row's rounding
+  // then depends on the batch. > 0: a row with n_keys keys uses its own
+  // mla_row_splits(n_keys, split_keys, max_splits) splits, a function of n_keys alone, so its
+  // result is the same in any batch, chunking or prefix-cache state; the launch has max_splits
+  // split slots (rows with fewer leave the rest empty, which merge as exact zeros).
+  int64_t split_keys = 0;
+  int64_t max_splits = 0;  // with split_keys > 0: the launch's split slots, 1..kMlaMaxSplits
+  // Split kernel: −1 automatic (the tensor-core kernel when r = 512 and dr = 64, else fp32),
+  // 0 the fp32 CUDA-core kernel, 1 the tensor-core kernel (bf16 q̃, q_pe and probabilities, fp32
+  // scores and accumulators; needs r = 512, dr = 64: checked).
+  int64_t kernel = -1;
 };
+// Most split slots of an MLA decode launch.
+constexpr int64_t kMlaMaxSplits = 64;
+// Splits of a row with n_keys keys under the batch-invariant rule: ceil(n_keys / split_keys),
+// clamped to [1, max_splits].
+__host__ __device__ inline int64_t mla_row_splits(int64_t n_keys, int64_t split_keys, int64_t max_splits) {
+  const int64_t s = (n_keys + split_keys - 1) / split_keys;
+  return s < 1 ? 1 : s > max_splits ? max_splits : s;
+}
 // Scratch (q̃, per-split partials: ~4·n_rows·H·r·(1 + n_splits) bytes) comes from `alloc`.
 // Launch shape depends only on the sizes above and the GPU's SM count (graph-safe); no atomics.
 // Supported: r ≤ 512, r + dr ≤ 576, dn ≤ 512 (checked).
 void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
-// The KV splits mla_decode uses per row (1..64), a function of n_rows · ceil(H / 16) split blocks
-// per split and the SM count only: the fewest within 10% of the least waves(s) / s. A row's result
+// The KV splits mla_decode uses per row (1..64) when split_keys == 0, a function of
+// n_rows · ceil(H / 16) split blocks per split and the SM count only: the fewest within 10% of the
+// least waves(s) / s. (The tensor-core kernel uses its own count for H ≥ 64, 64 heads per block,
+// and pairs two blocks per split in a cluster when there are more than 32 splits.) A row's result
 // is bitwise reproducible and independent of the other rows for a given split count.
 int mla_decode_splits(int64_t n_rows, int64_t H);
 // lat[i, :] = cache row of position i (< S) of the sequence whose page list starts at block_ids
@@ -194,8 +216,10 @@ struct MoeArgs {
   int64_t block_k;
   float* out;              // [T, D]
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 skinny (bandwidth) kernel, 2 one cuBLAS
-                           // GEMM per expert with rows (reads the row counts back: one host sync)
+                           // GEMM per expert with rows (reads the row counts back: one host sync),
+                           // 3 small_m_gemm (bitwise equal to form 0; few rows per expert)
   cublasHandle_t blas = nullptr;  // form 2
+  bool invariant = false;  // the batch-invariant K structure in form 0 (forms 1 and 2 must not be used)
 };
 // Scratch comes from `alloc` (step memory). Forms 0 and 1 never synchronize (graph-capturable);
 // form 1 needs D, I (and FP8 block_k) multiples of 8 (moe_skinny_ok).
@@ -206,5 +230,92 @@ bool moe_skinny_ok(int64_t D, int64_t I, bool fp8, int64_t block_k);
 void dense_gemv(const bf16* A, int64_t M, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k,
                 int64_t N, float* C, int64_t ldc, cudaStream_t s);
 void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
+// Dense C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for m < M with the tiled grouped GEMM
+// (one "expert"): the same per-element fold as small_m_gemm, so either may serve any M in the
+// batch-invariant mode. W bf16 or FP8 (per (row, block_k) scales, widened to bf16).
+void dense_gemm_tiled(const bf16* A, int64_t M, int64_t K, const void* W, const float* scale, bool fp8,
+                      int64_t block_k, int64_t N, float* C, int64_t ldc, cudaStream_t s);
+// Tests only: dense_gemm_tiled with the tiled version forced (1, 2 or 3; 2 and 3 need K % 8 == 0
+// and FP8 block_k % 8 == 0) and the batch-invariant K structure on or off.
+void tiled_gemm_for_test(int version, const bf16* A, int64_t M, int64_t K, const void* W, const float* scale, bool fp8,
+                         int64_t block_k, int64_t N, float* C, int64_t ldc, bool invariant, cudaStream_t s);
+
+// ---- cuda_fp8_gemm.cu ----
+// FP8 e4m3 block-scaled GEMM with DeepSeek/DeepGEMM semantics (DEEPSEEK.md §3.2).
+constexpr int64_t kFp8GroupK = 128;  // K elements per activation group and per weight scale block
+// DeepSeek's dynamic activation quantization, per row and 1×128 group g:
+// s[m, g] = max(amax(|x[m, 128g .. 128g+127]|), 1e-4) / 448 (ue8m0: rounded up to a power of two),
+// x_q[m, k] = e4m3_rn_satfinite(x[m, k] / s[m, k / 128]) (IEEE division). A zero group gets
+// s = 1e-4/448 (the reference's clamp) and q = 0, so it dequantizes to exactly 0. A partial last
+// group (K % 128 != 0) uses its K % 128 elements. x [M, K] fp32 | bf16 (x_elem), x_q [M, K] e4m3,
+// scales [M, ceil(K/128)] fp32. Precondition: K % 16 == 0.
+void quantize_fp8_rows(const void* x, Elem x_elem, int64_t M, int64_t K, uint8_t* x_q, float* scales, bool ue8m0,
+                       cudaStream_t s);
+// C[m, n] = Σ_kb (Σ_{k ∈ kb} a[m, k]·w[n, k]) · a_scale[m, kb] · w_scale[n / block_n, kb]: each
+// 128-wide K block is summed by the tensor cores in fp32, then scaled and added to an fp32
+// accumulator in K-block order (deterministic). Grouped form: rows of A (and C) sorted by expert,
+// expert e owns rows [offsets[e], offsets[e+1]) and weights w[e·N .. e·N + N) with scale rows
+// [e·ceil(N/block_n), ...); a tile never spans two experts.
+struct Fp8GemmArgs {
+  const uint8_t* a = nullptr;      // [M, K] e4m3, 16-byte aligned
+  const float* a_scale = nullptr;  // [M, ceil(K/128)] fp32
+  const uint8_t* w = nullptr;      // [N, K] e4m3 (grouped: [E·N, K]), 16-byte aligned
+  const float* w_scale = nullptr;  // [ceil(N/block_n), ceil(K/128)] (grouped: [E·ceil(N/block_n), ...])
+  int64_t M = 0, N = 0, K = 0;     // K % 16 == 0
+  int64_t block_n = 128;           // weight scale rows: 128 (checkpoint blocks) or 1 (one per output row)
+  void* c = nullptr;               // [M, ldc] fp32 | bf16 (c_elem)
+  Elem c_elem = Elem::kF32;
+  int64_t ldc = 0;                 // ≥ N
+  const int32_t* offsets = nullptr;  // grouped only: [E + 1] device, offsets[0] = 0, offsets[E] = M
+  int64_t E = 0;                     // grouped only: experts
+  // Dense only: no split-K, so a row's result is bitwise independent of M (every tile shape does
+  // the same per-element arithmetic; only split-K changes the summation order).
+  bool batch_invariant = false;
+  int variant = -1;    // tile rows: −1 by size, 0: 16, 1: 64, 2: 128 (tests and benchmarks force it)
+  int64_t splits = 0;  // dense K splits: 0 by size, ≥ 1 forced (clamped to ceil(K/128))
+};
+// The dense launch's shape, a function of the sizes, the flags above, the SM count and the
+// kernels' occupancy only (splits: as many as keep one wave of blocks resident, ≥ 2 K blocks each).
+struct Fp8GemmPlan {
+  int variant = 0;
+  int64_t splits = 1, kb_per_split = 0;
+  size_t workspace_bytes = 0;  // splits > 1: fp32 partials [splits, M, N]
+};
+Fp8GemmPlan fp8_gemm_plan(const Fp8GemmArgs& a);
+// Dense form (offsets null). The split-K workspace (plan.workspace_bytes, none at 1 split) comes
+// from `alloc`; the partials are summed in split order by a second kernel. Never synchronizes;
+// grid and workspace depend on sizes only (CUDA-graph safe). Checks its preconditions (aborts).
+void fp8_gemm(const Fp8GemmArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
+// Grouped (MoE) form: M = total sorted rows (offsets[E]); the grid covers the bound
+// ceil(M / tile rows) + min(E, M) tiles, surplus blocks exit at once. No split-K, no workspace,
+// no host sync. Tile rows by the mean rows per expert unless a.variant forces them.
+void fp8_grouped_gemm(const Fp8GemmArgs& a, cudaStream_t s);
+int fp8_grouped_gemm_variant(const Fp8GemmArgs& a);
+// ---- cuda_invariant_gemm.cu ----
+// The batch-invariant GEMMs' K structure: K is cut into splits of kInvariantSplitK (a function of
+// K alone); each split folds its 16-wide chunks in increasing order from zero on the tensor cores
+// (WMMA m16n16k16, fp32), and the splits' sums are added in split order. small_m_gemm runs the
+// splits in parallel blocks (partials + an ordered sum), the tiled kernels in sequence in
+// registers: the same arithmetic, so the same bits.
+constexpr int64_t kInvariantSplitK = 512;
+inline int64_t invariant_k_splits(int64_t K) { return K <= kInvariantSplitK ? 1 : (K + kInvariantSplitK - 1) / kInvariantSplitK; }
+// Whether small_m_gemm takes these sizes: K % 8 == 0 (bf16), K and block_k % 16 == 0 (FP8).
+bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k);
+// C[r, n] (row stride ldc) = Σ_k A[r, k] · W[e·N + n, k] over the rows r of each active expert
+// (offsets [E + 1], active [n_active] as in the skinny kernel: −1 = idle slot; rows counts the
+// rows of all experts) or, with active == null and n_active == 1, the dense rows [0, rows). The
+// batch-invariant K structure: bitwise equal to the tiled GEMMs with split_k =
+// kInvariantSplitK (dense_gemm_tiled, MoE form 0 with `invariant`) for every row, whatever the
+// launch. Shaped for few rows: 16-row tiles, a 4-stage cp.async pipeline, one block per
+// (64 columns, expert, K split). With more than one K split, `partials` holds
+// [invariant_k_splits(K), rows, N] fp32 (else unused). Graph-safe, no sync.
+void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
+                  const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, float* C,
+                  int64_t ldc, float* partials, cudaStream_t s);
+// C[m, n] (row stride ldc) = Σ_k X[m, k] · W[n, k] in fp32 (X row stride ldx, W [N, K]), each
+// element summed in one fixed order (32 lane-strided fmaf chains over k, then a butterfly):
+// batch-invariant, for the fp32 router.
+void gemm_f32_ordered(const float* X, int64_t ldx, const float* W, int64_t M, int64_t N, int64_t K, float* C,
+                      int64_t ldc, cudaStream_t s);
 
 }  // namespace deepinfer::cuda

@@ -1,7 +1,8 @@
 // MLA attention kernels of the CUDA backend.
-//  - mla_decode: the absorbed form over the paged latent cache, in fp32 on CUDA cores (only the
-//    cache and kv_b are bf16; q̃, scores, probabilities and o_lat stay fp32). Three kernels over
-//    the n_rows selected query rows (plus a one-block row map when some rows are not selected):
+//  - mla_decode: the absorbed form over the paged latent cache; generic shapes in fp32 on CUDA
+//    cores (only the cache and kv_b are bf16; q̃, scores, probabilities and o_lat stay fp32). Three
+//    kernels over the n_rows selected query rows (plus a one-block row map when some rows are not
+//    selected):
 //      absorb_q:  q̃ = W_UKᵀ q_nope for every selected row and head → scratch [n_rows, H, r];
 //      split:     split-KV attention. A block owns one row, 16 heads and one of n_splits key
 //                 ranges; each 32-key latent tile is widened to fp32 in shared memory once and
@@ -10,6 +11,9 @@
 //                 the softmax state (max, sum);
 //      apply_uv:  merges the splits in split order (exact online-softmax merge) and writes
 //                 out = W_UV · o_lat to the selected rows only.
+//    For r = 512, dr = 64 (DeepSeek) the split step is by default mla_split_tc_kernel instead: the
+//    same outputs from bf16 mma.sync tiles (bf16 q̃, q_pe and P; fp32 scores, state and o_lat),
+//    16 or 64 heads per block, a cp.async latent pipeline (MlaDecodeArgs::kernel forces either).
 //    Graph-safe: grids, n_splits and scratch sizes depend only on (n_rows, H, r, dn, dv, SM
 //    count), fixed per batch size of decode-only steps; each split's key range is computed on the
 //    device from kv_len. Deterministic: no atomics, every reduction in a fixed order; a row's
@@ -17,6 +21,9 @@
 //  - the naive (prefill) form is cuBLAS GEMMs (cuda_backend.cpp) around gather_latent and
 //    causal_softmax: K/V decompressed to fp32, scores and P·V in TF32.
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_ptx.cuh"
+
+#include <cooperative_groups.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -32,7 +39,7 @@ constexpr int kHeads = 16;     // heads per split block (a head group)
 constexpr int kKeys = 32;      // keys per latent tile
 constexpr int kMaxRank = 512;  // r: the split kernel's o_lat maps 128 channel quads
 constexpr int kMaxWidth = 576;  // r + dr (DeepSeek: 512 + 64)
-constexpr int kMaxSplits = 64;
+constexpr int kMaxSplits = static_cast<int>(kMlaMaxSplits);
 constexpr int kRedStride = kKeys + 8;  // a head's partial scores: +8 floats keeps the stores conflict-free
 // 16-byte latent chunks per thread per tile (9 at r + dr = 576).
 constexpr int kTileChunks = (kKeys * kMaxWidth / 8 + kThreads - 1) / kThreads;
@@ -62,8 +69,9 @@ struct DecodePlan {
   float* q_lat;         // [n_rows, H, r] q̃
   float* part_acc;      // [n_splits, n_rows, H, r] Σ_s e^{score_s − m} c_kv[s] per split (unnormalized)
   float2* part_ml;      // [n_splits, n_rows, H] (m, l): running max and Σ e^{score − m}; (−inf, 0) if empty
-  int n_splits, n_hg;   // key ranges per row; head groups (ceil(H / 16))
+  int n_splits, n_hg;   // key ranges per row; head groups (ceil(H / 16); tensor-core kernel: of its block's heads)
   int wq;               // tile_stride(r + dr)
+  int cluster;          // tensor-core kernel: CTAs (one cluster) sharing each split's keys, 1 or 2
 };
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -230,7 +238,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kernel(DecodePlan pl) {
   const int64_t b = pl.row_map != nullptr ? pl.row_map[i].x : seq_of_row(a.q_indptr, a.n_seqs, row);
   const int64_t q0 = a.q_indptr[b], q_len = a.q_indptr[b + 1] - q0;
   const int64_t n_keys = a.kv_len[b] - q_len + (row - q0) + 1;
-  const int64_t per = ((n_keys + pl.n_splits - 1) / pl.n_splits + kKeys - 1) / kKeys * kKeys;
+  // The row's split count: the launch's, or (batch-invariant rule) a function of n_keys alone.
+  const int64_t n_split = a.split_keys > 0 ? mla_row_splits(n_keys, a.split_keys, pl.n_splits) : pl.n_splits;
+  const int64_t per = ((n_keys + n_split - 1) / n_split + kKeys - 1) / kKeys * kKeys;
   const int64_t k_begin = split * per, k_end = std::min(n_keys, k_begin + per);
   float2* ml_out = pl.part_ml + (static_cast<int64_t>(split) * a.n_rows + i) * a.H;
   if (k_begin >= k_end) {
@@ -387,6 +397,334 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kernel(DecodePlan pl) {
         if (4 * cq + x < a.r) acc_out[h * a.r + 4 * cq + x] = acc[jh][x];
     }
   if (fj == 0 && h0 + fh < a.H) ml_out[h0 + fh] = make_float2(m_run, l_run);
+}
+
+// ---- Tensor-core split kernel (FlashMLA's numerics on mma.sync) ---------------------------------
+
+constexpr int kTcKeys = 32;                // keys per latent tile
+constexpr int kTcRank = 512;               // r the kernel supports
+constexpr int kTcWidth = 576;              // r + dr it supports (dr = 64)
+// bf16 row stride of the q and latent tiles: 1168 bytes = 73 16-byte units (odd), so the 8 rows
+// of an ldmatrix 8×8 read fall in 8 distinct bank groups.
+constexpr int kTcStride = kTcWidth + 8;
+constexpr int kTcRedStride = kTcKeys + 4;  // fp32 partial scores: conflict-free float2 fragment stores
+constexpr int kTcPStride = kTcKeys + 8;    // bf16 probabilities: 80-byte rows, conflict-free ldmatrix
+constexpr int kTcXStride = kTcRank + 8;    // fp32 o_lat rows exchanged by a cluster's CTAs
+constexpr int kTcChunks = kTcKeys * kTcWidth / 8 / kThreads;  // 16-byte copies per thread per tile (9)
+constexpr int kTcMaxCluster = 2;
+static_assert(kTcKeys * kTcWidth / 8 % kThreads == 0, "a tile is a whole number of copies per thread");
+
+// Per m-tile count MT (heads per block = 16·MT): pipeline depth, score work split.
+template <int MT>
+struct TcShape {
+  static constexpr int kHeads = 16 * MT;
+  static constexpr int kStages = MT == 1 ? 4 : 3;  // latent tiles in shared memory (3 or 2 in flight)
+  static constexpr int kTilesN = MT == 1 ? 1 : 2;  // n8 key tiles of the scores per warp
+  static constexpr int kSplitK = MT == 1 ? 2 : 1;  // channel halves of the scores (partials added)
+  static constexpr int kTph = kThreads / kHeads;   // softmax threads per head
+  static constexpr int kKpt = kTcKeys / kTph;      // softmax keys per thread
+  static constexpr size_t kSmemBytes = sizeof(bf16) * (static_cast<size_t>(kStages) * kTcKeys + kHeads) * kTcStride +
+                                       sizeof(float) * kSplitK * kHeads * kTcRedStride +
+                                       sizeof(bf16) * kHeads * kTcPStride + sizeof(float) * kHeads +
+                                       sizeof(float2) * kHeads;
+  static_assert(MT == 1 || MT == 4, "one m-tile (16 heads) or four (64 heads) per block");
+  static_assert(kSplitK * (16 * MT / 16) * (4 / kTilesN) == kWarps, "warps tile the scores exactly");
+  static_assert(sizeof(bf16) * kStages * kTcKeys * kTcStride >= sizeof(float) * kHeads * kTcXStride || MT != 1,
+                "the cluster exchange fits in the latent stages");
+};
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Split-KV attention over the latent pages on tensor cores, for 16·MT heads of one selected row
+// (MT = 1: 16 heads; MT = 4: 64 heads, so H = 128 reads a row's latents twice, not eight times).
+// Same inputs, key ranges and outputs (part_acc, part_ml) as mla_split_kernel; FlashMLA's
+// numerics: q̃, q_pe and the probabilities rounded to bf16, scores, softmax state and o_lat fp32.
+// Block (x = (i·n_hg + g)·cluster + rank, y = split), 256 threads (8 warps). The split's key range
+// (the fp32 kernel's rule) is cut into `cluster` parts of whole tiles, one per CTA of a thread-block
+// cluster (cluster > 1 only for MT = 1, when a launch has too few splits to fill the SMs); part
+// `rank` is virtual split split·cluster + rank of n_split·cluster. Per 32-key tile:
+//   load:    cp.async 16-byte copies of the tile's cache rows into a kStages-deep ring (issued
+//            kStages − 1 tiles ahead; keys past the range are zero-filled, never read);
+//   scores:  S[heads, keys] = [q̃ | q_pe] · latentᵀ with m16n8k16 MMAs: MT = 1: warp w owns key
+//            tile w % 4 over channel half w / 4 (the two halves' partials are added in order);
+//            MT = 4: warp w owns m-tile w / 2 and key tiles 2(w % 2), +1 over all 576 channels.
+//            A (q) and B (latent rows: key-major, channel-contiguous = "col") by ldmatrix;
+//   softmax: thread t owns head t / kTph and keys t % kTph + kTph·j: the online (m, l) of its
+//            head, P = bf16(e^{s − m}) to shared memory, l adds the rounded P (exactly what P·V
+//            adds); the rescale factor corr per head. Keys past the range score −inf (P = 0);
+//   o_lat:   warp w owns channels 64w..64w+63 for all heads (acc [MT][8][4] fragments):
+//            acc = acc·corr + P · V, V = the tile's first 512 channels by ldmatrix.trans.
+// Shared (dynamic): latent ring [kStages][32][584] bf16, q [16·MT][584] bf16, partial scores
+// [kSplitK][16·MT][36] fp32, P [16·MT][40] bf16, corr [16·MT], (m, l) [16·MT]: 174,272 bytes
+// (MT = 1, 4 stages) / 201,984 bytes (MT = 4, 3 stages); one block per SM.
+// Cluster merge (cluster > 1): every CTA publishes (m, l) per head, ranks > 0 their o_lat
+// [16][520] fp32 (in the drained latent ring); rank 0 merges the ranks in rank order through
+// distributed shared memory and writes the split. Deterministic for a given (n_splits, cluster).
+// Preconditions: r = 512, dr = 64, cache rows 16-byte aligned, kv_len ≥ q_len.
+template <int MT>
+__global__ void __launch_bounds__(kThreads, 1) mla_split_tc_kernel(DecodePlan pl) {
+  using S = TcShape<MT>;
+  constexpr int HB = S::kHeads, kStages = S::kStages, kTilesN = S::kTilesN, kSplitK = S::kSplitK;
+  constexpr int kTph = S::kTph, kKpt = S::kKpt, kChannels = kTcWidth / kSplitK;
+  extern __shared__ __align__(16) unsigned char tc_smem[];
+  bf16* slat = reinterpret_cast<bf16*>(tc_smem);                           // [kStages][kTcKeys][kTcStride]
+  bf16* sq = slat + kStages * kTcKeys * kTcStride;                         // [HB][kTcStride]
+  float* sred = reinterpret_cast<float*>(sq + HB * kTcStride);             // [kSplitK][HB][kTcRedStride]
+  bf16* sp = reinterpret_cast<bf16*>(sred + kSplitK * HB * kTcRedStride);  // [HB][kTcPStride]
+  float* scorr = reinterpret_cast<float*>(sp + HB * kTcPStride);           // [HB]
+  float2* sml = reinterpret_cast<float2*>(scorr + HB);                     // [HB]
+
+  const MlaDecodeArgs& a = pl.a;
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int n_cta = pl.cluster, rank = static_cast<int>(blockIdx.x % static_cast<unsigned>(n_cta));
+  const int64_t grp = blockIdx.x / static_cast<unsigned>(n_cta);
+  const int64_t i = grp / pl.n_hg, h0 = (grp % pl.n_hg) * HB;
+  const int split = blockIdx.y;
+  const int64_t row = selected_row(pl, i);
+  const int64_t b = pl.row_map != nullptr ? pl.row_map[i].x : seq_of_row(a.q_indptr, a.n_seqs, row);
+  const int64_t q0 = a.q_indptr[b], q_len = a.q_indptr[b + 1] - q0;
+  const int64_t n_keys = a.kv_len[b] - q_len + (row - q0) + 1;
+  const int64_t n_split = a.split_keys > 0 ? mla_row_splits(n_keys, a.split_keys, pl.n_splits) : pl.n_splits;
+  const int64_t n_virt = n_split * n_cta;
+  const int64_t per = ((n_keys + n_virt - 1) / n_virt + kTcKeys - 1) / kTcKeys * kTcKeys;
+  const int64_t k_begin = (split * static_cast<int64_t>(n_cta) + rank) * per, k_end = std::min(n_keys, k_begin + per);
+  const int64_t n_tiles = k_begin < k_end ? (k_end - k_begin + kTcKeys - 1) / kTcKeys : 0;
+  const int hh = t / kTph, hj = t % kTph;  // softmax: head hh, keys hj + kTph·x
+  float2* ml_out = pl.part_ml + (static_cast<int64_t>(split) * a.n_rows + i) * a.H;
+  if (n_cta == 1 && n_tiles == 0) {
+    if (hj == 0 && h0 + hh < a.H) ml_out[h0 + hh] = make_float2(-INFINITY, 0.0f);
+    return;
+  }
+
+  // The row's latent pages, one 16-byte copy per (key, 8 channels); tile `tile` counts from k_begin.
+  const int32_t* pages = a.block_ids + a.block_indptr[b];
+  const int32_t bs = static_cast<int32_t>(a.block_size);
+  auto load_tile = [&](int64_t tile) {
+    if (tile < n_tiles) {
+      const int32_t t0 = static_cast<int32_t>(k_begin + tile * kTcKeys), end = static_cast<int32_t>(k_end);
+      bf16* dst = slat + (tile % kStages) * kTcKeys * kTcStride;
+      int32_t page[kTcChunks];  // all page ids loaded before the first copy: one latency, not nine
+#pragma unroll
+      for (int j = 0; j < kTcChunks; ++j) {
+        const int32_t key = t0 + (t + j * kThreads) / (kTcWidth / 8);
+        page[j] = key < end ? pages[key / bs] : 0;
+      }
+#pragma unroll
+      for (int j = 0; j < kTcChunks; ++j) {
+        const int e = t + j * kThreads, k = e / (kTcWidth / 8), c8 = e % (kTcWidth / 8);
+        const int32_t key = t0 + k;
+        const bool valid = key < end;
+        const bf16* src = valid ? a.cache + (static_cast<int64_t>(page[j]) * bs + key % bs) * kTcWidth + 8 * c8 : a.cache;
+        cp_async16(smem_u32(dst + k * kTcStride + 8 * c8), src, valid);
+      }
+    }
+    cp_async_commit();  // one group per tile slot, empty past the range: the wait counts stay uniform
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) load_tile(st);
+
+  // q tile: [q̃ | q_pe] per head in bf16, zero for heads ≥ H (their scores are 0 and unused).
+  const int64_t dqk = a.dn + a.dr;
+  for (int e = t; e < HB * (kTcWidth / 4); e += kThreads) {
+    const int qh = e / (kTcWidth / 4), c = 4 * (e % (kTcWidth / 4));
+    const int64_t h = h0 + qh;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (h < a.H) {
+      if (c < kTcRank) {
+        v = *reinterpret_cast<const float4*>(pl.q_lat + (i * a.H + h) * kTcRank + c);
+      } else {
+        const float* qp = a.q + (row * a.H + h) * dqk + a.dn + (c - kTcRank);
+        v = make_float4(qp[0], qp[1], qp[2], qp[3]);
+      }
+    }
+    *reinterpret_cast<uint2*>(sq + qh * kTcStride + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+  }
+
+  // Scores: this warp's m-tile, key tiles and channel range; ldmatrix row addresses per lane.
+  const int s_mt = MT == 1 ? 0 : warp / 2, s_nt = MT == 1 ? warp % 4 : 2 * (warp % 2);
+  const int s_kh = MT == 1 ? warp / 4 : 0, s_c0 = s_kh * kChannels;
+  const uint32_t q_addr = smem_u32(sq + (16 * s_mt + lane % 16) * kTcStride + s_c0 + 8 * (lane / 16));
+  float m_run = -INFINITY, l_run = 0.0f;  // head hh (every thread of the head holds it)
+  float acc[MT][8][4] = {};               // o_lat [16·MT heads][channels 64·warp..+63] fragments
+  for (int64_t it = 0; it < n_tiles; ++it) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of tile `it` have landed
+    __syncthreads();               // everyone's have; the slot refilled below was last read at it − 1
+    load_tile(it + kStages - 1);
+    const bf16* lat = slat + (it % kStages) * kTcKeys * kTcStride;
+    const int64_t t0 = k_begin + it * kTcKeys;
+
+    {
+      float s[kTilesN][4] = {};
+      uint32_t l_addr[kTilesN];
+#pragma unroll
+      for (int n = 0; n < kTilesN; ++n)
+        l_addr[n] = smem_u32(lat + (8 * (s_nt + n) + lane % 8) * kTcStride + s_c0 + 8 * (lane / 8));
+#pragma unroll 3
+      for (int kc = 0; kc < kChannels; kc += 32) {
+        uint32_t qa[4], qb[4];
+        ldmatrix_x4(qa, q_addr + 2 * kc);
+        ldmatrix_x4(qb, q_addr + 2 * (kc + 16));
+#pragma unroll
+        for (int n = 0; n < kTilesN; ++n) {
+          uint32_t lb[4];
+          ldmatrix_x4(lb, l_addr[n] + 2 * kc);
+          mma_bf16_16816(s[n], qa, lb[0], lb[1]);
+          mma_bf16_16816(s[n], qb, lb[2], lb[3]);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kTilesN; ++n) {
+        float* red = sred + (s_kh * HB + 16 * s_mt + lane / 4) * kTcRedStride + 8 * (s_nt + n) + 2 * (lane % 4);
+        *reinterpret_cast<float2*>(red) = make_float2(s[n][0], s[n][1]);
+        *reinterpret_cast<float2*>(red + 8 * kTcRedStride) = make_float2(s[n][2], s[n][3]);
+      }
+    }
+    __syncthreads();
+
+    {
+      float sc[kKpt];
+      float mx = -INFINITY;
+#pragma unroll
+      for (int x = 0; x < kKpt; ++x) {
+        const int k = hj + kTph * x;
+        float v = 0.0f;
+#pragma unroll
+        for (int kh = 0; kh < kSplitK; ++kh) v += sred[(kh * HB + hh) * kTcRedStride + k];
+        sc[x] = t0 + k < k_end ? v * a.scale : -INFINITY;
+        mx = fmaxf(mx, sc[x]);
+      }
+#pragma unroll
+      for (int o = kTph / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_new = fmaxf(m_run, mx);       // finite: the tile holds a key of the range
+      const float corr = __expf(m_run - m_new);  // 0 on the first tile (m_run = −inf)
+      float ps = 0.0f;
+#pragma unroll
+      for (int x = 0; x < kKpt; ++x) {
+        const bf16 p = __float2bfloat16_rn(__expf(sc[x] - m_new));
+        sp[hh * kTcPStride + hj + kTph * x] = p;
+        ps += __bfloat162float(p);
+      }
+#pragma unroll
+      for (int o = kTph / 2; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+      l_run = l_run * corr + ps;
+      m_run = m_new;
+      if (hj == 0) scorr[hh] = corr;
+    }
+    __syncthreads();
+
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const float c_lo = scorr[16 * mt + lane / 4], c_hi = scorr[16 * mt + lane / 4 + 8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        acc[mt][j][0] *= c_lo;
+        acc[mt][j][1] *= c_lo;
+        acc[mt][j][2] *= c_hi;
+        acc[mt][j][3] *= c_hi;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < kTcKeys / 16; ++ks) {
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        ldmatrix_x4(pa[mt], smem_u32(sp + (16 * mt + lane % 16) * kTcPStride + 16 * ks + 8 * (lane / 16)));
+#pragma unroll
+      for (int pr = 0; pr < 4; ++pr) {
+        uint32_t vb[4];  // b0, b1 of channel tiles 64·warp + 16·pr and + 8
+        ldmatrix_x4_trans(vb, smem_u32(lat + (16 * ks + lane % 8 + 8 * ((lane / 8) % 2)) * kTcStride + 64 * warp +
+                                   16 * pr + 8 * (lane / 16)));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_bf16_16816(acc[mt][2 * pr], pa[mt], vb[0], vb[1]);
+          mma_bf16_16816(acc[mt][2 * pr + 1], pa[mt], vb[2], vb[3]);
+        }
+      }
+    }
+  }
+
+  if constexpr (MT == 1) {
+    if (n_cta > 1) {
+      namespace cg = cooperative_groups;
+      cg::cluster_group cluster = cg::this_cluster();
+      cp_async_wait<0>();
+      __syncthreads();  // the latent ring is drained and no warp reads it any more
+      float* xacc = reinterpret_cast<float*>(slat);  // [16][kTcXStride] o_lat of this CTA
+      if (rank > 0)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          float* x = xacc + (lane / 4) * kTcXStride + 64 * warp + 8 * j + 2 * (lane % 4);
+          *reinterpret_cast<float2*>(x) = make_float2(acc[0][j][0], acc[0][j][1]);
+          *reinterpret_cast<float2*>(x + 8 * kTcXStride) = make_float2(acc[0][j][2], acc[0][j][3]);
+        }
+      if (hj == 0) sml[hh] = make_float2(m_run, l_run);
+      cluster.sync();  // publishes every CTA's (m, l) and o_lat to the cluster
+      if (rank == 0) {
+        // Weights w_c = e^{m_c − M} (0 for an empty part) of head `h`'s parts, M their max.
+        auto weights = [&](int h, float (&w)[kTcMaxCluster]) {
+          float2 ml[kTcMaxCluster];
+          float m = -INFINITY;
+#pragma unroll
+          for (int c = 0; c < kTcMaxCluster; ++c) {
+            ml[c] = c == 0 ? sml[h] : c < n_cta ? cluster.map_shared_rank(sml, c)[h] : make_float2(-INFINITY, 0.0f);
+            if (ml[c].y > 0.0f) m = fmaxf(m, ml[c].x);
+          }
+#pragma unroll
+          for (int c = 0; c < kTcMaxCluster; ++c) w[c] = ml[c].y > 0.0f ? __expf(ml[c].x - m) : 0.0f;
+          return m;
+        };
+        float w_lo[kTcMaxCluster], w_hi[kTcMaxCluster], w_me[kTcMaxCluster];
+        weights(lane / 4, w_lo);
+        weights(lane / 4 + 8, w_hi);
+        const float m_all = weights(hh, w_me);
+        float l_all = w_me[0] * sml[hh].y;
+#pragma unroll
+        for (int c = 1; c < kTcMaxCluster; ++c)
+          if (c < n_cta) l_all += w_me[c] * cluster.map_shared_rank(sml, c)[hh].y;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          acc[0][j][0] *= w_lo[0];
+          acc[0][j][1] *= w_lo[0];
+          acc[0][j][2] *= w_hi[0];
+          acc[0][j][3] *= w_hi[0];
+        }
+#pragma unroll
+        for (int c = 1; c < kTcMaxCluster; ++c) {
+          if (c >= n_cta) break;
+          const float* rx = cluster.map_shared_rank(xacc, c);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const float* x = rx + (lane / 4) * kTcXStride + 64 * warp + 8 * j + 2 * (lane % 4);
+            const float2 lo = *reinterpret_cast<const float2*>(x), hi = *reinterpret_cast<const float2*>(x + 8 * kTcXStride);
+            acc[0][j][0] = fmaf(w_lo[c], lo.x, acc[0][j][0]);
+            acc[0][j][1] = fmaf(w_lo[c], lo.y, acc[0][j][1]);
+            acc[0][j][2] = fmaf(w_hi[c], hi.x, acc[0][j][2]);
+            acc[0][j][3] = fmaf(w_hi[c], hi.y, acc[0][j][3]);
+          }
+        }
+        m_run = m_all;  // (−inf, 0) when every part is empty: the empty-split marker
+        l_run = l_all;
+      }
+      cluster.sync();  // rank 0 has read the other CTAs' shared memory: they may exit
+      if (rank > 0) return;
+    }
+  }
+
+  float* acc_out = pl.part_acc + (static_cast<int64_t>(split) * a.n_rows + i) * a.H * kTcRank;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int64_t h_lo = h0 + 16 * mt + lane / 4, h_hi = h_lo + 8;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int c = 64 * warp + 8 * j + 2 * (lane % 4);
+      if (h_lo < a.H) *reinterpret_cast<float2*>(acc_out + h_lo * kTcRank + c) = make_float2(acc[mt][j][0], acc[mt][j][1]);
+      if (h_hi < a.H) *reinterpret_cast<float2*>(acc_out + h_hi * kTcRank + c) = make_float2(acc[mt][j][2], acc[mt][j][3]);
+    }
+  }
+  if (hj == 0 && h0 + hh < a.H) ml_out[h0 + hh] = make_float2(m_run, l_run);
 }
 
 // out[row(i), h, n] = Σ_c o_lat[i, h, c] · W_UV_h[n, c], with o_lat the merge of the splits:
@@ -556,17 +894,23 @@ __global__ void causal_softmax_kernel(const float* scores, int64_t rows, int64_t
 
 }  // namespace
 
-int mla_decode_splits(int64_t n_rows, int64_t H) {
+namespace {
+int sm_count() {
   static const int n_sm = [] {
     int dev = 0, n = 0;
     DI_CUDA_CHECK(cudaGetDevice(&dev));
     DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
     return n;
   }();
-  // With one split block per SM, s splits take ceil(blocks·s / SMs) waves of 1/s of a row's keys
-  // each: time ∝ waves(s) / s. The fewest splits within 10% of the best, since every split also
-  // costs a q̃ tile load and a partial state to merge.
-  const int64_t blocks = std::max<int64_t>(1, n_rows * ((H + kHeads - 1) / kHeads));
+  return n_sm;
+}
+
+// Splits for `blocks` split blocks per split, one block per SM. With s splits they take
+// ceil(blocks·s / SMs) waves of 1/s of a row's keys each: time ∝ waves(s) / s. The fewest splits
+// within 10% of the best, since every split also costs a q̃ tile load and a partial state to merge.
+int least_waves_splits(int64_t blocks) {
+  const int n_sm = sm_count();
+  blocks = std::max<int64_t>(1, blocks);
   auto cost = [&](int64_t s) { return static_cast<double>((blocks * s + n_sm - 1) / n_sm) / static_cast<double>(s); };
   double best = cost(1);
   for (int64_t s = 2; s <= kMaxSplits; ++s) best = std::min(best, cost(s));
@@ -574,6 +918,75 @@ int mla_decode_splits(int64_t n_rows, int64_t H) {
   while (cost(splits) > 1.1 * best) ++splits;
   return splits;
 }
+
+// The tensor-core kernel's launch: m-tiles per block, head groups, splits and cluster size.
+//  - H < 64: 16 heads per block (the fp32 kernel's head groups), mla_decode_splits' split count;
+//    when that count is above kMaxSplits / 2 (a few rows: the splits alone cannot fill the SMs,
+//    capped at kMaxSplits by apply_uv), each split is shared by a cluster of 2 CTAs. The cluster
+//    size is a function of the split count alone, so a row's result still depends on the launch
+//    only through mla_decode_splits(n_rows, H) (B = 1, H = 16: 59 splits × 2 = 118 CTAs).
+//  - H ≥ 64: 64 heads per block (latents read once per 64 heads), splits by least_waves_splits
+//    over its own head groups (B = 1, H = 128: 2 head groups × 59 splits = 118 CTAs), no cluster.
+//  - batch-invariant rule (split_keys > 0): the launch's max_splits slots, no cluster.
+struct TcLaunch {
+  int mt, n_hg, n_splits, cluster;
+};
+TcLaunch tc_launch(const MlaDecodeArgs& a) {
+  static const bool clusters = [] {
+    int dev = 0, ok = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&ok, cudaDevAttrClusterLaunch, dev));
+    return ok != 0;
+  }();
+  TcLaunch l{};
+  l.mt = a.H >= 64 ? 4 : 1;
+  l.n_hg = static_cast<int>((a.H + 16 * l.mt - 1) / (16 * l.mt));
+  l.cluster = 1;
+  if (a.split_keys > 0) {
+    l.n_splits = static_cast<int>(a.max_splits);
+  } else if (l.mt == 4) {
+    l.n_splits = least_waves_splits(a.n_rows * l.n_hg);
+  } else {
+    l.n_splits = mla_decode_splits(a.n_rows, a.H);
+    if (clusters && l.n_splits > kMaxSplits / 2) l.cluster = kTcMaxCluster;
+  }
+  return l;
+}
+
+// Dynamic shared memory above 48 KB for every split kernel, set on the first mla_decode (eager,
+// never inside a graph capture: a model's first decode step runs before any capture).
+void set_split_smem() {
+  static const bool done = [] {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(split_smem_bytes(tile_stride(kMaxWidth)))));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_split_tc_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(TcShape<1>::kSmemBytes)));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_split_tc_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(TcShape<4>::kSmemBytes)));
+    return true;
+  }();
+  (void)done;
+}
+
+template <int MT>
+void launch_split_tc(const DecodePlan& pl, cudaStream_t s) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(pl.a.n_rows * pl.n_hg * pl.cluster), static_cast<unsigned>(pl.n_splits));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = TcShape<MT>::kSmemBytes;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(pl.cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, mla_split_tc_kernel<MT>, pl));
+}
+}  // namespace
+
+int mla_decode_splits(int64_t n_rows, int64_t H) { return least_waves_splits(n_rows * ((H + kHeads - 1) / kHeads)); }
 
 void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s) {
   if (a.T == 0 || a.n_seqs == 0 || a.n_rows == 0) return;
@@ -586,11 +999,29 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
   DI_CUDA_REQUIRE_MSG(a.n_rows <= a.T, "mla_decode: more selected rows than query rows");
   const int64_t n_hg = (a.H + kHeads - 1) / kHeads, row_tiles = (a.n_rows + kGemmRows - 1) / kGemmRows;
   DI_CUDA_REQUIRE_MSG(a.n_rows * n_hg <= INT32_MAX && row_tiles <= 65535, "mla_decode: too many decode rows");
+  DI_CUDA_REQUIRE_MSG(a.kernel >= -1 && a.kernel <= 1, "mla_decode: kernel is -1 (automatic), 0 or 1");
+  const bool tc_shape = a.r == kTcRank && a.r + a.dr == kTcWidth;
+  DI_CUDA_REQUIRE_MSG(a.kernel != 1 || tc_shape, "mla_decode: the tensor-core kernel needs r = 512 and dr = 64");
+  const bool use_tc = a.kernel == 1 || (a.kernel == -1 && tc_shape);
   DecodePlan pl{};
   pl.a = a;
-  pl.n_splits = mla_decode_splits(a.n_rows, a.H);
+  if (a.split_keys > 0) {
+    DI_CUDA_REQUIRE_MSG(a.max_splits >= 1 && a.max_splits <= kMlaMaxSplits, "mla_decode: max_splits out of range");
+    pl.n_splits = static_cast<int>(a.max_splits);
+  } else {
+    pl.n_splits = mla_decode_splits(a.n_rows, a.H);
+  }
   pl.n_hg = static_cast<int>(n_hg);
   pl.wq = tile_stride(a.r + a.dr);
+  pl.cluster = 1;
+  int tc_mt = 0;
+  if (use_tc) {
+    const TcLaunch tl = tc_launch(a);
+    tc_mt = tl.mt;
+    pl.n_hg = tl.n_hg;
+    pl.n_splits = tl.n_splits;
+    pl.cluster = tl.cluster;
+  }
   auto get = [&](size_t bytes) { return alloc(ctx, bytes == 0 ? 16 : bytes); };
   const int64_t lat = a.n_rows * a.H * a.r;  // elements of one [n_rows, H, r] slab
   pl.q_lat = static_cast<float*>(get(sizeof(float) * lat));
@@ -602,19 +1033,20 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
     DI_CUDA_LAUNCHED();
     pl.row_map = row_map;
   }
-  static const bool smem_ok = [] {  // first call: eager, never inside a graph capture
-    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(split_smem_bytes(tile_stride(kMaxWidth)))));
-    return true;
-  }();
-  (void)smem_ok;
+  set_split_smem();
   const unsigned tiles = static_cast<unsigned>(row_tiles), heads = static_cast<unsigned>(a.H);
   mla_absorb_q_kernel<<<dim3(static_cast<unsigned>((a.r + kAbsorbCols - 1) / kAbsorbCols), heads, tiles), kThreads, 0,
                         s>>>(pl);
   DI_CUDA_LAUNCHED();
-  mla_split_kernel<<<dim3(static_cast<unsigned>(a.n_rows * n_hg), static_cast<unsigned>(pl.n_splits)), kThreads,
-                     split_smem_bytes(pl.wq), s>>>(pl);
-  DI_CUDA_LAUNCHED();
+  if (tc_mt == 1) {
+    launch_split_tc<1>(pl, s);
+  } else if (tc_mt == 4) {
+    launch_split_tc<4>(pl, s);
+  } else {
+    mla_split_kernel<<<dim3(static_cast<unsigned>(a.n_rows * n_hg), static_cast<unsigned>(pl.n_splits)), kThreads,
+                       split_smem_bytes(pl.wq), s>>>(pl);
+    DI_CUDA_LAUNCHED();
+  }
   mla_apply_uv_kernel<<<dim3(static_cast<unsigned>((a.dv + kUvCols - 1) / kUvCols), heads, tiles), kThreads, 0,
                         s>>>(pl);
   DI_CUDA_LAUNCHED();

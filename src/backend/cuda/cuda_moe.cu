@@ -4,16 +4,21 @@
 //   cub's radix sort) → per-expert row offsets, 64-row tile offsets and the active experts
 //   → gather rows as bf16 → grouped GEMM gate|up → SiLU·mul →
 //   grouped GEMM down → weighted combine in slot order (deterministic: no float atomics).
-// Three forms of the grouped GEMMs (MoeArgs::form; CudaBackend picks by the step's size):
+// Four forms of the grouped GEMMs (MoeArgs::form; CudaBackend picks by the step's size):
 //  - skinny (decode): grouped_gemv_kernel, one block per (8 weight rows, active expert),
 //    weights streamed once per 8 rows of the expert with 16-byte loads, fp32 FMAs on the CUDA
 //    cores — the weights' bandwidth, not the math, is the limit at a few rows per expert;
 //  - per-expert cuBLAS (prefill): the row counts are read back (one host synchronization, never
 //    inside a graph) and each expert with rows gets one tensor-core GEMM;
-//  - tiled: WMMA over each expert's 64-row tiles, sync-free for any size — version 2 (64×128
-//    tiles, 8 warps, 16-byte loads one K step ahead, double-buffered) where K % 8 == 0, else
-//    version 1 (64×64 tiles, scalar staging).
+//  - tiled: tensor cores over each expert's 64-row tiles, sync-free for any size — version 3
+//    (mma.sync via PTX, 64×256 tiles, 4-stage cp.async pipeline, ldmatrix) where K % 8 == 0
+//    (kUseTiledV3), else version 1 (WMMA, 64×64 tiles, scalar staging); version 2 (WMMA, 64×128,
+//    register-staged double buffering) stays as the reference the tests compare against. All
+//    three fold K identically (bitwise equal), with or without the batch-invariant K splits;
+//  - small-M (batch-invariant mode, ≤ 512 routed rows): small_m_gemm (cuda_invariant_gemm.cu),
+//    bitwise equal to the tiled form with the invariant K structure.
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_ptx.cuh"
 
 #include <algorithm>
 #include <vector>
@@ -339,9 +344,16 @@ __global__ void combine_kernel(const float* y, const int32_t* inv, const float* 
 constexpr int kBM = 64, kBN = 64, kBK = 32, kPad = 8;
 
 // Row tile `tile` of the sorted rows (tiles[e]: expert e's first 64-row tile): its expert, first
-// row and row count (≤ kBM). False past the last tile.
+// row and row count (≤ kBM). False past the last tile. offsets == null: one dense "expert" 0 of
+// rows [0, dense_rows).
 __device__ __forceinline__ bool tile_rows(int64_t tile, const int32_t* offsets, const int32_t* tiles, int64_t E,
-                                          int64_t* e, int64_t* m0, int64_t* rows) {
+                                          int64_t dense_rows, int64_t* e, int64_t* m0, int64_t* rows) {
+  if (offsets == nullptr) {
+    *e = 0;
+    *m0 = tile * kBM;
+    *rows = min(static_cast<int64_t>(kBM), dense_rows - *m0);
+    return *rows > 0;
+  }
   if (tile >= tiles[E]) return false;
   int64_t lo = 0, hi = E - 1;  // the largest e with tiles[e] ≤ tile
   while (lo < hi) {
@@ -355,15 +367,29 @@ __device__ __forceinline__ bool tile_rows(int64_t tile, const int32_t* offsets, 
   return true;
 }
 
-// C[r, n] = Σ_k A[r, k] · W[e·N + n, k] for the rows r of expert e's segment.
-template <bool kFp8, typename OutT>
+// The batch-invariant K structure (split_k > 0, see invariant_k_splits): the 16-wide K chunks
+// of [s·split_k, (s+1)·split_k) fold into a fresh accumulator `acc`, which joins the running
+// `total` in split order (total = acc of split 0, then total += acc of each next split) — the
+// order small_m_gemm's split blocks and their ordered sum produce. Called at each split's end.
+template <typename Frag>
+__device__ __forceinline__ void close_k_split(Frag& total, Frag& acc, bool first) {
+#pragma unroll
+  for (int v = 0; v < acc.num_elements; ++v) total.x[v] = first ? acc.x[v] : total.x[v] + acc.x[v];
+  nvcuda::wmma::fill_fragment(acc, 0.0f);
+}
+
+// C[r, n] = Σ_k A[r, k] · W[e·N + n, k] for the rows r of expert e's segment. kInvariant: the
+// batch-invariant K structure (close_k_split; a template flag, so the default kernel carries
+// no extra accumulator registers).
+template <bool kFp8, bool kInvariant, typename OutT>
 __global__ void __launch_bounds__(128) grouped_gemm_kernel(const bf16* A, int64_t K, const void* W, const float* wscale,
                                                            int64_t n_kb, int64_t block_k, int64_t N,
                                                            const int32_t* offsets, const int32_t* tiles, int64_t E,
-                                                           OutT* C) {
+                                                           int64_t dense_rows, OutT* C, int64_t ldc) {
   using namespace nvcuda;
+  constexpr int64_t split_k = kInvariant ? kInvariantSplitK : 0;
   int64_t e, m0, rows;
-  if (!tile_rows(blockIdx.y, offsets, tiles, E, &e, &m0, &rows)) return;
+  if (!tile_rows(blockIdx.y, offsets, tiles, E, dense_rows, &e, &m0, &rows)) return;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBN;
 
   __shared__ __align__(32) bf16 As[kBM][kBK + kPad];
@@ -371,13 +397,22 @@ __global__ void __launch_bounds__(128) grouped_gemm_kernel(const bf16* A, int64_
   __shared__ __align__(32) float Cs[kBM][kBN + 4];
   const int warp = threadIdx.x / 32;
   const int wm = warp / 2, wn = warp % 2;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2], total[2][2];
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+  auto close_split = [&](bool first) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) close_k_split(total[i][j], acc[i][j], first);
+  };
 
   for (int64_t k0 = 0; k0 < K; k0 += kBK) {
+    if constexpr (kInvariant) {
+      if (k0 > 0 && k0 % split_k == 0) close_split(k0 == split_k);
+    }
     for (int idx = threadIdx.x; idx < kBM * kBK; idx += blockDim.x) {
       const int r = idx / kBK, c = idx % kBK;
       const int64_t kk = k0 + c;
@@ -414,18 +449,20 @@ __global__ void __launch_bounds__(128) grouped_gemm_kernel(const bf16* A, int64_
     }
     __syncthreads();
   }
+  if constexpr (kInvariant) close_split(K <= split_k);
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int j = 0; j < 2; ++j)
-      wmma::store_matrix_sync(&Cs[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], kBN + 4, wmma::mem_row_major);
+      wmma::store_matrix_sync(&Cs[wm * 32 + i * 16][wn * 32 + j * 16], kInvariant ? total[i][j] : acc[i][j], kBN + 4,
+                              wmma::mem_row_major);
   __syncthreads();
   for (int idx = threadIdx.x; idx < kBM * kBN; idx += blockDim.x) {
     const int r = idx / kBN, c = idx % kBN;
     if (r < rows && n0 + c < N) {
       const float v = Cs[r][c];
-      if constexpr (sizeof(OutT) == 4) C[(m0 + r) * N + n0 + c] = v;
-      else C[(m0 + r) * N + n0 + c] = __float2bfloat16(v);
+      if constexpr (sizeof(OutT) == 4) C[(m0 + r) * ldc + n0 + c] = v;
+      else C[(m0 + r) * ldc + n0 + c] = __float2bfloat16(v);
     }
   }
 }
@@ -444,14 +481,15 @@ constexpr size_t kV2AbBytes = sizeof(bf16) * 2 * (kV2M + kV2N) * (kV2K + kV2Pad)
 constexpr size_t kV2CBytes = sizeof(float) * kV2M * (kV2N + 4);
 constexpr size_t kV2SmemBytes = kV2AbBytes > kV2CBytes ? kV2AbBytes : kV2CBytes;
 
-template <bool kFp8>
+template <bool kFp8, bool kInvariant>
 __global__ void __launch_bounds__(256) grouped_gemm_v2_kernel(const bf16* A, int64_t K, const void* W,
                                                               const float* wscale, int64_t n_kb, int64_t block_k,
                                                               int64_t N, const int32_t* offsets, const int32_t* tiles,
-                                                              int64_t E, float* C) {
+                                                              int64_t E, int64_t dense_rows, float* C, int64_t ldc) {
   using namespace nvcuda;
+  constexpr int64_t split_k = kInvariant ? kInvariantSplitK : 0;
   int64_t e, m0, rows;
-  if (!tile_rows(blockIdx.y, offsets, tiles, E, &e, &m0, &rows)) return;
+  if (!tile_rows(blockIdx.y, offsets, tiles, E, dense_rows, &e, &m0, &rows)) return;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kV2N;
 
   __shared__ __align__(128) unsigned char smem[kV2SmemBytes];
@@ -494,16 +532,25 @@ __global__ void __launch_bounds__(256) grouped_gemm_v2_kernel(const bf16* A, int
     *reinterpret_cast<uint4*>(&Bs[buf][lr + 64][lc]) = rb[1];
   };
 
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2], total[2][2];
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+  auto close_split = [&](bool first) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) close_k_split(total[i][j], acc[i][j], first);
+  };
   load(0);
   store(0);
   __syncthreads();
   int buf = 0;
   for (int64_t k0 = 0; k0 < K; k0 += kV2K) {
+    if constexpr (kInvariant) {
+      if (k0 > 0 && k0 % split_k == 0) close_split(k0 == split_k);
+    }
     const bool more = k0 + kV2K < K;
     if (more) load(k0 + kV2K);
 #pragma unroll
@@ -523,40 +570,392 @@ __global__ void __launch_bounds__(256) grouped_gemm_v2_kernel(const bf16* A, int
     __syncthreads();
     buf ^= 1;
   }
+  if constexpr (kInvariant) close_split(K <= split_k);
   auto Cs = reinterpret_cast<float(*)[kV2N + 4]>(smem);  // [64][132], aliasing A/B (all reads done)
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int j = 0; j < 2; ++j)
-      wmma::store_matrix_sync(&Cs[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], kV2N + 4, wmma::mem_row_major);
+      wmma::store_matrix_sync(&Cs[wm * 32 + i * 16][wn * 32 + j * 16], kInvariant ? total[i][j] : acc[i][j],
+                              kV2N + 4, wmma::mem_row_major);
   __syncthreads();
   for (int idx = t; idx < kV2M * kV2N; idx += blockDim.x) {
     const int r = idx / kV2N, c = idx % kV2N;
-    if (r < rows && n0 + c < N) C[(m0 + r) * N + n0 + c] = Cs[r][c];
+    if (r < rows && n0 + c < N) C[(m0 + r) * ldc + n0 + c] = Cs[r][c];
   }
 }
 
+// Version 3 of the tiled grouped GEMM (K % 8 == 0; FP8: block_k % 8 == 0): the same tiles of
+// each expert's rows as versions 1 and 2 (64 rows from tile_rows), 256 output columns per block,
+// on mma.sync m16n8k16 bf16 → fp32 through inline PTX.
+//  - 256 threads = 8 warps side by side along N: warp w owns columns [n0 + 32w, n0 + 32w + 32)
+//    of all 64 rows, a 64×32 warp tile = 4 (m16) × 4 (n8) MMA tiles, 64 fp32 accumulators per
+//    lane (c0, c1: row lane/4, columns 2·(lane%4) + {0, 1}; c2, c3: row + 8).
+//  - K in 32-wide steps through a 4-stage cp.async pipeline (16-byte copies; zero-filled past
+//    the tile's rows, past N and past K), one barrier per step. Shared stages: A [64][32] bf16,
+//    W [256][32] bf16 — 64-byte rows, the four 16-byte chunks XOR-swizzled by (row / 2) % 4 so
+//    ldmatrix's 8 row addresses of a matrix hit 8 distinct bank groups (v3_swz).
+//  - FP8 weights: the stage holds the raw bytes [256][32] e4m3 (16-byte copies when K % 16 == 0,
+//    else 8-byte: FP8 rows are then only 8-byte aligned); each warp widens its own 32 rows into a
+//    private [32][32] bf16 buffer (same swizzle) as bf16(fp8 · scale) — version 2's rounding —
+//    with the scales of the next step loaded into registers while this step multiplies.
+//  - Fragments by ldmatrix.x4 (A row-major m16×k16; W rows are B's columns, so no .trans).
+// Bitwise contract: each output element gets one m16n8k16 per 16-wide K chunk, chunks in
+// increasing K order, from a zero accumulator — exactly what WMMA m16n16k16 (two m16n8k16) does
+// in versions 1 and 2 and in small_m_gemm; zero chunks past K add exact zeros. kInvariant: a fresh
+// accumulator per kInvariantSplitK split, joined into `total` in split order (close_k_split's
+// arithmetic on plain registers). K is never split across warps or blocks.
+// Shared memory (dynamic): bf16 4 · (4 + 16) KB = 80 KB; FP8 4 · (4 + 8) KB + 8 · 2 KB = 64 KB:
+// two blocks per SM where registers allow. ptxas (sm_90a, CUDA 13), no spills: 113 registers
+// (bf16) and 128 (FP8) under the 2-block bound; the invariant form carries 64 more accumulators
+// (186 / 216 registers, one block of 8 warps per SM).
+// M tiles whose rows are all past the tile's rows, and warps whose columns are all past N, skip
+// their MMAs (their outputs are never written).
+constexpr int kV3M = 64, kV3N = 256, kV3K = 32, kV3Stages = 4, kV3Threads = 256;
+constexpr int kV3RowBytes = kV3K * 2;              // one bf16 row of a stage: 64 bytes
+constexpr int kV3ABytes = kV3M * kV3RowBytes;      // A stage: 4 KB
+constexpr int kV3WBytes = kV3N * kV3RowBytes;      // W stage, bf16: 16 KB
+constexpr int kV3W8Bytes = kV3N * kV3K;            // W stage, raw FP8: 8 KB
+constexpr int kV3WideBytes = 32 * kV3RowBytes;     // a warp's widened FP8 rows: 2 KB
+static_assert(kV3M == kBM, "version 3 reads the same 64-row tiles");
+static_assert(kV3N == 32 * (kV3Threads / 32), "one 32-column slab per warp");
+static_assert(kInvariantSplitK % kV3K == 0, "K splits end on step boundaries");
+
+template <bool kFp8>
+constexpr size_t v3_smem_bytes() {
+  return kV3Stages * static_cast<size_t>(kV3ABytes + (kFp8 ? kV3W8Bytes : kV3WBytes)) +
+         (kFp8 ? static_cast<size_t>(kV3Threads / 32) * kV3WideBytes : 0);
+}
+
+// Byte offset of 16-byte chunk c (0..3) of row r in a [rows][32] bf16 tile (64-byte rows): the
+// chunk XOR (r / 2) % 4. Rows 2i and 2i + 1 share a 128-byte line, so the 8 consecutive rows an
+// ldmatrix matrix reads at one logical chunk land on 8 distinct 16-byte bank groups.
+__device__ __forceinline__ int v3_swz(int r, int c) { return r * kV3RowBytes + ((c ^ ((r >> 1) & 3)) << 4); }
+
+// Two e4m3 codes (low byte first) → bf16x2 of (fp8 · scale), each rounded as
+// __float2bfloat16(static_cast<float>(fp8) · scale): e4m3 → f16 → f32 is exact, one fp32
+// multiply, round to nearest even.
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two, float scale) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
+  const float2 f = __half22float2(__half2(h));
+  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+template <bool kFp8, bool kInvariant>
+__global__ void __launch_bounds__(kV3Threads, kInvariant ? 1 : 2)
+    grouped_gemm_v3_kernel(const bf16* A, int64_t K, const void* W, const float* wscale, int64_t n_kb,
+                           int64_t block_k, int64_t N, const int32_t* offsets, const int32_t* tiles, int64_t E,
+                           int64_t dense_rows, float* C, int64_t ldc) {
+  int64_t e, m0, rows;
+  if (!tile_rows(blockIdx.y, offsets, tiles, E, dense_rows, &e, &m0, &rows)) return;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kV3N;
+  constexpr int kWStage = kFp8 ? kV3W8Bytes : kV3WBytes;
+
+  extern __shared__ __align__(128) unsigned char v3_smem[];
+  // [kV3Stages] A stages | [kV3Stages] W stages | FP8: [8 warps] widened W rows
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const uint32_t a_smem = static_cast<uint32_t>(__cvta_generic_to_shared(v3_smem));
+  const uint32_t w_smem = a_smem + kV3Stages * kV3ABytes;
+  const uint32_t wide_smem = w_smem + kV3Stages * kWStage + warp * kV3WideBytes;
+  unsigned char* const w_gen = v3_smem + kV3Stages * kV3ABytes;
+  unsigned char* const wide_gen = w_gen + kV3Stages * kWStage + warp * kV3WideBytes;
+
+  const int n_steps = static_cast<int>((K + kV3K - 1) / kV3K);
+
+  // This thread's copies, fixed over the K loop (the source advances by kV3K columns a step):
+  // A: row t / 4, chunk t % 4 (8 bf16). W bf16: rows t / 4 + 64 j, chunk t % 4 (j < 4). W FP8
+  // with K % 16 == 0: rows t / 2 + 128 j, 16-byte chunk t % 2 (j < 2); else rows t / 4 + 64 j,
+  // 8-byte chunk t % 4 (j < 4).
+  const int a_r = t / 4, a_c = t % 4;
+  const bool a_row_ok = a_r < rows;
+  const bf16* const a_src = A + (m0 + a_r) * K + a_c * 8;
+  const uint32_t a_dst = a_smem + v3_swz(a_r, a_c);
+  const bool fp8_rows16 = kFp8 && K % 16 == 0;  // FP8 rows 16-byte aligned
+  const int w_per_row = fp8_rows16 ? 2 : 4;     // copies per W row and step
+  const int w_r = t / w_per_row, w_c = t % w_per_row;
+  const int w_row_step = kV3Threads / w_per_row;  // rows between a thread's copies: 64 or 128
+  const int w_col = w_c * (fp8_rows16 ? 16 : 8);  // first column of the copy within the step
+  const size_t w_elem = kFp8 ? 1 : sizeof(bf16);
+  const unsigned char* const w_src = static_cast<const unsigned char*>(W) + ((e * N + n0 + w_r) * K + w_col) * w_elem;
+  const int64_t w_src_step = w_row_step * K * static_cast<int64_t>(w_elem);  // bytes between a thread's rows
+  const uint32_t w_dst =
+      w_smem + static_cast<uint32_t>(kFp8 ? w_r * kV3K + w_col : v3_swz(w_r, w_c));  // FP8 stages: no swizzle
+  const uint32_t w_dst_step = static_cast<uint32_t>(w_row_step * (kFp8 ? kV3K : kV3RowBytes));
+
+  // Copies of step `step` into its stage (zero-filled past the tile's rows, N and K).
+  auto issue = [&](int step) {
+    const int s = step % kV3Stages;
+    const int64_t k0 = static_cast<int64_t>(step) * kV3K;
+    {
+      const bool ok = a_row_ok && k0 + a_c * 8 < K;
+      cp_async16(a_dst + s * kV3ABytes, ok ? static_cast<const void*>(a_src + k0) : A, ok);
+    }
+    const bool k_ok = k0 + w_col < K;
+    const uint32_t dst = w_dst + s * kWStage;
+    const unsigned char* const src = w_src + k0 * static_cast<int64_t>(w_elem);
+    if (fp8_rows16) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const bool ok = k_ok && n0 + w_r + j * w_row_step < N;
+        cp_async16(dst + j * w_dst_step, ok ? static_cast<const void*>(src + j * w_src_step) : W, ok);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const bool ok = k_ok && n0 + w_r + j * w_row_step < N;
+        const void* from = ok ? static_cast<const void*>(src + j * w_src_step) : W;
+        if constexpr (kFp8) cp_async8(dst + j * w_dst_step, from, ok);
+        else cp_async16(dst + j * w_dst_step, from, ok);
+      }
+    }
+  };
+
+  // FP8 widening: lane l handles the 16 columns 16·(l % 2) .. +15 of the warp's rows
+  // l / 2 and 16 + l / 2 (passes p = 0, 1), two 8-column groups each with its own scale
+  // (block_k % 8 == 0: a group never straddles a scale block). Scales past N or K are 0, so
+  // the zero-filled bytes widen to +0 as in version 2.
+  const float* sc_row[2];
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    const int64_t n = n0 + warp * 32 + p * 16 + lane / 2;
+    sc_row[p] = kFp8 && n < N ? wscale + (e * N + n) * n_kb : nullptr;
+  }
+  float sc[2][2];  // [pass][group] scales of the step being widened
+  auto load_scales = [&](int step) {
+#pragma unroll
+    for (int g = 0; g < 2; ++g) {
+      const int64_t k = static_cast<int64_t>(step) * kV3K + (lane % 2) * 16 + 8 * g;
+      const bool k_ok = k < K;
+      const uint32_t kb = k_ok ? static_cast<uint32_t>(k) / static_cast<uint32_t>(block_k) : 0u;
+#pragma unroll
+      for (int p = 0; p < 2; ++p) sc[p][g] = k_ok && sc_row[p] != nullptr ? __ldg(sc_row[p] + kb) : 0.0f;
+    }
+  };
+  auto widen = [&](int s) {
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      const int rl = p * 16 + lane / 2;  // row within the warp's 32
+      const uint4 raw =
+          *reinterpret_cast<const uint4*>(w_gen + s * kWStage + (warp * 32 + rl) * kV3K + (lane % 2) * 16);
+      uint4 lo, hi;  // bf16 columns 0..7 and 8..15 of this lane's 16
+      lo.x = fp8x2_to_bf16x2(raw.x, sc[p][0]);
+      lo.y = fp8x2_to_bf16x2(raw.x >> 16, sc[p][0]);
+      lo.z = fp8x2_to_bf16x2(raw.y, sc[p][0]);
+      lo.w = fp8x2_to_bf16x2(raw.y >> 16, sc[p][0]);
+      hi.x = fp8x2_to_bf16x2(raw.z, sc[p][1]);
+      hi.y = fp8x2_to_bf16x2(raw.z >> 16, sc[p][1]);
+      hi.z = fp8x2_to_bf16x2(raw.w, sc[p][1]);
+      hi.w = fp8x2_to_bf16x2(raw.w >> 16, sc[p][1]);
+      *reinterpret_cast<uint4*>(wide_gen + v3_swz(rl, 2 * (lane % 2))) = lo;
+      *reinterpret_cast<uint4*>(wide_gen + v3_swz(rl, 2 * (lane % 2) + 1)) = hi;
+    }
+  };
+
+  // ldmatrix row addresses for the two 16-wide K chunks of a step: A (matrices: rows 0-7 / 8-15
+  // × k 0-7, then × k 8-15: the m16n8k16 A fragment order) and W (n 0-7 × k 0-7, k 8-15, then
+  // n 8-15 × k 0-7, k 8-15: the B fragments of two n8 tiles). Swizzle rows advance by 16.
+  uint32_t off_a[2], off_b[2];
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    off_a[kk] = static_cast<uint32_t>(v3_swz(lane % 16, 2 * kk + lane / 16));
+    off_b[kk] = static_cast<uint32_t>(v3_swz((lane / 16) * 8 + lane % 8, 2 * kk + (lane / 8) % 2));
+  }
+  const int m_tiles = static_cast<int>(min(static_cast<int64_t>(4), (rows + 15) / 16));
+  const bool warp_live = n0 + warp * 32 < N;
+
+  float acc[4][4][4], total[4][4][4];  // [m16 tile][n8 tile][c0..c3]
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
+  // The end of a K split (close_k_split on registers): split 0 is copied, later splits added.
+  // Two functions rather than close_k_split's `first` select, which made ptxas spill here.
+  auto open_total = [&] {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          total[i][j][v] = acc[i][j][v];
+          acc[i][j][v] = 0.0f;
+        }
+  };
+  auto add_to_total = [&] {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          total[i][j][v] = total[i][j][v] + acc[i][j][v];
+          acc[i][j][v] = 0.0f;
+        }
+  };
+
+  // One K step: wait for its stage, refill the stage freed last step, multiply.
+  auto step_body = [&](int step) {
+    cp_async_wait<kV3Stages - 2>();
+    __syncthreads();  // stage `step` visible to all; the stage refilled below was drained last step
+    if (step + kV3Stages - 1 < n_steps) issue(step + kV3Stages - 1);
+    cp_async_commit();
+    if (!warp_live) return;
+    const int s = step % kV3Stages;
+    uint32_t b_base = w_smem + s * kWStage + warp * 32 * kV3RowBytes;
+    if constexpr (kFp8) {
+      widen(s);
+      __syncwarp();  // the warp's widened rows visible to its ldmatrix
+      if (step + 1 < n_steps) load_scales(step + 1);
+      b_base = wide_smem;
+    }
+    const uint32_t a_base = a_smem + s * kV3ABytes;
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {  // the step's two 16-wide K chunks, in order
+      uint32_t fb[2][4];  // n8 tiles 2jj, 2jj + 1: {b0, b1} each
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj) ldmatrix_x4<true>(fb[jj], b_base + jj * 16 * kV3RowBytes + off_b[kk]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (i >= m_tiles) break;
+        uint32_t fa[4];
+        ldmatrix_x4<true>(fa, a_base + i * 16 * kV3RowBytes + off_a[kk]);
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+          mma_bf16_16816(acc[i][2 * jj], fa, fb[jj][0], fb[jj][1]);
+          mma_bf16_16816(acc[i][2 * jj + 1], fa, fb[jj][2], fb[jj][3]);
+        }
+      }
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < kV3Stages - 1; ++s) {
+    if (s < n_steps) issue(s);
+    cp_async_commit();  // empty groups keep the wait count uniform
+  }
+  if constexpr (kFp8) {
+    if (warp_live) load_scales(0);
+  }
+  // kInvariant: split 0 (the first kSplitSteps steps) into acc, copied to total; then each
+  // later split (the last one possibly short) into a fresh acc, added to total at its end.
+  constexpr int kSplitSteps = static_cast<int>(kInvariantSplitK / kV3K);
+  const int first_end = kInvariant ? min(n_steps, kSplitSteps) : n_steps;
+  int step = 0;
+  for (; step < first_end; ++step) step_body(step);
+  if constexpr (kInvariant) {
+    open_total();
+    for (; step < n_steps; ++step) {
+      step_body(step);
+      if ((step + 1) % kSplitSteps == 0 || step + 1 == n_steps) add_to_total();
+    }
+  }
+  cp_async_wait<0>();
+  if (!warp_live) return;
+
+  // Epilogue straight from the accumulators: float2 stores where C's rows and base allow.
+  const bool vec2 = (ldc % 2 == 0) && (reinterpret_cast<uintptr_t>(C) % 8 == 0);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = i * 16 + h * 8 + lane / 4;
+      if (r >= rows) continue;
+      float* c_row = C + (m0 + r) * ldc;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t n = n0 + warp * 32 + j * 8 + (lane % 4) * 2;
+        const float v0 = kInvariant ? total[i][j][2 * h] : acc[i][j][2 * h];
+        const float v1 = kInvariant ? total[i][j][2 * h + 1] : acc[i][j][2 * h + 1];
+        if (vec2 && n + 1 < N) {
+          *reinterpret_cast<float2*>(c_row + n) = make_float2(v0, v1);
+        } else {
+          if (n < N) c_row[n] = v0;
+          if (n + 1 < N) c_row[n + 1] = v1;
+        }
+      }
+    }
+}
+
+// Dynamic shared memory above 48 KB for version 3, set on the first launch that may use it
+// (eager: the first tiled GEMM of a model runs before any graph capture).
+void set_v3_smem() {
+  static const bool done = [] {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_v3_kernel<false, false>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(v3_smem_bytes<false>())));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_v3_kernel<false, true>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(v3_smem_bytes<false>())));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_v3_kernel<true, false>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(v3_smem_bytes<true>())));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_v3_kernel<true, true>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(v3_smem_bytes<true>())));
+    return true;
+  }();
+  (void)done;
+}
+
+// Whether grouped_gemm (version 0: automatic) takes version 3 where its preconditions hold,
+// instead of version 2. Off until version 3 is measured on the GPU.
+constexpr bool kUseTiledV3 = true;
+
+// offsets == null: dense rows [0, R) (tiles and E unused), C's row stride ldc. invariant: the
+// batch-invariant K structure (close_k_split). version: 0 automatic (fp32 output with K % 8 == 0
+// and FP8 block_k % 8 == 0: version 3 if kUseTiledV3, else 2; otherwise 1), or 1, 2, 3 forced
+// (tests; 2 and 3 need those preconditions: checked). Every version does the same per-element
+// arithmetic, so the choice never changes a bit of C.
 template <typename OutT>
 void grouped_gemm(const bf16* A, int64_t R, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k,
-                  int64_t N, const int32_t* offsets, const int32_t* tiles, int64_t E, OutT* C, cudaStream_t s) {
-  const int64_t max_tiles = (R + kBM - 1) / kBM + E;
+                  int64_t N, const int32_t* offsets, const int32_t* tiles, int64_t E, OutT* C, int64_t ldc,
+                  cudaStream_t s, bool invariant = false, int version = 0) {
+  const int64_t max_tiles = (R + kBM - 1) / kBM + (offsets != nullptr ? E : 0);
   DI_CUDA_REQUIRE(max_tiles <= 65535);  // grid.y limit: R = tokens·top_k rows per step
   const int64_t n_kb = fp8 ? (K + block_k - 1) / block_k : 0;
+  const bool vec_ok = sizeof(OutT) == 4 && K % 8 == 0 && (!fp8 || block_k % 8 == 0);
+  if (version == 0) version = vec_ok ? (kUseTiledV3 ? 3 : 2) : 1;
+  DI_CUDA_REQUIRE(version >= 1 && version <= 3);
+  DI_CUDA_REQUIRE(version == 1 || vec_ok);
   if constexpr (sizeof(OutT) == 4) {
     static_assert(kV2M == kBM, "version 2 reads the same 64-row tiles");
-    if (K % 8 == 0 && (!fp8 || block_k % 8 == 0)) {
+    if (version == 3) {
+      DI_CUDA_REQUIRE(K <= INT32_MAX);  // 32-bit step counts and scale-block division
+      set_v3_smem();
+      const dim3 grid3(grid_for(N, kV3N), static_cast<unsigned>(max_tiles));
+      auto launch = [&](auto kernel, size_t smem) {
+        kernel<<<grid3, kV3Threads, smem, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, tiles, E, R, C, ldc);
+      };
+      if (fp8) {
+        invariant ? launch(grouped_gemm_v3_kernel<true, true>, v3_smem_bytes<true>())
+                  : launch(grouped_gemm_v3_kernel<true, false>, v3_smem_bytes<true>());
+      } else {
+        invariant ? launch(grouped_gemm_v3_kernel<false, true>, v3_smem_bytes<false>())
+                  : launch(grouped_gemm_v3_kernel<false, false>, v3_smem_bytes<false>());
+      }
+      DI_CUDA_LAUNCHED();
+      return;
+    }
+    if (version == 2) {
       const dim3 grid2(grid_for(N, kV2N), static_cast<unsigned>(max_tiles));
-      if (fp8)
-        grouped_gemm_v2_kernel<true><<<grid2, 256, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, tiles, E, C);
-      else
-        grouped_gemm_v2_kernel<false><<<grid2, 256, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, tiles, E, C);
+      auto launch = [&](auto kernel) {
+        kernel<<<grid2, 256, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, tiles, E, R, C, ldc);
+      };
+      if (fp8) invariant ? launch(grouped_gemm_v2_kernel<true, true>) : launch(grouped_gemm_v2_kernel<true, false>);
+      else invariant ? launch(grouped_gemm_v2_kernel<false, true>) : launch(grouped_gemm_v2_kernel<false, false>);
       DI_CUDA_LAUNCHED();
       return;
     }
   }
   const dim3 grid(grid_for(N, kBN), static_cast<unsigned>(max_tiles));
-  if (fp8) grouped_gemm_kernel<true, OutT><<<grid, 128, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, tiles, E, C);
-  else grouped_gemm_kernel<false, OutT><<<grid, 128, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, tiles, E, C);
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, 128, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, tiles, E, R, C, ldc);
+  };
+  if (fp8) invariant ? launch(grouped_gemm_kernel<true, true, OutT>) : launch(grouped_gemm_kernel<true, false, OutT>);
+  else invariant ? launch(grouped_gemm_kernel<false, true, OutT>) : launch(grouped_gemm_kernel<false, false, OutT>);
   DI_CUDA_LAUNCHED();
 }
 
@@ -574,6 +973,18 @@ void dense_gemv(const bf16* A, int64_t M, int64_t K, const void* W, const float*
                 int64_t N, float* C, int64_t ldc, cudaStream_t s) {
   if (M == 0) return;
   grouped_gemv(A, K, W, scale, fp8, block_k, N, nullptr, nullptr, 1, M, C, ldc, s);
+}
+
+void dense_gemm_tiled(const bf16* A, int64_t M, int64_t K, const void* W, const float* scale, bool fp8,
+                      int64_t block_k, int64_t N, float* C, int64_t ldc, cudaStream_t s) {
+  if (M == 0) return;
+  grouped_gemm<float>(A, M, K, W, scale, fp8, block_k, N, nullptr, nullptr, 0, C, ldc, s, true);
+}
+
+void tiled_gemm_for_test(int version, const bf16* A, int64_t M, int64_t K, const void* W, const float* scale, bool fp8,
+                         int64_t block_k, int64_t N, float* C, int64_t ldc, bool invariant, cudaStream_t s) {
+  if (M == 0) return;
+  grouped_gemm<float>(A, M, K, W, scale, fp8, block_k, N, nullptr, nullptr, 0, C, ldc, s, invariant, version);
 }
 
 bool moe_skinny_ok(int64_t D, int64_t I, bool fp8, int64_t block_k) {
@@ -614,6 +1025,7 @@ void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void
   DI_CUDA_LAUNCHED();
   DI_CUDA_REQUIRE(a.form != 1 || moe_skinny_ok(a.D, a.I, a.fp8, a.block_k));
   DI_CUDA_REQUIRE(a.form != 2 || a.blas != nullptr);
+  DI_CUDA_REQUIRE(a.form != 3 || (small_m_gemm_ok(a.D, a.fp8, a.block_k) && small_m_gemm_ok(a.I, a.fp8, a.block_k)));
   std::vector<int32_t> host_offsets;
   bf16* wbuf = nullptr;  // form 2 with FP8 weights: one expert's weights dequantized
   if (a.form == 2) {
@@ -626,7 +1038,12 @@ void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void
     if (a.form == 1) {
       grouped_gemv(A, K, W, scale, a.fp8, a.block_k, N, offsets, active, n_active, 0, C, N, s);
     } else if (a.form == 0) {
-      grouped_gemm<float>(A, R, K, W, scale, a.fp8, a.block_k, N, offsets, tiles, a.E, C, s);
+      grouped_gemm<float>(A, R, K, W, scale, a.fp8, a.block_k, N, offsets, tiles, a.E, C, N, s,
+                          a.invariant);
+    } else if (a.form == 3) {
+      float* part = invariant_k_splits(K) > 1 ? static_cast<float*>(get(sizeof(float) * invariant_k_splits(K) * R * N))
+                                              : nullptr;
+      small_m_gemm(A, K, W, scale, a.fp8, a.block_k, N, offsets, active, n_active, R, C, N, part, s);
     } else {  // C rows of expert e = A rows of e · W_eᵀ, one cuBLAS GEMM each (stream-ordered wbuf reuse)
       const int64_t n_kb = a.fp8 ? (K + a.block_k - 1) / a.block_k : 0;
       for (int64_t e = 0; e < a.E; ++e) {

@@ -1,0 +1,305 @@
+// FP8 block-scaled GEMM (cuda_fp8_gemm.cu) at DeepSeek V2-Lite and V3 shapes: dense projections
+// and the grouped routed-expert GEMMs, one JSON line per (shape, M) on stdout.
+// Figures: TFLOP/s (2·M·N·K per GEMM; grouped: 2·rows·N·K over the routed rows) and GB/s of weight
+// bytes read (dense N·K; grouped: the experts with rows), the latter against a device-to-device
+// copy rate measured in the same run (bytes read + written). Timing: CUDA events around replays of
+// a CUDA graph holding a batch of launches (a batch lasts ≥ ~1 ms), warm-up first, the median of
+// --reps replays. Weights smaller
+// than 2× L2 are rotated through enough copies that each launch reads them from HBM.
+// Does not check results (tests/backend/cuda_fp8_gemm_test.cpp does). Usage:
+//   fp8_gemm_bench [--model v2lite|v3|all] [--m 1,16,64,256,1024,4096,16384] [--reps 9] [--grouped-only]
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "backend/cuda/cuda_common.h"
+
+using namespace deepinfer::cuda;
+
+namespace {
+
+struct DenseShape {
+  const char* model;
+  const char* name;
+  int64_t N, K;
+};
+struct ExpertShape {
+  const char* model;
+  const char* name;
+  int64_t E, top_k, N, K;
+};
+
+const DenseShape kDense[] = {
+    {"v2lite", "q_proj", 3072, 2048},        {"v2lite", "kv_a_proj", 576, 2048},
+    {"v2lite", "o_proj", 2048, 2048},        {"v2lite", "shared_gate_up", 2816, 2048},
+    {"v2lite", "shared_down", 2048, 1408},   {"v3", "q_a_proj", 1536, 7168},
+    {"v3", "q_b_proj", 24576, 1536},         {"v3", "kv_a_proj", 576, 7168},
+    {"v3", "o_proj", 7168, 16384},
+};
+const ExpertShape kExperts[] = {
+    {"v2lite", "experts_gate_up", 64, 6, 2816, 2048},
+    {"v2lite", "experts_down", 64, 6, 2048, 1408},
+    {"v3", "experts_gate_up", 256, 8, 4096, 7168},
+    {"v3", "experts_down", 256, 8, 7168, 2048},
+};
+
+// A device allocation freed at scope exit.
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t bytes) { DI_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256))); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+};
+
+// Split-K workspace: one buffer grown on the host before timing (alloc must not grow it then).
+struct Workspace {
+  std::unique_ptr<Dev> buf;
+  size_t bytes = 0;
+  static void* alloc(void* ctx, size_t n) {
+    auto* w = static_cast<Workspace*>(ctx);
+    DI_CUDA_REQUIRE(n <= w->bytes);
+    return w->buf->p;
+  }
+  void reserve(size_t n) {
+    if (n <= bytes) return;
+    buf.reset();
+    buf = std::make_unique<Dev>(n);
+    bytes = n;
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Seconds per call of `launch(i)` (i: the call's index, for rotating buffers).
+template <typename F>
+double time_launches(F&& launch, int reps, cudaStream_t s) {
+  cudaEvent_t e0, e1;
+  DI_CUDA_CHECK(cudaEventCreate(&e0));
+  DI_CUDA_CHECK(cudaEventCreate(&e1));
+  int idx = 0;
+  for (int i = 0; i < 3; ++i) launch(idx++);  // warm-up
+  DI_CUDA_CHECK(cudaEventRecord(e0, s));
+  launch(idx++);
+  DI_CUDA_CHECK(cudaEventRecord(e1, s));
+  DI_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  DI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  const int batch = std::clamp(static_cast<int>(1.0 / std::max(ms, 1e-3f)), 1, 200);  // ≥ ~1 ms per batch
+  // The batch is captured once as a CUDA graph and replayed: host launch cost (several µs per
+  // launch on the GPU machine) would otherwise be what small-M figures measure.
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  DI_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int b = 0; b < batch; ++b) launch(idx++);
+  DI_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  DI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  DI_CUDA_CHECK(cudaGraphLaunch(exec, s));  // upload + warm
+  std::vector<double> per_call;
+  for (int r = 0; r < reps; ++r) {
+    DI_CUDA_CHECK(cudaEventRecord(e0, s));
+    DI_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    DI_CUDA_CHECK(cudaEventRecord(e1, s));
+    DI_CUDA_CHECK(cudaEventSynchronize(e1));
+    DI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    per_call.push_back(ms * 1e-3 / batch);
+  }
+  DI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  DI_CUDA_CHECK(cudaGraphDestroy(graph));
+  DI_CUDA_CHECK(cudaEventDestroy(e0));
+  DI_CUDA_CHECK(cudaEventDestroy(e1));
+  return median(per_call);
+}
+
+// Device-to-device copy rate, bytes read + written per second (1 GiB, median of 10), timed
+// eagerly: a memcpy node inside a CUDA graph runs on a copy engine at ~2/3 of the rate an eager
+// cudaMemcpyAsync (an SM copy kernel) reaches, and the eager rate is the ceiling kernels compare to.
+double copy_rate(cudaStream_t s) {
+  const size_t n = size_t{1} << 30;
+  Dev a(n), b(n);
+  DI_CUDA_CHECK(cudaMemsetAsync(a.p, 1, n, s));
+  cudaEvent_t e0, e1;
+  DI_CUDA_CHECK(cudaEventCreate(&e0));
+  DI_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> t;
+  for (int r = 0; r < 13; ++r) {
+    DI_CUDA_CHECK(cudaEventRecord(e0, s));
+    DI_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice, s));
+    DI_CUDA_CHECK(cudaEventRecord(e1, s));
+    DI_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    DI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= 3) t.push_back(ms * 1e-3);
+  }
+  DI_CUDA_CHECK(cudaEventDestroy(e0));
+  DI_CUDA_CHECK(cudaEventDestroy(e1));
+  return 2.0 * static_cast<double>(n) / median(t);
+}
+
+int64_t l2_bytes() {
+  int dev = 0, v = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&dev));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, dev));
+  return v;
+}
+
+// Random e4m3 (N(0,1) rounded) and positive scales, all on the device.
+void fill_fp8(void* p, int64_t n, uint64_t seed, cudaStream_t s) { fill_random(p, Elem::kF8, n, seed, true, 1.0f, 0, s); }
+void fill_scales(void* p, int64_t n, uint64_t seed, cudaStream_t s) {
+  fill_random(p, Elem::kF32, n, seed, false, 0.5f / 64, 2.0f / 64, s);
+}
+
+struct Result {
+  std::string kernel, model, name;
+  int64_t M, N, K, E = 0, top_k = 0, rows = 0, active_experts = 0;
+  int variant = 0;
+  int64_t splits = 1;
+  double seconds, flops, weight_bytes, copy_bps;
+};
+
+void print(const Result& r) {
+  const double tflops = r.flops / r.seconds * 1e-12, wgbps = r.weight_bytes / r.seconds * 1e-9;
+  std::printf(
+      "{\"kernel\": \"%s\", \"model\": \"%s\", \"name\": \"%s\", \"M\": %ld, \"N\": %ld, \"K\": %ld, \"E\": %ld, "
+      "\"top_k\": %ld, \"rows\": %ld, \"active_experts\": %ld, \"variant\": %d, \"splits\": %ld, \"us\": %.2f, "
+      "\"tflops\": %.1f, \"weight_gbps\": %.1f, \"copy_gbps\": %.1f, \"weight_frac_of_copy\": %.3f}\n",
+      r.kernel.c_str(), r.model.c_str(), r.name.c_str(), static_cast<long>(r.M), static_cast<long>(r.N),
+      static_cast<long>(r.K), static_cast<long>(r.E), static_cast<long>(r.top_k), static_cast<long>(r.rows),
+      static_cast<long>(r.active_experts), r.variant, static_cast<long>(r.splits), r.seconds * 1e6, tflops, wgbps,
+      r.copy_bps * 1e-9, wgbps / (r.copy_bps * 1e-9));
+  std::fflush(stdout);
+}
+
+Result bench_dense(const DenseShape& d, int64_t M, int reps, double copy_bps, Workspace& ws, cudaStream_t s) {
+  const int64_t n_kb = (d.K + 127) / 128;
+  const int64_t w_bytes = d.N * d.K;
+  const int copies = static_cast<int>(std::clamp<int64_t>((2 * l2_bytes() + w_bytes - 1) / w_bytes, 1, 64));
+  Dev a(static_cast<size_t>(M * d.K)), sa(static_cast<size_t>(M * n_kb) * 4),
+      w(static_cast<size_t>(w_bytes) * copies), sw(static_cast<size_t>((d.N + 127) / 128 * n_kb) * 4 * copies),
+      c(static_cast<size_t>(M * d.N) * 2);
+  fill_fp8(a.p, M * d.K, 1, s);
+  fill_scales(sa.p, M * n_kb, 2, s);
+  fill_fp8(w.p, w_bytes * copies, 3, s);
+  fill_scales(sw.p, (d.N + 127) / 128 * n_kb * copies, 4, s);
+  Fp8GemmArgs args;
+  args.a = static_cast<const uint8_t*>(a.p);
+  args.a_scale = static_cast<const float*>(sa.p);
+  args.M = M, args.N = d.N, args.K = d.K, args.block_n = 128;
+  args.c = c.p, args.c_elem = Elem::kBF16, args.ldc = d.N;
+  const Fp8GemmPlan plan = fp8_gemm_plan(args);
+  ws.reserve(plan.workspace_bytes);
+  const double t = time_launches(
+      [&](int i) {
+        Fp8GemmArgs x = args;
+        x.w = static_cast<const uint8_t*>(w.p) + static_cast<size_t>(i % copies) * static_cast<size_t>(w_bytes);
+        x.w_scale = static_cast<const float*>(sw.p) + static_cast<size_t>(i % copies) * ((d.N + 127) / 128 * n_kb);
+        fp8_gemm(x, Workspace::alloc, &ws, s);
+      },
+      reps, s);
+  Result r{"deepinfer_fp8_gemm", d.model, d.name, M, d.N, d.K};
+  r.variant = plan.variant;
+  r.splits = plan.splits;
+  r.seconds = t;
+  r.flops = 2.0 * static_cast<double>(M) * static_cast<double>(d.N) * static_cast<double>(d.K);
+  r.weight_bytes = static_cast<double>(w_bytes);
+  r.copy_bps = copy_bps;
+  return r;
+}
+
+Result bench_grouped(const ExpertShape& x, int64_t T, int reps, double copy_bps, cudaStream_t s) {
+  // Uniform random routing: each token picks top_k distinct experts.
+  std::mt19937 rng(42);
+  std::vector<int32_t> counts(static_cast<size_t>(x.E), 0);
+  std::vector<int32_t> perm(static_cast<size_t>(x.E));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t e = 0; e < x.E; ++e) perm[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+    for (int64_t j = 0; j < x.top_k; ++j) {
+      std::uniform_int_distribution<int64_t> pick(j, x.E - 1);
+      std::swap(perm[static_cast<size_t>(j)], perm[static_cast<size_t>(pick(rng))]);
+      ++counts[static_cast<size_t>(perm[static_cast<size_t>(j)])];
+    }
+  }
+  std::vector<int32_t> offsets(static_cast<size_t>(x.E + 1), 0);
+  int64_t active = 0;
+  for (int64_t e = 0; e < x.E; ++e) {
+    offsets[static_cast<size_t>(e + 1)] = offsets[static_cast<size_t>(e)] + counts[static_cast<size_t>(e)];
+    active += counts[static_cast<size_t>(e)] > 0;
+  }
+  const int64_t R = T * x.top_k, n_kb = (x.K + 127) / 128;
+  Dev a(static_cast<size_t>(R * x.K)), sa(static_cast<size_t>(R * n_kb) * 4),
+      w(static_cast<size_t>(x.E * x.N * x.K)), sw(static_cast<size_t>(x.E * ((x.N + 127) / 128) * n_kb) * 4),
+      c(static_cast<size_t>(R * x.N) * 2), off(offsets.size() * 4);
+  fill_fp8(a.p, R * x.K, 5, s);
+  fill_scales(sa.p, R * n_kb, 6, s);
+  fill_fp8(w.p, x.E * x.N * x.K, 7, s);
+  fill_scales(sw.p, x.E * ((x.N + 127) / 128) * n_kb, 8, s);
+  DI_CUDA_CHECK(cudaMemcpyAsync(off.p, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice, s));
+  Fp8GemmArgs args;
+  args.a = static_cast<const uint8_t*>(a.p);
+  args.a_scale = static_cast<const float*>(sa.p);
+  args.w = static_cast<const uint8_t*>(w.p);
+  args.w_scale = static_cast<const float*>(sw.p);
+  args.M = R, args.N = x.N, args.K = x.K, args.block_n = 128;
+  args.c = c.p, args.c_elem = Elem::kBF16, args.ldc = x.N;
+  args.offsets = static_cast<const int32_t*>(off.p), args.E = x.E;
+  const double t = time_launches([&](int) { fp8_grouped_gemm(args, s); }, reps, s);
+  Result r{"deepinfer_fp8_grouped_gemm", x.model, x.name, T, x.N, x.K, x.E, x.top_k, R, active};
+  r.variant = fp8_grouped_gemm_variant(args);
+  r.seconds = t;
+  r.flops = 2.0 * static_cast<double>(R) * static_cast<double>(x.N) * static_cast<double>(x.K);
+  r.weight_bytes = static_cast<double>(active) * static_cast<double>(x.N * x.K);
+  r.copy_bps = copy_bps;
+  return r;
+}
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) v.push_back(std::stoll(item));
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"FP8 block-scaled GEMM benchmark (DeepSeek shapes)"};
+  std::string model = "all", ms = "1,16,64,256,1024,4096,16384";
+  int reps = 9;
+  bool grouped_only = false, dense_only = false;
+  app.add_option("--model", model, "v2lite | v3 | all");
+  app.add_option("--m", ms, "token counts, comma-separated");
+  app.add_option("--reps", reps, "timed batches (median)");
+  app.add_flag("--grouped-only", grouped_only);
+  app.add_flag("--dense-only", dense_only);
+  CLI11_PARSE(app, argc, argv);
+  const std::vector<int64_t> Ms = parse_list(ms);
+
+  cudaStream_t s;
+  DI_CUDA_CHECK(cudaStreamCreate(&s));
+  const double copy_bps = copy_rate(s);
+  std::printf("{\"kernel\": \"d2d_copy\", \"copy_gbps\": %.1f}\n", copy_bps * 1e-9);
+  Workspace ws;
+  if (!grouped_only)
+    for (const DenseShape& d : kDense) {
+      if (model != "all" && model != d.model) continue;
+      for (int64_t M : Ms) print(bench_dense(d, M, reps, copy_bps, ws, s));
+    }
+  if (!dense_only)
+    for (const ExpertShape& x : kExperts) {
+      if (model != "all" && model != x.model) continue;
+      for (int64_t M : Ms) print(bench_grouped(x, M, reps, copy_bps, s));
+    }
+  ws.buf.reset();
+  DI_CUDA_CHECK(cudaStreamDestroy(s));
+  return 0;
+}

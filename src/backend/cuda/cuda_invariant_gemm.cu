@@ -1,0 +1,260 @@
+// GEMMs whose per-element reduction order is fixed, for the batch-invariant mode
+// (DEEPINFER_BATCH_INVARIANT=1): an output element never depends on how many rows the launch
+// has, which rows share its tile, or which kernel of this family computed it.
+//  - small_m_gemm: bf16 operands (FP8 weights widened to bf16 with their block scale, rounded as
+//    the tiled grouped GEMM rounds them), fp32 accumulation on tensor cores through WMMA
+//    m16n16k16 fragments in the batch-invariant K structure (cuda_common.h: 512-wide K splits,
+//    each folded chunk by chunk from zero, split sums added in order). The tiled grouped GEMM's
+//    versions 1 and 2 (cuda_moe.cu) with split_k = 512 do the same arithmetic, so the three give
+//    bitwise-equal results and the backend may pick by size. This one is shaped for few rows:
+//    16-row × 64-column tiles, a 4-stage cp.async pipeline of 64-wide K steps, a grid over
+//    N × active experts × K splits (partials to scratch, then sum_splits adds them in order).
+//  - gemm_f32_ordered: fp32 × fp32 (the MoE router): each element's sum in one fixed order
+//    (32 strided fmaf chains, then a butterfly), whatever the tiling.
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_ptx.cuh"
+
+#include <cuda_fp8.h>
+#include <mma.h>
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kSmRows = 16;    // rows per tile (one WMMA fragment tall)
+constexpr int kSmCols = 64;    // output columns per block: 4 warps × 16
+constexpr int kSmK = 64;       // K per pipeline stage: 4 fragment MMAs
+constexpr int kSmStages = 4;
+constexpr int kSmPad = 8;      // bf16 row padding in shared memory (bank spread; 16-byte aligned rows)
+constexpr int kSmLd = kSmK + kSmPad;
+constexpr int kSmThreads = 128;
+
+constexpr size_t kSmABytes = sizeof(bf16) * kSmRows * kSmLd;          // one stage of A
+constexpr size_t kSmWBf16Bytes = sizeof(bf16) * kSmCols * kSmLd;      // one stage of W (bf16)
+constexpr size_t kSmWFp8Bytes = static_cast<size_t>(kSmCols) * kSmK;  // one stage of W (raw FP8)
+
+template <bool kFp8>
+constexpr size_t small_m_smem() {
+  // Stages of A and W, plus (FP8) one bf16 W buffer the raw stage is widened into. The epilogue's
+  // [16][68] fp32 tile aliases the stages once the pipeline is drained.
+  return kSmStages * (kSmABytes + (kFp8 ? kSmWFp8Bytes : kSmWBf16Bytes)) + (kFp8 ? kSmWBf16Bytes : 0);
+}
+static_assert(small_m_smem<false>() <= 48 * 1024 && small_m_smem<true>() <= 48 * 1024, "static shared memory");
+
+// C[r, n] (row stride ldc) = Σ_k A[r, k] · W[e·N + n, k] for the rows r of expert e (grouped:
+// rows [offsets[e], offsets[e+1]) of A and C, e = active[blockIdx.y], −1 = idle) or, with
+// active == null, rows [0, dense_rows). Block: 4 warps, columns [n0, n0 + 64) (warp w: 16 of
+// them), the expert's rows in passes of 16 (weights re-read from L2 for each pass).
+// Preconditions: K % 8 == 0 (bf16) or K % 16 == 0 (FP8: 16-byte chunks of FP8 rows).
+template <bool kFp8>
+__global__ void __launch_bounds__(kSmThreads) small_m_gemm_kernel(const bf16* A, int64_t K, const void* W,
+                                                                  const float* wscale, int64_t n_kb, int64_t block_k,
+                                                                  int64_t N, const int32_t* offsets,
+                                                                  const int32_t* active, int64_t dense_rows, float* C,
+                                                                  int64_t ldc, float* part, int64_t part_rows) {
+  using namespace nvcuda;
+  const int e = active != nullptr ? active[blockIdx.y] : 0;
+  if (e < 0) return;
+  const int64_t r0 = active != nullptr ? offsets[e] : 0;
+  const int64_t n_rows = active != nullptr ? offsets[e + 1] - r0 : dense_rows;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kSmCols;
+
+  __shared__ __align__(128) unsigned char smem[small_m_smem<kFp8>()];
+  constexpr size_t kWStage = kFp8 ? kSmWFp8Bytes : kSmWBf16Bytes;
+  auto a_stage = [&](int s) { return reinterpret_cast<bf16*>(smem + s * kSmABytes); };               // [16][72]
+  auto w_stage = [&](int s) { return smem + kSmStages * kSmABytes + s * kWStage; };                     // bf16 [64][72] | fp8 [64][64]
+  bf16* w_wide = reinterpret_cast<bf16*>(smem + kSmStages * (kSmABytes + kWStage));                   // FP8: bf16 [64][72]
+  const int t = threadIdx.x, warp = t / 32;
+  // This block's K split: [k_begin, k_end). With several splits it writes its partial sums.
+  const int64_t k_begin = static_cast<int64_t>(blockIdx.z) * kInvariantSplitK;
+  const int64_t k_end = gridDim.z > 1 ? min(K, k_begin + kInvariantSplitK) : K;
+  const int64_t n_steps = (k_end - k_begin + kSmK - 1) / kSmK;
+  float* out = C;
+  int64_t ld_out = ldc;
+  if (gridDim.z > 1) {
+    out = part + static_cast<int64_t>(blockIdx.z) * part_rows * N;
+    ld_out = N;
+  }
+
+  for (int64_t mc = 0; mc < n_rows; mc += kSmRows) {
+    const int64_t rows = min(static_cast<int64_t>(kSmRows), n_rows - mc);
+    const bf16* a_base = A + (r0 + mc) * K;
+    // One stage: A 16 rows × 64 k (128 chunks of 8 bf16: one per thread); W 64 rows × 64 k
+    // (bf16: 512 chunks, 4 per thread; FP8: 256 chunks of 16 bytes, 2 per thread).
+    auto issue = [&](int64_t step) {
+      const int s = static_cast<int>(step % kSmStages);
+      const int64_t k0 = k_begin + step * kSmK;
+      {
+        const int r = t / 8, c = (t % 8) * 8;
+        const bool ok = r < rows && k0 + c < k_end;
+        cp_async16(smem_u32(a_stage(s) + r * kSmLd + c), ok ? a_base + r * K + k0 + c : A, ok);
+      }
+      if constexpr (kFp8) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int idx = t + j * kSmThreads, r = idx / 4, c = (idx % 4) * 16;
+          const int64_t n = n0 + r;
+          const bool ok = n < N && k0 + c < k_end;
+          const uint8_t* src = static_cast<const uint8_t*>(W) + (static_cast<int64_t>(e) * N + n) * K + k0 + c;
+          cp_async16(smem_u32(w_stage(s) + r * kSmK + c), ok ? static_cast<const void*>(src) : W, ok);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int idx = t + j * kSmThreads, r = idx / 8, c = (idx % 8) * 8;
+          const int64_t n = n0 + r;
+          const bool ok = n < N && k0 + c < k_end;
+          const bf16* src = static_cast<const bf16*>(W) + (static_cast<int64_t>(e) * N + n) * K + k0 + c;
+          cp_async16(smem_u32(reinterpret_cast<bf16*>(w_stage(s)) + r * kSmLd + c),
+                     ok ? static_cast<const void*>(src) : W, ok);
+        }
+      }
+    };
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+    for (int s = 0; s < kSmStages - 1; ++s) {
+      if (s < n_steps) issue(s);
+      cp_async_commit();  // empty groups keep the wait count uniform
+    }
+    for (int64_t step = 0; step < n_steps; ++step) {
+      cp_async_wait<kSmStages - 2>();
+      __syncthreads();  // stage `step` visible to all; the buffer refilled below is free
+      if (step + kSmStages - 1 < n_steps) issue(step + kSmStages - 1);
+      cp_async_commit();
+      const int s = static_cast<int>(step % kSmStages);
+      const bf16* ws = reinterpret_cast<const bf16*>(w_stage(s));
+      if constexpr (kFp8) {
+        // Each warp widens its own 16 rows of the raw stage into its slice of w_wide:
+        // bf16(fp8 · scale), the tiled kernels' rounding. Lane l: row l / 2, 32 columns from
+        // (l % 2) · 32, in two 16-column groups (one scale each: block_k % 16 == 0).
+        const int lane = t % 32, r = warp * 16 + lane / 2, c0 = (lane % 2) * 32;
+        const int64_t n = n0 + r, k0 = k_begin + step * kSmK;
+#pragma unroll
+        for (int g = 0; g < 2; ++g) {
+          const int c = c0 + 16 * g;
+          const int64_t k = k0 + c;
+          const float sc = n < N && k < k_end ? wscale[(static_cast<int64_t>(e) * N + n) * n_kb + k / block_k] : 0.0f;
+          const uint4 raw = *reinterpret_cast<const uint4*>(w_stage(s) + r * kSmK + c);
+          const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
+          __align__(16) bf16 out[16];
+#pragma unroll
+          for (int v = 0; v < 16; ++v) {
+            __nv_fp8_e4m3 q;
+            q.__x = b[v];
+            out[v] = __float2bfloat16(static_cast<float>(q) * sc);
+          }
+          *reinterpret_cast<uint4*>(w_wide + r * kSmLd + c) = *reinterpret_cast<const uint4*>(out);
+          *reinterpret_cast<uint4*>(w_wide + r * kSmLd + c + 8) = *reinterpret_cast<const uint4*>(out + 8);
+        }
+        __syncwarp();
+        ws = w_wide;
+      }
+#pragma unroll
+      for (int kk = 0; kk < kSmK; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
+        wmma::load_matrix_sync(fa, a_stage(s) + kk, kSmLd);
+        wmma::load_matrix_sync(fb, ws + warp * 16 * kSmLd + kk, kSmLd);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      if constexpr (kFp8) __syncwarp();  // the warp's w_wide rows are rewritten by the next step
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // every warp done with the stages: the epilogue tile may alias them
+    float* cs = reinterpret_cast<float*>(smem);  // [16][68]
+    wmma::store_matrix_sync(cs + warp * 16, acc, kSmCols + 4, wmma::mem_row_major);
+    __syncthreads();
+    for (int idx = t; idx < kSmRows * kSmCols; idx += kSmThreads) {
+      const int r = idx / kSmCols, c = idx % kSmCols;
+      if (r < rows && n0 + c < N) out[(r0 + mc + r) * ld_out + n0 + c] = cs[r * (kSmCols + 4) + c];
+    }
+    __syncthreads();  // the next pass refills the stages
+  }
+}
+
+// C[r, n] = Σ_s part[s, r, n] in split order (the first term as is, then + each next).
+__global__ void sum_splits_kernel(const float* part, int64_t n_splits, int64_t rows, int64_t N, float* C, int64_t ldc) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= rows * N) return;
+  float v = part[i];
+  for (int64_t s = 1; s < n_splits; ++s) v = v + part[s * rows * N + i];
+  C[(i / N) * ldc + i % N] = v;
+}
+
+// C[m, n] = Σ_k X[m, k] · W[n, k] in fp32, in one fixed order whatever the tiling: lane l of a
+// warp sums k = l, l + 32, l + 64, … with fmaf, then the 32 lane sums meet in a butterfly
+// (xor 16, 8, 4, 2, 1). A warp owns 4 rows × 4 columns (16 sums per lane; x and w read as
+// coalesced 128-byte rows; the k loop unrolled 8× so a lane keeps 64 loads in flight — the
+// router's decode step is one row), a block of 4 warps 4 rows × 16 columns.
+constexpr int kF32Rows = 4, kF32Cols = 4, kF32Warps = 4;
+__global__ void __launch_bounds__(kF32Warps * 32) gemm_f32_ordered_kernel(const float* X, int64_t ldx, const float* W,
+                                                                          int64_t M, int64_t N, int64_t K, float* C,
+                                                                          int64_t ldc) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kF32Rows;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kF32Warps + warp) * kF32Cols;
+  if (n0 >= N) return;
+  float acc[kF32Rows][kF32Cols] = {};
+#pragma unroll 8
+  for (int64_t k = lane; k < K; k += 32) {
+    float x[kF32Rows], w[kF32Cols];
+#pragma unroll
+    for (int i = 0; i < kF32Rows; ++i) x[i] = m0 + i < M ? X[(m0 + i) * ldx + k] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kF32Cols; ++j) w[j] = n0 + j < N ? W[(n0 + j) * K + k] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kF32Rows; ++i)
+#pragma unroll
+      for (int j = 0; j < kF32Cols; ++j) acc[i][j] = fmaf(x[i], w[j], acc[i][j]);
+  }
+#pragma unroll
+  for (int i = 0; i < kF32Rows; ++i)
+#pragma unroll
+    for (int j = 0; j < kF32Cols; ++j) {
+      float v = acc[i][j];
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == i * kF32Cols + j && m0 + i < M && n0 + j < N) C[(m0 + i) * ldc + n0 + j] = v;
+    }
+}
+
+}  // namespace
+
+bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k) {
+  return fp8 ? K % 16 == 0 && block_k % 16 == 0 : K % 8 == 0;
+}
+
+void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
+                  const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, float* C,
+                  int64_t ldc, float* partials, cudaStream_t s) {
+  DI_CUDA_REQUIRE(small_m_gemm_ok(K, fp8, block_k));
+  DI_CUDA_REQUIRE(n_active >= 1 && n_active <= 65535);
+  if (rows == 0) return;
+  const int64_t n_splits = invariant_k_splits(K);
+  DI_CUDA_REQUIRE(n_splits == 1 || partials != nullptr);
+  const dim3 grid(grid_for(N, kSmCols), static_cast<unsigned>(n_active), static_cast<unsigned>(n_splits));
+  const int64_t n_kb = fp8 ? (K + block_k - 1) / block_k : 0;
+  const int64_t dense_rows = active == nullptr ? rows : 0;
+  if (fp8)
+    small_m_gemm_kernel<true><<<grid, kSmThreads, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, active,
+                                                          dense_rows, C, ldc, partials, rows);
+  else
+    small_m_gemm_kernel<false><<<grid, kSmThreads, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, active,
+                                                           dense_rows, C, ldc, partials, rows);
+  DI_CUDA_LAUNCHED();
+  if (n_splits > 1) {
+    sum_splits_kernel<<<grid_for(rows * N, 256), 256, 0, s>>>(partials, n_splits, rows, N, C, ldc);
+    DI_CUDA_LAUNCHED();
+  }
+}
+
+void gemm_f32_ordered(const float* X, int64_t ldx, const float* W, int64_t M, int64_t N, int64_t K, float* C,
+                      int64_t ldc, cudaStream_t s) {
+  if (M == 0 || N == 0) return;
+  DI_CUDA_REQUIRE((M + kF32Rows - 1) / kF32Rows <= 65535);
+  const dim3 grid(grid_for(N, kF32Warps * kF32Cols), static_cast<unsigned>((M + kF32Rows - 1) / kF32Rows));
+  gemm_f32_ordered_kernel<<<grid, kF32Warps * 32, 0, s>>>(X, ldx, W, M, N, K, C, ldc);
+  DI_CUDA_LAUNCHED();
+}
+
+}  // namespace deepinfer::cuda

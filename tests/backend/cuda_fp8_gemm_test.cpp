@@ -1,0 +1,385 @@
+// The FP8 block-scaled GEMM lab (cuda_fp8_gemm.cu) against CPU references of the same quantized
+// operands and scales.
+//  - quantize_fp8_rows: bit-exact — the scale is the same IEEE division max(amax, 1e-4)/448 (ue8m0:
+//    rounded up to a power of two), each element e4m3_rn_satfinite(x / s) with the core
+//    f32_to_e4m3 (round to nearest even, saturating), which the hardware cvt must match.
+//  - fp8_gemm / fp8_grouped_gemm: against an fp64 evaluation of Σ_kb sa·sw·Σ_{k∈kb} a·w, per element
+//    |gpu − ref| ≤ 2^-14 · Σ_kb |sa·sw| · Σ_{k∈kb} |a·w| (+ 2^-8 |ref| for bf16 output). Products
+//    of e4m3 values are exact in fp32; the error is the tensor cores' fp32 accumulation of 128
+//    products per block and the fp32 promotion, a few fp32 ulps of the |·|-sum (measured on H200:
+//    ≤ 6e-8 ≈ 2^-24 of it, fp32 output). 2^-14 leaves 1000× for another accumulator (a ~14-bit
+//    wgmma-style one would still pass) and still fails any indexing or scale bug by orders of magnitude.
+//  - every tile shape computes the same per-element arithmetic: with one K split the three
+//    variants, and the grouped form on an expert's rows, must agree bitwise; repeated runs too.
+// Skipped without a GPU (CI); run on the GPU machine.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#ifdef DEEPINFER_HAVE_CUDA
+#include "backend/cuda/cuda_common.h"
+#endif
+#include "support/cuda_available.h"
+#ifdef DEEPINFER_HAVE_CUDA
+#include "support/cuda_buffer.h"
+#endif
+
+namespace deepinfer {
+namespace {
+
+#ifdef DEEPINFER_HAVE_CUDA
+using cuda::Elem;
+using cuda::Fp8GemmArgs;
+
+using testing::DevBuf;
+using testing::download;
+using testing::upload;
+
+// Split-K workspace from cudaMalloc, freed with the arena.
+struct Arena {
+  std::vector<void*> bufs;
+  ~Arena() {
+    for (void* p : bufs) cudaFree(p);
+  }
+  static void* alloc(void* ctx, size_t bytes) {
+    void* p = nullptr;
+    DI_CUDA_CHECK(cudaMalloc(&p, bytes));
+    static_cast<Arena*>(ctx)->bufs.push_back(p);
+    return p;
+  }
+};
+
+// Random finite e4m3 codes: N(0, 1) values quantized with unit scale.
+std::vector<uint8_t> random_e4m3(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.0f, 1.5f);
+  std::vector<uint8_t> v(n);
+  for (auto& x : v) x = f32_to_e4m3(d(rng));
+  return v;
+}
+std::vector<float> random_scales(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(0.25f, 2.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng) / 64.0f;
+  return v;
+}
+
+// Host operands of one (dense or per-expert) GEMM problem.
+struct Operands {
+  int64_t M = 0, N = 0, K = 0, block_n = 128, n_kb = 0;
+  std::vector<uint8_t> a, w;   // [M, K], [N, K] e4m3
+  std::vector<float> sa, sw;   // [M, n_kb], [ceil(N / block_n), n_kb]
+};
+
+// ref[m, n] and its error bound (see the file header), fp64, for rows [r0, r0 + rows) of a and
+// weight rows [w0, w0 + N), scale rows from sw0.
+void reference(const std::vector<uint8_t>& a, const std::vector<float>& sa, const std::vector<uint8_t>& w,
+               const std::vector<float>& sw, int64_t r0, int64_t rows, int64_t w0, int64_t sw0, int64_t N, int64_t K,
+               int64_t block_n, std::vector<double>& ref, std::vector<double>& bound) {
+  static const std::vector<double> lut = [] {
+    std::vector<double> t(256);
+    for (int i = 0; i < 256; ++i) t[static_cast<size_t>(i)] = e4m3_to_f32(static_cast<uint8_t>(i));
+    return t;
+  }();
+  const int64_t n_kb = (K + 127) / 128;
+  ref.assign(static_cast<size_t>(rows * N), 0.0);
+  bound.assign(static_cast<size_t>(rows * N), 0.0);
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      const uint8_t* ar = a.data() + (r0 + m) * K;
+      const uint8_t* wr = w.data() + (w0 + n) * K;
+      double acc = 0, bnd = 0;
+      for (int64_t kb = 0; kb < n_kb; ++kb) {
+        double s = 0, sabs = 0;
+        for (int64_t k = kb * 128; k < std::min(K, kb * 128 + 128); ++k) {
+          const double p = lut[ar[k]] * lut[wr[k]];
+          s += p;
+          sabs += std::fabs(p);
+        }
+        const double sc = static_cast<double>(sa[static_cast<size_t>((r0 + m) * n_kb + kb)]) *
+                          static_cast<double>(sw[static_cast<size_t>((sw0 + n / block_n) * n_kb + kb)]);
+        acc += s * sc;
+        bnd += sabs * std::fabs(sc);
+      }
+      ref[static_cast<size_t>(m * N + n)] = acc;
+      bound[static_cast<size_t>(m * N + n)] = bnd;
+    }
+}
+
+// C read back as doubles [rows, N] from a [*, ldc] fp32 | bf16 buffer starting at row r0.
+std::vector<double> read_c(const DevBuf& c, Elem elem, int64_t total_rows, int64_t ldc, int64_t r0, int64_t rows,
+                           int64_t N) {
+  std::vector<double> out(static_cast<size_t>(rows * N));
+  if (elem == Elem::kF32) {
+    const auto h = download<float>(c, static_cast<size_t>(total_rows * ldc));
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t n = 0; n < N; ++n) out[static_cast<size_t>(m * N + n)] = h[static_cast<size_t>((r0 + m) * ldc + n)];
+  } else {
+    const auto h = download<uint16_t>(c, static_cast<size_t>(total_rows * ldc));
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t n = 0; n < N; ++n)
+        out[static_cast<size_t>(m * N + n)] = bf16_to_f32(h[static_cast<size_t>((r0 + m) * ldc + n)]);
+  }
+  return out;
+}
+
+// Number of elements outside the tolerance (and the worst error / bound ratio, for the log).
+int64_t count_bad(const std::vector<double>& got, const std::vector<double>& ref, const std::vector<double>& bound,
+                  bool bf16_out, double* worst) {
+  int64_t bad = 0;
+  *worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double tol = std::ldexp(bound[i], -14) + (bf16_out ? std::ldexp(std::fabs(ref[i]), -8) : 0.0) + 1e-30;
+    const double err = std::fabs(got[i] - ref[i]);
+    if (!(err <= tol)) ++bad;
+    if (bound[i] > 0) *worst = std::max(*worst, err / bound[i]);
+  }
+  return bad;
+}
+
+class CudaFp8Gemm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA GPU here (runs on the GPU machine)";
+    cudaDeviceProp prop{};
+    DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major < 9) GTEST_SKIP() << "the FP8 GEMM is built for sm_90a / sm_100a";
+  }
+  std::mt19937 rng_{20261130};
+};
+
+TEST_F(CudaFp8Gemm, QuantizeRowsBitExact) {
+  struct Case {
+    int64_t M, K;
+    Elem elem;
+    bool ue8m0;
+  };
+  for (const Case& c : {Case{5, 384, Elem::kF32, false}, Case{3, 208, Elem::kBF16, false}, Case{4, 256, Elem::kF32, true},
+                        Case{1, 16, Elem::kBF16, true}, Case{0, 128, Elem::kF32, false}}) {
+    const int64_t n_kb = (c.K + 127) / 128;
+    std::normal_distribution<float> d(0.0f, 3.0f);
+    std::vector<float> x(static_cast<size_t>(c.M * c.K));
+    for (auto& v : x) v = d(rng_);
+    if (c.M > 1) {
+      for (int64_t k = 0; k < std::min<int64_t>(128, c.K); ++k) x[static_cast<size_t>(c.K + k)] = 0.0f;  // a zero group
+      x[0] = 1000.0f;                                                                                    // an outlier
+    }
+    std::vector<uint16_t> xb(x.size());
+    if (c.elem == Elem::kBF16) {
+      for (size_t i = 0; i < x.size(); ++i) {
+        xb[i] = f32_to_bf16(x[i]);
+        x[i] = bf16_to_f32(xb[i]);  // the reference sees what the GPU reads
+      }
+    }
+    DevBuf dx(x.size() * 4), dq(x.size()), ds(static_cast<size_t>(c.M * n_kb) * 4);
+    if (c.elem == Elem::kF32) upload(dx, x);
+    else upload(dx, xb);
+    cuda::quantize_fp8_rows(dx.as<void>(), c.elem, c.M, c.K, dq.as<uint8_t>(), ds.as<float>(), c.ue8m0, nullptr);
+    DI_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto q = download<uint8_t>(dq, x.size());
+    const auto s = download<float>(ds, static_cast<size_t>(c.M * n_kb));
+    int64_t bad_q = 0, bad_s = 0;
+    for (int64_t m = 0; m < c.M; ++m)
+      for (int64_t g = 0; g < n_kb; ++g) {
+        float amax = 0;
+        for (int64_t k = g * 128; k < std::min(c.K, g * 128 + 128); ++k)
+          amax = std::max(amax, std::fabs(x[static_cast<size_t>(m * c.K + k)]));
+        float sc = std::max(amax, 1e-4f) / 448.0f;
+        if (c.ue8m0) sc = std::exp2(std::ceil(std::log2(sc)));
+        const float got_s = s[static_cast<size_t>(m * n_kb + g)];
+        if (std::memcmp(&got_s, &sc, 4) != 0) ++bad_s;
+        for (int64_t k = g * 128; k < std::min(c.K, g * 128 + 128); ++k) {
+          const size_t i = static_cast<size_t>(m * c.K + k);
+          if (q[i] != f32_to_e4m3(x[i] / sc)) ++bad_q;
+        }
+        if (m == 1 && g == 0) {
+          for (int64_t k = 0; k < std::min<int64_t>(128, c.K); ++k)
+            EXPECT_EQ(e4m3_to_f32(q[static_cast<size_t>(c.K + k)]) * got_s, 0.0f) << "zero group dequantizes to 0";
+        }
+      }
+    EXPECT_EQ(bad_q, 0) << "M=" << c.M << " K=" << c.K;
+    EXPECT_EQ(bad_s, 0) << "M=" << c.M << " K=" << c.K;
+  }
+}
+
+// One dense launch of `args` (c and ldc filled in here) into a fresh output; returns its bytes.
+std::vector<uint8_t> run_dense(Fp8GemmArgs args, Elem elem, int64_t ldc, DevBuf& c) {
+  const size_t bytes = static_cast<size_t>(args.M * ldc) * (elem == Elem::kF32 ? 4 : 2);
+  DI_CUDA_CHECK(cudaMemset(c.as<void>(), 0xff, bytes));  // NaN / garbage where nothing is written
+  args.c = c.as<void>();
+  args.c_elem = elem;
+  args.ldc = ldc;
+  Arena arena;
+  cuda::fp8_gemm(args, Arena::alloc, &arena, nullptr);
+  DI_CUDA_CHECK(cudaDeviceSynchronize());
+  return download<uint8_t>(c, bytes);
+}
+
+TEST_F(CudaFp8Gemm, DenseMatchesReferenceAllVariants) {
+  struct Case {
+    int64_t M, N, K, block_n;
+    Elem elem;
+    int64_t ldc_pad;
+  };
+  const Case cases[] = {
+      {1, 256, 256, 128, Elem::kF32, 0},     {7, 200, 384, 1, Elem::kBF16, 0},   {64, 576, 512, 128, Elem::kF32, 0},
+      {129, 320, 1408, 128, Elem::kBF16, 2}, {4096, 384, 128, 1, Elem::kF32, 0}, {33, 131, 208, 1, Elem::kF32, 1},
+      {17, 130, 2048, 128, Elem::kBF16, 0},  {2, 64, 16, 128, Elem::kF32, 0},    {0, 128, 128, 128, Elem::kF32, 0},
+  };
+  for (const Case& c : cases) {
+    Operands o;
+    o.M = c.M, o.N = c.N, o.K = c.K, o.block_n = c.block_n, o.n_kb = (c.K + 127) / 128;
+    o.a = random_e4m3(static_cast<size_t>(c.M * c.K), rng_);
+    o.w = random_e4m3(static_cast<size_t>(c.N * c.K), rng_);
+    o.sa = random_scales(static_cast<size_t>(c.M * o.n_kb), rng_);
+    o.sw = random_scales(static_cast<size_t>((c.N + c.block_n - 1) / c.block_n * o.n_kb), rng_);
+    DevBuf da(o.a.size() + 16), dw(o.w.size() + 16), dsa(o.sa.size() * 4 + 4), dsw(o.sw.size() * 4 + 4);
+    upload(da, o.a);
+    upload(dw, o.w);
+    upload(dsa, o.sa);
+    upload(dsw, o.sw);
+    const int64_t ldc = c.N + c.ldc_pad;
+    DevBuf dc(static_cast<size_t>(std::max<int64_t>(1, c.M * ldc)) * 4);
+    std::vector<double> ref, bound;
+    reference(o.a, o.sa, o.w, o.sw, 0, c.M, 0, 0, c.N, c.K, c.block_n, ref, bound);
+
+    Fp8GemmArgs args;
+    args.a = da.as<uint8_t>();
+    args.a_scale = dsa.as<float>();
+    args.w = dw.as<uint8_t>();
+    args.w_scale = dsw.as<float>();
+    args.M = c.M, args.N = c.N, args.K = c.K, args.block_n = c.block_n;
+    const bool bf = c.elem == Elem::kBF16;
+    const std::string what = "M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
+                             " block_n=" + std::to_string(c.block_n) + (bf ? " bf16" : " f32");
+
+    // By size (split-K allowed), twice: bitwise reproducible.
+    const auto first = run_dense(args, c.elem, ldc, dc);
+    double worst = 0;
+    EXPECT_EQ(count_bad(read_c(dc, c.elem, c.M, ldc, 0, c.M, c.N), ref, bound, bf, &worst), 0) << what << " auto";
+    std::printf("[fp8_gemm] %s: plan variant %d splits %ld, worst |err|/bound %.3g\n", what.c_str(),
+                cuda::fp8_gemm_plan(args).variant, static_cast<long>(cuda::fp8_gemm_plan(args).splits), worst);
+    EXPECT_EQ(run_dense(args, c.elem, ldc, dc), first) << what << " not reproducible";
+
+    // Each tile shape with one split: identical bits; and forced 3-way split-K.
+    std::vector<uint8_t> invariant;
+    for (int variant = 0; variant < 3; ++variant) {
+      Fp8GemmArgs v = args;
+      v.variant = variant;
+      v.batch_invariant = true;
+      const auto bits = run_dense(v, c.elem, ldc, dc);
+      EXPECT_EQ(count_bad(read_c(dc, c.elem, c.M, ldc, 0, c.M, c.N), ref, bound, bf, &worst), 0)
+          << what << " variant " << variant;
+      if (variant == 0) invariant = bits;
+      else EXPECT_EQ(bits, invariant) << what << ": variant " << variant << " differs bitwise from variant 0";
+      v.batch_invariant = false;
+      v.splits = 3;
+      run_dense(v, c.elem, ldc, dc);
+      EXPECT_EQ(count_bad(read_c(dc, c.elem, c.M, ldc, 0, c.M, c.N), ref, bound, bf, &worst), 0)
+          << what << " variant " << variant << " split 3";
+    }
+  }
+}
+
+TEST_F(CudaFp8Gemm, GroupedMatchesReferenceWithEmptyExperts) {
+  struct Case {
+    std::vector<int32_t> counts;  // rows per expert
+    int64_t N, K, block_n;
+    Elem elem;
+  };
+  std::vector<int32_t> many(64);
+  for (size_t e = 0; e < many.size(); ++e) many[e] = e % 5 == 0 ? 0 : static_cast<int32_t>((e * 37) % 23);
+  std::vector<int32_t> v3_decode(256, 0);  // decode-like: 8 single-row experts out of 256
+  for (int e : {3, 17, 64, 65, 128, 200, 254, 255}) v3_decode[static_cast<size_t>(e)] = 1;
+  const Case cases[] = {
+      {{0, 5, 0, 130, 17, 0, 64, 1}, 192, 256, 128, Elem::kF32},
+      {many, 136, 384, 1, Elem::kBF16},
+      {v3_decode, 256, 512, 128, Elem::kF32},
+      {{0, 0, 0}, 128, 128, 128, Elem::kF32},
+  };
+  for (const Case& c : cases) {
+    const int64_t E = static_cast<int64_t>(c.counts.size());
+    std::vector<int32_t> offsets(static_cast<size_t>(E + 1), 0);
+    for (int64_t e = 0; e < E; ++e) offsets[static_cast<size_t>(e + 1)] = offsets[static_cast<size_t>(e)] + c.counts[static_cast<size_t>(e)];
+    const int64_t M = offsets.back(), n_kb = (c.K + 127) / 128, sw_rows = (c.N + c.block_n - 1) / c.block_n;
+    const auto a = random_e4m3(static_cast<size_t>(M * c.K), rng_);
+    const auto w = random_e4m3(static_cast<size_t>(E * c.N * c.K), rng_);
+    const auto sa = random_scales(static_cast<size_t>(M * n_kb), rng_);
+    const auto sw = random_scales(static_cast<size_t>(E * sw_rows * n_kb), rng_);
+    DevBuf da(a.size() + 16), dw(w.size() + 16), dsa(sa.size() * 4 + 4), dsw(sw.size() * 4 + 4),
+        doff(offsets.size() * 4), dc(static_cast<size_t>(std::max<int64_t>(1, M * c.N)) * 4),
+        dd(static_cast<size_t>(std::max<int64_t>(1, M * c.N)) * 4);
+    upload(da, a);
+    upload(dw, w);
+    upload(dsa, sa);
+    upload(dsw, sw);
+    upload(doff, offsets);
+    const bool bf = c.elem == Elem::kBF16;
+    const size_t c_bytes = static_cast<size_t>(M * c.N) * (bf ? 2 : 4);
+
+    Fp8GemmArgs args;
+    args.a = da.as<uint8_t>();
+    args.a_scale = dsa.as<float>();
+    args.w = dw.as<uint8_t>();
+    args.w_scale = dsw.as<float>();
+    args.M = M, args.N = c.N, args.K = c.K, args.block_n = c.block_n;
+    args.c = dc.as<void>(), args.c_elem = c.elem, args.ldc = c.N;
+    args.offsets = doff.as<int32_t>(), args.E = E;
+    std::vector<uint8_t> first;
+    for (int variant = -1; variant < 3; ++variant) {
+      Fp8GemmArgs v = args;
+      v.variant = variant;
+      if (c_bytes > 0) DI_CUDA_CHECK(cudaMemset(dc.as<void>(), 0xff, c_bytes));
+      cuda::fp8_grouped_gemm(v, nullptr);
+      DI_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto bits = download<uint8_t>(dc, c_bytes);
+      if (variant == -1) first = bits;
+      else EXPECT_EQ(bits, first) << "E=" << E << " variant " << variant << " differs bitwise";
+    }
+    // Against the reference expert by expert, and bitwise against a dense launch on its rows.
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t r0 = offsets[static_cast<size_t>(e)], rows = c.counts[static_cast<size_t>(e)];
+      if (rows == 0) continue;
+      std::vector<double> ref, bound;
+      reference(a, sa, w, sw, r0, rows, e * c.N, e * sw_rows, c.N, c.K, c.block_n, ref, bound);
+      double worst = 0;
+      EXPECT_EQ(count_bad(read_c(dc, c.elem, M, c.N, r0, rows, c.N), ref, bound, bf, &worst), 0)
+          << "E=" << E << " expert " << e << " rows " << rows;
+      Fp8GemmArgs d;
+      d.a = da.as<uint8_t>() + r0 * c.K;
+      d.a_scale = dsa.as<float>() + r0 * n_kb;
+      d.w = dw.as<uint8_t>() + e * c.N * c.K;
+      d.w_scale = dsw.as<float>() + e * sw_rows * n_kb;
+      d.M = rows, d.N = c.N, d.K = c.K, d.block_n = c.block_n;
+      d.batch_invariant = true;
+      d.c = dd.as<void>(), d.c_elem = c.elem, d.ldc = c.N;
+      cuda::fp8_gemm(d, nullptr, nullptr, nullptr);
+      DI_CUDA_CHECK(cudaDeviceSynchronize());
+      const size_t row_bytes = static_cast<size_t>(c.N) * (bf ? 2 : 4);
+      const auto dense = download<uint8_t>(dd, static_cast<size_t>(rows) * row_bytes);
+      EXPECT_EQ(0, std::memcmp(dense.data(), first.data() + static_cast<size_t>(r0) * row_bytes, dense.size()))
+          << "E=" << E << " expert " << e << ": grouped differs bitwise from dense";
+    }
+  }
+}
+
+TEST_F(CudaFp8Gemm, PreconditionsAbort) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // this process holds a CUDA context
+  Fp8GemmArgs args;
+  args.M = 1, args.N = 8, args.K = 24, args.ldc = 8;  // K % 16 != 0
+  EXPECT_DEATH(cuda::fp8_gemm(args, nullptr, nullptr, nullptr), "multiple of 16");
+}
+#else
+TEST(CudaFp8Gemm, NeedsCudaBuild) { GTEST_SKIP() << "built without the CUDA backend"; }
+#endif
+
+}  // namespace
+}  // namespace deepinfer

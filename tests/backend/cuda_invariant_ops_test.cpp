@@ -1,0 +1,181 @@
+// The CUDA backend's batch-invariant mode, op by op: a row's output must be bitwise the same
+// whether the op ran on 1 row or on hundreds (the small-M kernel and the tiled kernel take
+// over at different sizes and must fold K identically), and still agree with the reference
+// within the ordinary tolerances (bf16 GEMM operands: 1e-2 relative L2; the fp32 router GEMM:
+// 1e-5, fp32 sums in another order). The whole model is covered by
+// tests/model/cuda_batch_invariance_test.cpp. Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "backend/reference/reference_backend.h"
+#ifdef DEEPINFER_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+#include "support/cuda_available.h"
+#include "support/logits_compare.h"
+#include "support/random_linear.h"
+
+namespace deepinfer {
+namespace {
+
+class CudaInvariantOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    gpu_ = testing::try_cuda_backend();
+    DI_REQUIRE_GPU(gpu_);
+    gpu_->set_batch_invariant(true);
+  }
+  Tensor randn(std::vector<int64_t> shape) {
+    Tensor t = Tensor::empty_host(DType::kF32, shape);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng_);
+    return t;
+  }
+  // Rows [r0, r0 + n) of a host matrix, as a new host tensor.
+  static Tensor rows(const Tensor& x, int64_t r0, int64_t n) {
+    Tensor t = Tensor::empty_host(x.dtype(), {n, x.size(1)});
+    std::memcpy(t.raw_data(), static_cast<const char*>(x.raw_data()) + r0 * x.size(1) * dtype_size(x.dtype()),
+                static_cast<size_t>(n * x.size(1)) * dtype_size(x.dtype()));
+    return t;
+  }
+  // Whether rows [0, n) of `part` equal rows [r0, r0 + n) of `full` bit for bit.
+  static bool same_rows(const Tensor& part, const Tensor& full, int64_t r0) {
+    const int64_t w = full.size(1);
+    return std::memcmp(part.data<float>(), full.data<float>() + r0 * w, sizeof(float) * static_cast<size_t>(part.numel())) == 0;
+  }
+  static double rel_err(const Tensor& a, const Tensor& ref) {
+    return testing::row_rel_err(a.data<float>(), ref.data<float>(), ref.numel());
+  }
+  Tensor run_matmul(const Tensor& x, const LinearWeight& dw) {
+    Tensor out = gpu_->empty(DType::kF32, {x.size(0), dw.n_out()});
+    gpu_->matmul(gpu_->upload(x), 0, dw, out);
+    return gpu_->to_host(out);
+  }
+
+  std::unique_ptr<Backend> gpu_;
+  ReferenceBackend ref_;
+  std::mt19937 rng_{77};
+};
+
+// bf16 and FP8 weights, shapes with K % 64 != 0 (the small kernel pads K to 64, the tiled one to
+// 32: all-zero chunks must not change a sum), K = 2048 (V2-Lite), partial column tiles; and the
+// fp32 router weights.
+TEST_F(CudaInvariantOps, MatmulRowsAreBatchInvariant) {
+  struct Shape {
+    int64_t N, K;
+  };
+  for (const Shape& s : {Shape{200, 136}, Shape{300, 176}, Shape{576, 2048}})
+    for (int kind = 0; kind < 3; ++kind) {  // 0 bf16, 1 FP8, 2 fp32 router
+      const DType dt = kind == 1 ? DType::kF8E4M3 : DType::kF32;
+      const LinearWeight w = testing::random_linear(rng_, s.N, s.K, dt);
+      const LinearWeight dw = kind == 2 ? gpu_->place_linear_fp32(w) : gpu_->place_linear({&w});
+      const int64_t M = 300;
+      const Tensor x = randn({M, s.K});
+      const Tensor full = run_matmul(x, dw);
+      Tensor ref = Tensor::empty_host(DType::kF32, {M, s.N});
+      ref_.matmul(x, 0, w, ref);
+      EXPECT_LT(rel_err(full, ref), kind == 2 ? 1e-5 : 1e-2) << "N=" << s.N << " K=" << s.K << " kind " << kind;
+      for (int64_t m : {1, 2, 16, 17, 64, 65, 129}) {
+        EXPECT_TRUE(same_rows(run_matmul(rows(x, 0, m), dw), full, 0))
+            << "first " << m << " rows, N=" << s.N << " K=" << s.K << " kind " << kind;
+      }
+      for (int64_t r : {37, 150, 299}) {  // a row alone vs at another place in a tile
+        EXPECT_TRUE(same_rows(run_matmul(rows(x, r, 1), dw), full, r))
+            << "row " << r << " alone, N=" << s.N << " K=" << s.K << " kind " << kind;
+      }
+    }
+}
+
+// MoE experts: every token alone (small kernel, form 3) against the same token among 200
+// (600 routed rows: the tiled kernel), and the two forms forced on one batch.
+TEST_F(CudaInvariantOps, MoeExpertsRowsAreBatchInvariant) {
+  const int64_t E = 9, k = 3, D = 256, I = 192, T = 200;
+  for (DType dt : {DType::kF32, DType::kF8E4M3}) {
+    std::vector<MlpWeights> experts(E);
+    std::vector<const LinearWeight*> gu, dn;
+    for (auto& m : experts) {
+      m.gate_proj = testing::random_linear(rng_, I, D, dt);
+      m.up_proj = testing::random_linear(rng_, I, D, dt);
+      m.down_proj = testing::random_linear(rng_, D, I, dt);
+    }
+    for (auto& m : experts) {
+      gu.push_back(&m.gate_proj);
+      gu.push_back(&m.up_proj);
+      dn.push_back(&m.down_proj);
+    }
+    const LinearWeight all_gu = gpu_->place_linear(gu), all_dn = gpu_->place_linear(dn);
+    std::vector<MlpWeights> dev(E);
+    for (int64_t e = 0; e < E; ++e) {
+      dev[e].gate_proj = all_gu.rows(2 * I * e, I);
+      dev[e].up_proj = all_gu.rows(2 * I * e + I, I);
+      dev[e].down_proj = all_dn.rows(D * e, D);
+    }
+    const Tensor x = randn({T, D});
+    Tensor ids = Tensor::empty_host(DType::kI32, {T, k});
+    Tensor wts = Tensor::empty_host(DType::kF32, {T, k});
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<int32_t> perm(E);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng_);
+      for (int64_t j = 0; j < k; ++j) {
+        ids.data<int32_t>()[t * k + j] = t % 5 == 0 ? static_cast<int32_t>(j) : perm[static_cast<size_t>(j)];
+        wts.data<float>()[t * k + j] = 0.2f + 0.3f * static_cast<float>(j);
+      }
+    }
+    auto run = [&](int64_t t0, int64_t n) {
+      Tensor out = gpu_->empty(DType::kF32, {n, D});
+      gpu_->moe_experts(gpu_->upload(rows(x, t0, n)), gpu_->upload(rows(ids, t0, n)), gpu_->upload(rows(wts, t0, n)),
+                        dev, out);
+      return gpu_->to_host(out);
+    };
+    const Tensor full = run(0, T);
+    Tensor ref = Tensor::empty_host(DType::kF32, {T, D});
+    ref_.moe_experts(x, ids, wts, experts, ref);
+    EXPECT_LT(rel_err(full, ref), 1e-2) << dtype_name(dt);
+    for (int64_t t : {0, 1, 5, 77, 199}) EXPECT_TRUE(same_rows(run(t, 1), full, t)) << dtype_name(dt) << " token " << t;
+    EXPECT_TRUE(same_rows(run(0, 31), full, 0)) << dtype_name(dt) << " first 31 tokens";
+#ifdef DEEPINFER_HAVE_CUDA
+    auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
+    cuda.set_moe_gemm(0);
+    const Tensor tiled = run(0, 31);
+    cuda.set_moe_gemm(3);
+    const Tensor small = run(0, 31);
+    cuda.set_moe_gemm(-1);
+    EXPECT_TRUE(same_rows(small, tiled, 0)) << dtype_name(dt) << ": small-M and tiled forms differ";
+#endif
+  }
+}
+
+// Dense MLP (stacked gate|up): rows alone against rows of a 100-row batch.
+TEST_F(CudaInvariantOps, MlpRowsAreBatchInvariant) {
+  const int64_t D = 160, I = 272, T = 100;
+  for (DType dt : {DType::kF32, DType::kF8E4M3}) {
+    MlpWeights m;
+    m.gate_proj = testing::random_linear(rng_, I, D, dt);
+    m.up_proj = testing::random_linear(rng_, I, D, dt);
+    m.down_proj = testing::random_linear(rng_, D, I, dt);
+    const LinearWeight gu = gpu_->place_linear({&m.gate_proj, &m.up_proj});
+    MlpWeights dev;
+    dev.gate_proj = gu.rows(0, I);
+    dev.up_proj = gu.rows(I, I);
+    dev.down_proj = gpu_->place_linear({&m.down_proj});
+    const Tensor x = randn({T, D});
+    auto run = [&](int64_t t0, int64_t n) {
+      Tensor out = gpu_->empty(DType::kF32, {n, D});
+      gpu_->mlp(gpu_->upload(rows(x, t0, n)), dev, out);
+      return gpu_->to_host(out);
+    };
+    const Tensor full = run(0, T);
+    Tensor ref = Tensor::empty_host(DType::kF32, {T, D});
+    ref_.mlp(x, m, ref);
+    EXPECT_LT(rel_err(full, ref), 1e-2) << dtype_name(dt);
+    for (int64_t t : {0, 63, 64, 99}) EXPECT_TRUE(same_rows(run(t, 1), full, t)) << dtype_name(dt) << " row " << t;
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
