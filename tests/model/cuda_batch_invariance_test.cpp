@@ -55,7 +55,6 @@ class Harness {
   // token's row), [n[0], vocab] flattened. Graphs (when given) run decode-only steps.
   std::vector<float> step(std::vector<Seq*> seqs, const std::vector<int64_t>& n, DecodeGraphs* graphs = nullptr) {
     ForwardBatch batch;
-    int32_t probe_first = -1;
     bool decode_only = true;
     for (size_t i = 0; i < seqs.size(); ++i) {
       Seq& s = *seqs[i];
@@ -67,7 +66,6 @@ class Harness {
       const int32_t first = batch.add_sequence(s.kv, s.tokens.data() + s.fed, n[i], kBlock);
       decode_only = decode_only && n[i] == 1;
       if (i == 0) {
-        probe_first = first;
         for (int64_t j = 0; j < n[i]; ++j) batch.logits_rows.push_back(first + static_cast<int32_t>(j));
       }
     }
@@ -77,7 +75,6 @@ class Harness {
       batch.logits_rows.clear();
       for (size_t i = 0; i < seqs.size(); ++i) batch.logits_rows.push_back(static_cast<int32_t>(i));
     }
-    (void)probe_first;
     const Tensor logits =
         backend_.to_host(model_.forward(backend_, batch, cache_, MlaPolicy::kAbsorbed, decode_only ? graphs : nullptr));
     for (size_t i = 0; i < seqs.size(); ++i) {

@@ -814,8 +814,10 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
   const bool skinny_ok = cuda::moe_skinny_ok(a.D, a.I, a.fp8, a.block_k);
   const int64_t R = a.T * a.k;
   const bool small_ok = cuda::small_m_gemm_ok(a.D, a.fp8, a.block_k) && cuda::small_m_gemm_ok(a.I, a.fp8, a.block_k);
-  if (s_->moe_gemm >= 0) a.form = (s_->moe_gemm == 1 && !skinny_ok) || (s_->moe_gemm == 3 && !small_ok) ? 0 : s_->moe_gemm;
-  else if (s_->batch_invariant) a.form = R <= kMoeSkinnyMaxRows && small_ok ? 3 : 0;  // bitwise-equal forms
+  if (s_->moe_gemm >= 0) {
+    const bool unfit = (s_->moe_gemm == 1 && !skinny_ok) || (s_->moe_gemm == 3 && !small_ok);
+    a.form = unfit ? 0 : s_->moe_gemm;
+  } else if (s_->batch_invariant) a.form = R <= kMoeSkinnyMaxRows && small_ok ? 3 : 0;  // bitwise-equal forms
   else if (R <= kMoeSkinnyMaxRows) a.form = skinny_ok ? 1 : 0;
   else a.form = !s_->capturing && R >= kMoePerExpertMinRows * a.E ? 2 : 0;
   if (a.form == 2 && s_->capturing) a.form = 0;

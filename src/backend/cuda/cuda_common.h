@@ -298,7 +298,9 @@ int fp8_grouped_gemm_variant(const Fp8GemmArgs& a);
 // splits in parallel blocks (partials + an ordered sum), the tiled kernels in sequence in
 // registers: the same arithmetic, so the same bits.
 constexpr int64_t kInvariantSplitK = 512;
-inline int64_t invariant_k_splits(int64_t K) { return K <= kInvariantSplitK ? 1 : (K + kInvariantSplitK - 1) / kInvariantSplitK; }
+inline int64_t invariant_k_splits(int64_t K) {
+  return K <= kInvariantSplitK ? 1 : (K + kInvariantSplitK - 1) / kInvariantSplitK;
+}
 // Whether small_m_gemm takes these sizes: K % 8 == 0 (bf16), K and block_k % 16 == 0 (FP8).
 bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k);
 // C[r, n] (row stride ldc) = Σ_k A[r, k] · W[e·N + n, k] over the rows r of each active expert

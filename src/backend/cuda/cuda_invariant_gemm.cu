@@ -60,9 +60,10 @@ __global__ void __launch_bounds__(kSmThreads) small_m_gemm_kernel(const bf16* A,
 
   __shared__ __align__(128) unsigned char smem[small_m_smem<kFp8>()];
   constexpr size_t kWStage = kFp8 ? kSmWFp8Bytes : kSmWBf16Bytes;
-  auto a_stage = [&](int s) { return reinterpret_cast<bf16*>(smem + s * kSmABytes); };               // [16][72]
-  auto w_stage = [&](int s) { return smem + kSmStages * kSmABytes + s * kWStage; };                     // bf16 [64][72] | fp8 [64][64]
-  bf16* w_wide = reinterpret_cast<bf16*>(smem + kSmStages * (kSmABytes + kWStage));                   // FP8: bf16 [64][72]
+  // Stage s of A: bf16 [16][72]; of W: bf16 [64][72] or raw FP8 [64][64]; FP8's widened W: bf16 [64][72].
+  auto a_stage = [&](int s) { return reinterpret_cast<bf16*>(smem + s * kSmABytes); };
+  auto w_stage = [&](int s) { return smem + kSmStages * kSmABytes + s * kWStage; };
+  bf16* w_wide = reinterpret_cast<bf16*>(smem + kSmStages * (kSmABytes + kWStage));
   const int t = threadIdx.x, warp = t / 32;
   // This block's K split: [k_begin, k_end). With several splits it writes its partial sums.
   const int64_t k_begin = static_cast<int64_t>(blockIdx.z) * kInvariantSplitK;
