@@ -131,6 +131,8 @@ constexpr int64_t kMoePerExpertMinRows = 64;
 // Batch-invariant mode: GEMMs of at most this many rows use small_m_gemm (16-row passes over
 // the weights), larger ones the tiled kernel; both fold K identically (bitwise-equal results).
 constexpr int64_t kInvariantSmallRows = 64;
+// Batch-invariant router GEMMs of at most this many rows run their K chunks in parallel blocks.
+constexpr int64_t kInvariantRouterParallelRows = 16;
 // Batch-invariant MLA decode: a row of n keys uses ceil(n / 256) splits, at most 32 (a
 // function of the row alone). Decode-shaped steps launch all 32 split slots, so a graph's
 // launch never changes as contexts grow; other steps launch what their longest row needs.
@@ -585,9 +587,12 @@ void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& 
   if (M == 0) return;
   ScratchScope scope(*this);
   if (w.dtype() == DType::kF32) {  // fp32 weights (the router): fp32 GEMM, no tf32
-    if (s_->batch_invariant) {
+    if (s_->batch_invariant) {  // decode-sized steps: K chunks in parallel blocks (same bits)
+      const int64_t chunks = cuda::gemm_f32_ordered_chunks(K);
+      float* part = M <= kInvariantRouterParallelRows && chunks > 1 ? dptr<float>(empty(DType::kF32, {chunks, M, N}))
+                                                                      : nullptr;
       cuda::gemm_f32_ordered(cdptr<float>(x), x_stride == 0 ? K : x_stride, cdptr<float>(w.weight), M, N, K,
-                             dptr<float>(out), N, s_->stream);
+                             dptr<float>(out), N, part, s_->stream);
       return;
     }
     cuda::gemm_f32(s_->blas, M, N, K, cdptr<float>(x), x_stride == 0 ? K : x_stride, cdptr<float>(w.weight), K,

@@ -315,9 +315,12 @@ void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, b
                   const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, float* C,
                   int64_t ldc, float* partials, cudaStream_t s);
 // C[m, n] (row stride ldc) = Σ_k X[m, k] · W[n, k] in fp32 (X row stride ldx, W [N, K]), each
-// element summed in one fixed order (32 lane-strided fmaf chains over k, then a butterfly):
-// batch-invariant, for the fp32 router.
+// element summed in one fixed order — per 256-wide K chunk, 32 lane-strided fmaf chains and a
+// butterfly; the chunk sums added in order — batch-invariant, for the fp32 router. partials
+// null: each block adds its chunks in sequence; else [gemm_f32_ordered_chunks(K), M, N] fp32
+// scratch and the chunks run in parallel blocks (few rows: latency), the same bits either way.
+int64_t gemm_f32_ordered_chunks(int64_t K);
 void gemm_f32_ordered(const float* X, int64_t ldx, const float* W, int64_t M, int64_t N, int64_t K, float* C,
-                      int64_t ldc, cudaStream_t s);
+                      int64_t ldc, float* partials, cudaStream_t s);
 
 }  // namespace deepinfer::cuda

@@ -10,9 +10,12 @@
 //    16-row × 64-column tiles, a 4-stage cp.async pipeline of 64-wide K steps, a grid over
 //    N × active experts × K splits (partials to scratch, then sum_splits adds them in order).
 //  - gemm_f32_ordered: fp32 × fp32 (the MoE router): each element's sum in one fixed order
-//    (32 strided fmaf chains, then a butterfly), whatever the tiling.
+//    (per 256-wide K chunk 32 strided fmaf chains and a butterfly, chunks added in order),
+//    whatever the tiling, with the chunks in sequence or in parallel blocks.
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ptx.cuh"
+
+#include <algorithm>
 
 #include <cuda_fp8.h>
 #include <mma.h>
@@ -183,40 +186,57 @@ __global__ void sum_splits_kernel(const float* part, int64_t n_splits, int64_t r
   C[(i / N) * ldc + i % N] = v;
 }
 
-// C[m, n] = Σ_k X[m, k] · W[n, k] in fp32, in one fixed order whatever the tiling: lane l of a
-// warp sums k = l, l + 32, l + 64, … with fmaf, then the 32 lane sums meet in a butterfly
-// (xor 16, 8, 4, 2, 1). A warp owns 4 rows × 4 columns (16 sums per lane; x and w read as
-// coalesced 128-byte rows; the k loop unrolled 8× so a lane keeps 64 loads in flight — the
-// router's decode step is one row), a block of 4 warps 4 rows × 16 columns.
+// C[m, n] = Σ_k X[m, k] · W[n, k] in fp32, in one fixed order whatever the tiling: K in chunks
+// of kF32ChunkK; within chunk c, lane l of a warp sums k = c·256 + l, + 32, + 64, … with fmaf and
+// the 32 lane sums meet in a butterfly (xor 16, 8, 4, 2, 1); the chunk sums are added in chunk
+// order (the first as is). A warp owns 4 rows × 4 columns (16 sums per lane; x and w read as
+// coalesced 128-byte rows), a block of 4 warps 4 rows × 16 columns. part == null: a block adds
+// its chunks in sequence; else block z computes chunk z only into part [chunks, M, N] (one-row
+// decode steps: 8× the blocks, 8 loads per lane in flight instead of a 64-long chain) and
+// sum_splits adds them in the same order.
 constexpr int kF32Rows = 4, kF32Cols = 4, kF32Warps = 4;
+constexpr int64_t kF32ChunkK = 256;
 __global__ void __launch_bounds__(kF32Warps * 32) gemm_f32_ordered_kernel(const float* X, int64_t ldx, const float* W,
                                                                           int64_t M, int64_t N, int64_t K, float* C,
-                                                                          int64_t ldc) {
+                                                                          int64_t ldc, float* part) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kF32Rows;
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kF32Warps + warp) * kF32Cols;
   if (n0 >= N) return;
-  float acc[kF32Rows][kF32Cols] = {};
+  const int64_t c_begin = part != nullptr ? blockIdx.z : 0;
+  const int64_t c_end = part != nullptr ? c_begin + 1 : (K + kF32ChunkK - 1) / kF32ChunkK;
+  float total[kF32Rows][kF32Cols] = {};
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    float acc[kF32Rows][kF32Cols] = {};
+    const int64_t k_end = min(K, (c + 1) * kF32ChunkK);
 #pragma unroll 8
-  for (int64_t k = lane; k < K; k += 32) {
-    float x[kF32Rows], w[kF32Cols];
+    for (int64_t k = c * kF32ChunkK + lane; k < k_end; k += 32) {
+      float x[kF32Rows], w[kF32Cols];
 #pragma unroll
-    for (int i = 0; i < kF32Rows; ++i) x[i] = m0 + i < M ? X[(m0 + i) * ldx + k] : 0.0f;
+      for (int i = 0; i < kF32Rows; ++i) x[i] = m0 + i < M ? X[(m0 + i) * ldx + k] : 0.0f;
 #pragma unroll
-    for (int j = 0; j < kF32Cols; ++j) w[j] = n0 + j < N ? W[(n0 + j) * K + k] : 0.0f;
+      for (int j = 0; j < kF32Cols; ++j) w[j] = n0 + j < N ? W[(n0 + j) * K + k] : 0.0f;
+#pragma unroll
+      for (int i = 0; i < kF32Rows; ++i)
+#pragma unroll
+        for (int j = 0; j < kF32Cols; ++j) acc[i][j] = fmaf(x[i], w[j], acc[i][j]);
+    }
 #pragma unroll
     for (int i = 0; i < kF32Rows; ++i)
 #pragma unroll
-      for (int j = 0; j < kF32Cols; ++j) acc[i][j] = fmaf(x[i], w[j], acc[i][j]);
+      for (int j = 0; j < kF32Cols; ++j) {
+        float v = acc[i][j];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        total[i][j] = c == c_begin ? v : total[i][j] + v;
+      }
   }
+  float* out = part != nullptr ? part + c_begin * M * N : C;
+  const int64_t ld_out = part != nullptr ? N : ldc;
 #pragma unroll
   for (int i = 0; i < kF32Rows; ++i)
 #pragma unroll
-    for (int j = 0; j < kF32Cols; ++j) {
-      float v = acc[i][j];
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == i * kF32Cols + j && m0 + i < M && n0 + j < N) C[(m0 + i) * ldc + n0 + j] = v;
-    }
+    for (int j = 0; j < kF32Cols; ++j)
+      if (lane == i * kF32Cols + j && m0 + i < M && n0 + j < N) out[(m0 + i) * ld_out + n0 + j] = total[i][j];
 }
 
 }  // namespace
@@ -249,13 +269,23 @@ void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, b
   }
 }
 
+int64_t gemm_f32_ordered_chunks(int64_t K) { return std::max<int64_t>(1, (K + kF32ChunkK - 1) / kF32ChunkK); }
+
 void gemm_f32_ordered(const float* X, int64_t ldx, const float* W, int64_t M, int64_t N, int64_t K, float* C,
-                      int64_t ldc, cudaStream_t s) {
+                      int64_t ldc, float* partials, cudaStream_t s) {
   if (M == 0 || N == 0) return;
   DI_CUDA_REQUIRE((M + kF32Rows - 1) / kF32Rows <= 65535);
-  const dim3 grid(grid_for(N, kF32Warps * kF32Cols), static_cast<unsigned>((M + kF32Rows - 1) / kF32Rows));
-  gemm_f32_ordered_kernel<<<grid, kF32Warps * 32, 0, s>>>(X, ldx, W, M, N, K, C, ldc);
+  const int64_t chunks = gemm_f32_ordered_chunks(K);
+  if (K == 0 || chunks == 1) partials = nullptr;  // one chunk: nothing to add
+  DI_CUDA_REQUIRE(chunks <= 65535);
+  const dim3 grid(grid_for(N, kF32Warps * kF32Cols), static_cast<unsigned>((M + kF32Rows - 1) / kF32Rows),
+                  partials != nullptr ? static_cast<unsigned>(chunks) : 1u);
+  gemm_f32_ordered_kernel<<<grid, kF32Warps * 32, 0, s>>>(X, ldx, W, M, N, K, C, ldc, partials);
   DI_CUDA_LAUNCHED();
+  if (partials != nullptr) {
+    sum_splits_kernel<<<grid_for(M * N, 256), 256, 0, s>>>(partials, chunks, M, N, C, ldc);
+    DI_CUDA_LAUNCHED();
+  }
 }
 
 }  // namespace deepinfer::cuda
