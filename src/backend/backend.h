@@ -113,7 +113,8 @@ class Backend {
   // Batch-invariant kernels (DEEPINFER_BATCH_INVARIANT=1): while on, every op computes a row's
   // result with a tiling and reduction order that do not depend on the other rows of the step
   // (how many, which, chunked or not), so a token's logits are bitwise the same in any batch.
-  // Host backends are invariant always; device backends trade some speed for it.
+  // Host backends are invariant always; device backends trade some speed for it. Set it before
+  // the first step: CUDA graphs already captured keep the kernels they were captured with.
   virtual void set_batch_invariant(bool on) { (void)on; }
   virtual std::vector<OpTime> take_op_times() { return {}; }
   virtual void capture_begin() { DI_CHECK(false && "no graphs on this backend"); }
