@@ -96,6 +96,24 @@ __device__ __forceinline__ int64_t selected_row(const DecodePlan& pl, int64_t i)
   return pl.row_map != nullptr ? pl.row_map[i].y : i;
 }
 
+// What the split kernels need of selected row i: its sequence b, its row of q/out, the keys it
+// attends to (the sequence's q_len rows end at kv_len, so row q0 + j sees kv_len − q_len + j + 1
+// keys) and its split count — the launch's, or under the batch-invariant rule a function of
+// n_keys alone.
+struct RowKeys {
+  int64_t b, row, n_keys, n_split;
+};
+__device__ __forceinline__ RowKeys row_keys(const DecodePlan& pl, int64_t i) {
+  const MlaDecodeArgs& a = pl.a;
+  RowKeys rk;
+  rk.row = selected_row(pl, i);
+  rk.b = pl.row_map != nullptr ? pl.row_map[i].x : seq_of_row(a.q_indptr, a.n_seqs, rk.row);
+  const int64_t q0 = a.q_indptr[rk.b], q_len = a.q_indptr[rk.b + 1] - q0;
+  rk.n_keys = a.kv_len[rk.b] - q_len + (rk.row - q0) + 1;
+  rk.n_split = a.split_keys > 0 ? mla_row_splits(rk.n_keys, a.split_keys, pl.n_splits) : pl.n_splits;
+  return rk;
+}
+
 // Two bf16 → fp32 (the low half first).
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
@@ -234,12 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kernel(DecodePlan pl) {
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int64_t i = blockIdx.x / pl.n_hg, h0 = static_cast<int64_t>(blockIdx.x % pl.n_hg) * kHeads;
   const int split = blockIdx.y;
-  const int64_t row = selected_row(pl, i);
-  const int64_t b = pl.row_map != nullptr ? pl.row_map[i].x : seq_of_row(a.q_indptr, a.n_seqs, row);
-  const int64_t q0 = a.q_indptr[b], q_len = a.q_indptr[b + 1] - q0;
-  const int64_t n_keys = a.kv_len[b] - q_len + (row - q0) + 1;
-  // The row's split count: the launch's, or (batch-invariant rule) a function of n_keys alone.
-  const int64_t n_split = a.split_keys > 0 ? mla_row_splits(n_keys, a.split_keys, pl.n_splits) : pl.n_splits;
+  const auto [b, row, n_keys, n_split] = row_keys(pl, i);
   const int64_t per = ((n_keys + n_split - 1) / n_split + kKeys - 1) / kKeys * kKeys;
   const int64_t k_begin = split * per, k_end = std::min(n_keys, k_begin + per);
   float2* ml_out = pl.part_ml + (static_cast<int64_t>(split) * a.n_rows + i) * a.H;
@@ -483,11 +496,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_tc_kernel(DecodePlan pl
   const int64_t grp = blockIdx.x / static_cast<unsigned>(n_cta);
   const int64_t i = grp / pl.n_hg, h0 = (grp % pl.n_hg) * HB;
   const int split = blockIdx.y;
-  const int64_t row = selected_row(pl, i);
-  const int64_t b = pl.row_map != nullptr ? pl.row_map[i].x : seq_of_row(a.q_indptr, a.n_seqs, row);
-  const int64_t q0 = a.q_indptr[b], q_len = a.q_indptr[b + 1] - q0;
-  const int64_t n_keys = a.kv_len[b] - q_len + (row - q0) + 1;
-  const int64_t n_split = a.split_keys > 0 ? mla_row_splits(n_keys, a.split_keys, pl.n_splits) : pl.n_splits;
+  const auto [b, row, n_keys, n_split] = row_keys(pl, i);
   const int64_t n_virt = n_split * n_cta;
   const int64_t per = ((n_keys + n_virt - 1) / n_virt + kTcKeys - 1) / kTcKeys * kTcKeys;
   const int64_t k_begin = (split * static_cast<int64_t>(n_cta) + rank) * per, k_end = std::min(n_keys, k_begin + per);

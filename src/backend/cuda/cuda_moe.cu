@@ -371,11 +371,18 @@ __device__ __forceinline__ bool tile_rows(int64_t tile, const int32_t* offsets, 
 // of [s·split_k, (s+1)·split_k) fold into a fresh accumulator `acc`, which joins the running
 // `total` in split order (total = acc of split 0, then total += acc of each next split) — the
 // order small_m_gemm's split blocks and their ordered sum produce. Called at each split's end.
+// Applied to a warp's 2×2 accumulator fragments (tiled versions 1 and 2).
 template <typename Frag>
-__device__ __forceinline__ void close_k_split(Frag& total, Frag& acc, bool first) {
+__device__ __forceinline__ void close_k_split(Frag (&total)[2][2], Frag (&acc)[2][2], bool first) {
 #pragma unroll
-  for (int v = 0; v < acc.num_elements; ++v) total.x[v] = first ? acc.x[v] : total.x[v] + acc.x[v];
-  nvcuda::wmma::fill_fragment(acc, 0.0f);
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int v = 0; v < acc[i][j].num_elements; ++v)
+        total[i][j].x[v] = first ? acc[i][j].x[v] : total[i][j].x[v] + acc[i][j].x[v];
+      nvcuda::wmma::fill_fragment(acc[i][j], 0.0f);
+    }
 }
 
 // C[r, n] = Σ_k A[r, k] · W[e·N + n, k] for the rows r of expert e's segment. kInvariant: the
@@ -402,16 +409,10 @@ __global__ void __launch_bounds__(128) grouped_gemm_kernel(const bf16* A, int64_
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-  auto close_split = [&](bool first) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) close_k_split(total[i][j], acc[i][j], first);
-  };
 
   for (int64_t k0 = 0; k0 < K; k0 += kBK) {
     if constexpr (kInvariant) {
-      if (k0 > 0 && k0 % split_k == 0) close_split(k0 == split_k);
+      if (k0 > 0 && k0 % split_k == 0) close_k_split(total, acc, k0 == split_k);
     }
     for (int idx = threadIdx.x; idx < kBM * kBK; idx += blockDim.x) {
       const int r = idx / kBK, c = idx % kBK;
@@ -449,7 +450,7 @@ __global__ void __launch_bounds__(128) grouped_gemm_kernel(const bf16* A, int64_
     }
     __syncthreads();
   }
-  if constexpr (kInvariant) close_split(K <= split_k);
+  if constexpr (kInvariant) close_k_split(total, acc, K <= split_k);
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -537,19 +538,13 @@ __global__ void __launch_bounds__(256) grouped_gemm_v2_kernel(const bf16* A, int
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-  auto close_split = [&](bool first) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) close_k_split(total[i][j], acc[i][j], first);
-  };
   load(0);
   store(0);
   __syncthreads();
   int buf = 0;
   for (int64_t k0 = 0; k0 < K; k0 += kV2K) {
     if constexpr (kInvariant) {
-      if (k0 > 0 && k0 % split_k == 0) close_split(k0 == split_k);
+      if (k0 > 0 && k0 % split_k == 0) close_k_split(total, acc, k0 == split_k);
     }
     const bool more = k0 + kV2K < K;
     if (more) load(k0 + kV2K);
@@ -570,7 +565,7 @@ __global__ void __launch_bounds__(256) grouped_gemm_v2_kernel(const bf16* A, int
     __syncthreads();
     buf ^= 1;
   }
-  if constexpr (kInvariant) close_split(K <= split_k);
+  if constexpr (kInvariant) close_k_split(total, acc, K <= split_k);
   auto Cs = reinterpret_cast<float(*)[kV2N + 4]>(smem);  // [64][132], aliasing A/B (all reads done)
 #pragma unroll
   for (int i = 0; i < 2; ++i)
