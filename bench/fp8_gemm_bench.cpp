@@ -7,7 +7,8 @@
 // --reps replays. Weights smaller
 // than 2× L2 are rotated through enough copies that each launch reads them from HBM.
 // Does not check results (tests/backend/cuda_fp8_gemm_test.cpp does). Usage:
-//   fp8_gemm_bench [--model v2lite|v3|all] [--m 1,16,64,256,1024,4096,16384] [--reps 9] [--grouped-only]
+//   fp8_gemm_bench [--model v2lite|v3|all] [--m 1,16,64,256,1024,4096,16384] [--variants -1,2,3] [--reps 9]
+//                  [--grouped-only | --dense-only]
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -19,8 +20,13 @@
 #include <CLI/CLI.hpp>
 
 #include "backend/cuda/cuda_common.h"
+#include "cuda_timing.h"
 
 using namespace deepinfer::cuda;
+using deepinfer::bench::copy_rate;
+using deepinfer::bench::Dev;
+using deepinfer::bench::l2_bytes;
+using deepinfer::bench::time_launches;
 
 namespace {
 
@@ -49,15 +55,6 @@ const ExpertShape kExperts[] = {
     {"v3", "experts_down", 256, 8, 7168, 2048},
 };
 
-// A device allocation freed at scope exit.
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(size_t bytes) { DI_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256))); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-};
-
 // Split-K workspace: one buffer grown on the host before timing (alloc must not grow it then).
 struct Workspace {
   std::unique_ptr<Dev> buf;
@@ -74,83 +71,6 @@ struct Workspace {
     bytes = n;
   }
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Seconds per call of `launch(i)` (i: the call's index, for rotating buffers).
-template <typename F>
-double time_launches(F&& launch, int reps, cudaStream_t s) {
-  cudaEvent_t e0, e1;
-  DI_CUDA_CHECK(cudaEventCreate(&e0));
-  DI_CUDA_CHECK(cudaEventCreate(&e1));
-  int idx = 0;
-  for (int i = 0; i < 3; ++i) launch(idx++);  // warm-up
-  DI_CUDA_CHECK(cudaEventRecord(e0, s));
-  launch(idx++);
-  DI_CUDA_CHECK(cudaEventRecord(e1, s));
-  DI_CUDA_CHECK(cudaEventSynchronize(e1));
-  float ms = 0;
-  DI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  const int batch = std::clamp(static_cast<int>(1.0 / std::max(ms, 1e-3f)), 1, 200);  // ≥ ~1 ms per batch
-  // The batch is captured once as a CUDA graph and replayed: host launch cost (several µs per
-  // launch on the GPU machine) would otherwise be what small-M figures measure.
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  DI_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int b = 0; b < batch; ++b) launch(idx++);
-  DI_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  DI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  DI_CUDA_CHECK(cudaGraphLaunch(exec, s));  // upload + warm
-  std::vector<double> per_call;
-  for (int r = 0; r < reps; ++r) {
-    DI_CUDA_CHECK(cudaEventRecord(e0, s));
-    DI_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    DI_CUDA_CHECK(cudaEventRecord(e1, s));
-    DI_CUDA_CHECK(cudaEventSynchronize(e1));
-    DI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    per_call.push_back(ms * 1e-3 / batch);
-  }
-  DI_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  DI_CUDA_CHECK(cudaGraphDestroy(graph));
-  DI_CUDA_CHECK(cudaEventDestroy(e0));
-  DI_CUDA_CHECK(cudaEventDestroy(e1));
-  return median(per_call);
-}
-
-// Device-to-device copy rate, bytes read + written per second (1 GiB, median of 10), timed
-// eagerly: a memcpy node inside a CUDA graph runs on a copy engine at ~2/3 of the rate an eager
-// cudaMemcpyAsync (an SM copy kernel) reaches, and the eager rate is the ceiling kernels compare to.
-double copy_rate(cudaStream_t s) {
-  const size_t n = size_t{1} << 30;
-  Dev a(n), b(n);
-  DI_CUDA_CHECK(cudaMemsetAsync(a.p, 1, n, s));
-  cudaEvent_t e0, e1;
-  DI_CUDA_CHECK(cudaEventCreate(&e0));
-  DI_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<double> t;
-  for (int r = 0; r < 13; ++r) {
-    DI_CUDA_CHECK(cudaEventRecord(e0, s));
-    DI_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice, s));
-    DI_CUDA_CHECK(cudaEventRecord(e1, s));
-    DI_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    DI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    if (r >= 3) t.push_back(ms * 1e-3);
-  }
-  DI_CUDA_CHECK(cudaEventDestroy(e0));
-  DI_CUDA_CHECK(cudaEventDestroy(e1));
-  return 2.0 * static_cast<double>(n) / median(t);
-}
-
-int64_t l2_bytes() {
-  int dev = 0, v = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&dev));
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, dev));
-  return v;
-}
 
 // Random e4m3 (N(0,1) rounded) and positive scales, all on the device.
 void fill_fp8(void* p, int64_t n, uint64_t seed, cudaStream_t s) { fill_random(p, Elem::kF8, n, seed, true, 1.0f, 0, s); }
@@ -179,7 +99,8 @@ void print(const Result& r) {
   std::fflush(stdout);
 }
 
-Result bench_dense(const DenseShape& d, int64_t M, int reps, double copy_bps, Workspace& ws, cudaStream_t s) {
+Result bench_dense(const DenseShape& d, int64_t M, int variant, int reps, double copy_bps, Workspace& ws,
+                   cudaStream_t s) {
   const int64_t n_kb = (d.K + 127) / 128;
   const int64_t w_bytes = d.N * d.K;
   const int copies = static_cast<int>(std::clamp<int64_t>((2 * l2_bytes() + w_bytes - 1) / w_bytes, 1, 64));
@@ -195,6 +116,7 @@ Result bench_dense(const DenseShape& d, int64_t M, int reps, double copy_bps, Wo
   args.a_scale = static_cast<const float*>(sa.p);
   args.M = M, args.N = d.N, args.K = d.K, args.block_n = 128;
   args.c = c.p, args.c_elem = Elem::kBF16, args.ldc = d.N;
+  args.variant = variant;
   const Fp8GemmPlan plan = fp8_gemm_plan(args);
   ws.reserve(plan.workspace_bytes);
   const double t = time_launches(
@@ -215,7 +137,7 @@ Result bench_dense(const DenseShape& d, int64_t M, int reps, double copy_bps, Wo
   return r;
 }
 
-Result bench_grouped(const ExpertShape& x, int64_t T, int reps, double copy_bps, cudaStream_t s) {
+Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int reps, double copy_bps, cudaStream_t s) {
   // Uniform random routing: each token picks top_k distinct experts.
   std::mt19937 rng(42);
   std::vector<int32_t> counts(static_cast<size_t>(x.E), 0);
@@ -251,6 +173,7 @@ Result bench_grouped(const ExpertShape& x, int64_t T, int reps, double copy_bps,
   args.M = R, args.N = x.N, args.K = x.K, args.block_n = 128;
   args.c = c.p, args.c_elem = Elem::kBF16, args.ldc = x.N;
   args.offsets = static_cast<const int32_t*>(off.p), args.E = x.E;
+  args.variant = variant;
   const double t = time_launches([&](int) { fp8_grouped_gemm(args, s); }, reps, s);
   Result r{"deepinfer_fp8_grouped_gemm", x.model, x.name, T, x.N, x.K, x.E, x.top_k, R, active};
   r.variant = fp8_grouped_gemm_variant(args);
@@ -260,6 +183,9 @@ Result bench_grouped(const ExpertShape& x, int64_t T, int reps, double copy_bps,
   r.copy_bps = copy_bps;
   return r;
 }
+
+// A forced variant is timed where it is meant to run: wgmma (3) only from 64 rows, on sm_90.
+bool usable(int64_t variant, int64_t M) { return variant != 3 || (M >= 64 && fp8_wgmma_available()); }
 
 std::vector<int64_t> parse_list(const std::string& s) {
   std::vector<int64_t> v;
@@ -273,16 +199,17 @@ std::vector<int64_t> parse_list(const std::string& s) {
 
 int main(int argc, char** argv) {
   CLI::App app{"FP8 block-scaled GEMM benchmark (DeepSeek shapes)"};
-  std::string model = "all", ms = "1,16,64,256,1024,4096,16384";
+  std::string model = "all", ms = "1,16,64,256,1024,4096,16384", variants = "-1";
   int reps = 9;
   bool grouped_only = false, dense_only = false;
   app.add_option("--model", model, "v2lite | v3 | all");
   app.add_option("--m", ms, "token counts, comma-separated");
+  app.add_option("--variants", variants, "tile variants, comma-separated (-1: by size; 3: wgmma)");
   app.add_option("--reps", reps, "timed batches (median)");
   app.add_flag("--grouped-only", grouped_only);
   app.add_flag("--dense-only", dense_only);
   CLI11_PARSE(app, argc, argv);
-  const std::vector<int64_t> Ms = parse_list(ms);
+  const std::vector<int64_t> Ms = parse_list(ms), Vs = parse_list(variants);
 
   cudaStream_t s;
   DI_CUDA_CHECK(cudaStreamCreate(&s));
@@ -292,12 +219,16 @@ int main(int argc, char** argv) {
   if (!grouped_only)
     for (const DenseShape& d : kDense) {
       if (model != "all" && model != d.model) continue;
-      for (int64_t M : Ms) print(bench_dense(d, M, reps, copy_bps, ws, s));
+      for (int64_t M : Ms)
+        for (int64_t v : Vs)
+          if (usable(v, M)) print(bench_dense(d, M, static_cast<int>(v), reps, copy_bps, ws, s));
     }
   if (!dense_only)
     for (const ExpertShape& x : kExperts) {
       if (model != "all" && model != x.model) continue;
-      for (int64_t M : Ms) print(bench_grouped(x, M, reps, copy_bps, s));
+      for (int64_t M : Ms)
+        for (int64_t v : Vs)
+          if (usable(v, M)) print(bench_grouped(x, M, static_cast<int>(v), reps, copy_bps, s));
     }
   ws.buf.reset();
   DI_CUDA_CHECK(cudaStreamDestroy(s));

@@ -7,10 +7,16 @@
 //    |gpu − ref| ≤ 2^-14 · Σ_kb |sa·sw| · Σ_{k∈kb} |a·w| (+ 2^-8 |ref| for bf16 output). Products
 //    of e4m3 values are exact in fp32; the error is the tensor cores' fp32 accumulation of 128
 //    products per block and the fp32 promotion, a few fp32 ulps of the |·|-sum (measured on H200:
-//    ≤ 6e-8 ≈ 2^-24 of it, fp32 output). 2^-14 leaves 1000× for another accumulator (a ~14-bit
-//    wgmma-style one would still pass) and still fails any indexing or scale bug by orders of magnitude.
-//  - every tile shape computes the same per-element arithmetic: with one K split the three
-//    variants, and the grouped form on an expert's rows, must agree bitwise; repeated runs too.
+//    ≤ 6e-8 ≈ 2^-24 of it, fp32 output); 2^-14 leaves ~1000× and still fails any indexing or
+//    scale bug by orders of magnitude. The wgmma form (variant 3) gets 2^-10: Hopper's FP8 wgmma
+//    adds the products of each k32 step into its accumulator with only ~13–14 significant bits
+//    (aligned to the largest term; DeepSeek-V3 report §3.3.2 — the reason for the per-128
+//    promotion), and 4 steps per K block gave up to 2.2e-4 ≈ 2^-12.2 of the |·|-sum on the H200
+//    (run s5-1, fp32 output): 2^-10 is 4.5× that, still ~1000× below an indexing error.
+//  - every mma.sync tile shape computes the same per-element arithmetic: with one K split the
+//    three variants, and the grouped form on an expert's rows, must agree bitwise; repeated runs
+//    too. The wgmma form (variant 3, sm_90) sums each K block in another order: it is checked
+//    against the reference at the same bound and for bitwise repeatability, not against 0–2.
 // Skipped without a GPU (CI); run on the GPU machine.
 #include <gtest/gtest.h>
 
@@ -130,13 +136,15 @@ std::vector<double> read_c(const DevBuf& c, Elem elem, int64_t total_rows, int64
   return out;
 }
 
+constexpr int kWgmmaTolLog2 = -10;  // the wgmma form's bound (see the header)
+
 // Number of elements outside the tolerance (and the worst error / bound ratio, for the log).
 int64_t count_bad(const std::vector<double>& got, const std::vector<double>& ref, const std::vector<double>& bound,
-                  bool bf16_out, double* worst) {
+                  bool bf16_out, double* worst, int tol_log2 = -14) {
   int64_t bad = 0;
   *worst = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
-    const double tol = std::ldexp(bound[i], -14) + (bf16_out ? std::ldexp(std::fabs(ref[i]), -8) : 0.0) + 1e-30;
+    const double tol = std::ldexp(bound[i], tol_log2) + (bf16_out ? std::ldexp(std::fabs(ref[i]), -8) : 0.0) + 1e-30;
     const double err = std::fabs(got[i] - ref[i]);
     if (!(err <= tol)) ++bad;
     if (bound[i] > 0) *worst = std::max(*worst, err / bound[i]);
@@ -233,6 +241,7 @@ TEST_F(CudaFp8Gemm, DenseMatchesReferenceAllVariants) {
       {1, 256, 256, 128, Elem::kF32, 0},     {7, 200, 384, 1, Elem::kBF16, 0},   {64, 576, 512, 128, Elem::kF32, 0},
       {129, 320, 1408, 128, Elem::kBF16, 2}, {4096, 384, 128, 1, Elem::kF32, 0}, {33, 131, 208, 1, Elem::kF32, 1},
       {17, 130, 2048, 128, Elem::kBF16, 0},  {2, 64, 16, 128, Elem::kF32, 0},    {0, 128, 128, 128, Elem::kF32, 0},
+      {300, 576, 2048, 128, Elem::kBF16, 0}, {256, 1024, 400, 128, Elem::kF32, 2},
   };
   for (const Case& c : cases) {
     Operands o;
@@ -264,7 +273,10 @@ TEST_F(CudaFp8Gemm, DenseMatchesReferenceAllVariants) {
     // By size (split-K allowed), twice: bitwise reproducible.
     const auto first = run_dense(args, c.elem, ldc, dc);
     double worst = 0;
-    EXPECT_EQ(count_bad(read_c(dc, c.elem, c.M, ldc, 0, c.M, c.N), ref, bound, bf, &worst), 0) << what << " auto";
+    EXPECT_EQ(count_bad(read_c(dc, c.elem, c.M, ldc, 0, c.M, c.N), ref, bound, bf, &worst,
+                        cuda::fp8_gemm_plan(args).variant == 3 ? kWgmmaTolLog2 : -14),
+              0)
+        << what << " auto";
     std::printf("[fp8_gemm] %s: plan variant %d splits %ld, worst |err|/bound %.3g\n", what.c_str(),
                 cuda::fp8_gemm_plan(args).variant, static_cast<long>(cuda::fp8_gemm_plan(args).splits), worst);
     EXPECT_EQ(run_dense(args, c.elem, ldc, dc), first) << what << " not reproducible";
@@ -286,6 +298,16 @@ TEST_F(CudaFp8Gemm, DenseMatchesReferenceAllVariants) {
       EXPECT_EQ(count_bad(read_c(dc, c.elem, c.M, ldc, 0, c.M, c.N), ref, bound, bf, &worst), 0)
           << what << " variant " << variant << " split 3";
     }
+    // The wgmma form: against the reference, and bitwise repeatable.
+    if (c.block_n == 128 && cuda::fp8_wgmma_available()) {
+      Fp8GemmArgs v = args;
+      v.variant = 3;
+      const auto bits = run_dense(v, c.elem, ldc, dc);
+      EXPECT_EQ(count_bad(read_c(dc, c.elem, c.M, ldc, 0, c.M, c.N), ref, bound, bf, &worst, kWgmmaTolLog2), 0)
+          << what << " variant 3 (wgmma)";
+      std::printf("[fp8_gemm] %s: wgmma worst |err|/bound %.3g\n", what.c_str(), worst);
+      EXPECT_EQ(run_dense(v, c.elem, ldc, dc), bits) << what << " variant 3 not reproducible";
+    }
   }
 }
 
@@ -301,6 +323,7 @@ TEST_F(CudaFp8Gemm, GroupedMatchesReferenceWithEmptyExperts) {
   for (int e : {3, 17, 64, 65, 128, 200, 254, 255}) v3_decode[static_cast<size_t>(e)] = 1;
   const Case cases[] = {
       {{0, 5, 0, 130, 17, 0, 64, 1}, 192, 256, 128, Elem::kF32},
+      {{0, 300, 129, 1, 0, 128, 700}, 320, 640, 128, Elem::kBF16},
       {many, 136, 384, 1, Elem::kBF16},
       {v3_decode, 256, 512, 128, Elem::kF32},
       {{0, 0, 0}, 128, 128, 128, Elem::kF32},
@@ -333,15 +356,19 @@ TEST_F(CudaFp8Gemm, GroupedMatchesReferenceWithEmptyExperts) {
     args.M = M, args.N = c.N, args.K = c.K, args.block_n = c.block_n;
     args.c = dc.as<void>(), args.c_elem = c.elem, args.ldc = c.N;
     args.offsets = doff.as<int32_t>(), args.E = E;
+    // The mma.sync variants (and the size-based choice when it is one of them) agree bitwise;
+    // variant 0's result stays in dc for the checks below.
     std::vector<uint8_t> first;
-    for (int variant = -1; variant < 3; ++variant) {
+    const bool auto_mma = cuda::fp8_grouped_gemm_variant(args) < 3;
+    for (int variant : {-1, 2, 1, 0}) {
+      if (variant == -1 && !auto_mma) continue;
       Fp8GemmArgs v = args;
       v.variant = variant;
       if (c_bytes > 0) DI_CUDA_CHECK(cudaMemset(dc.as<void>(), 0xff, c_bytes));
       cuda::fp8_grouped_gemm(v, nullptr);
       DI_CUDA_CHECK(cudaDeviceSynchronize());
       const auto bits = download<uint8_t>(dc, c_bytes);
-      if (variant == -1) first = bits;
+      if (first.empty() && (variant == -1 || !auto_mma)) first = bits;
       else EXPECT_EQ(bits, first) << "E=" << E << " variant " << variant << " differs bitwise";
     }
     // Against the reference expert by expert, and bitwise against a dense launch on its rows.
@@ -368,6 +395,25 @@ TEST_F(CudaFp8Gemm, GroupedMatchesReferenceWithEmptyExperts) {
       EXPECT_EQ(0, std::memcmp(dense.data(), first.data() + static_cast<size_t>(r0) * row_bytes, dense.size()))
           << "E=" << E << " expert " << e << ": grouped differs bitwise from dense";
     }
+    // The wgmma form, expert by expert against the reference (its bits differ from variants 0–2).
+    if (c.block_n != 128 || !cuda::fp8_wgmma_available()) continue;
+    Fp8GemmArgs v = args;
+    v.variant = 3;
+    if (c_bytes > 0) DI_CUDA_CHECK(cudaMemset(dc.as<void>(), 0xff, c_bytes));
+    cuda::fp8_grouped_gemm(v, nullptr);
+    DI_CUDA_CHECK(cudaDeviceSynchronize());
+    double worst_all = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t r0 = offsets[static_cast<size_t>(e)], rows = c.counts[static_cast<size_t>(e)];
+      if (rows == 0) continue;
+      std::vector<double> ref, bound;
+      reference(a, sa, w, sw, r0, rows, e * c.N, e * sw_rows, c.N, c.K, c.block_n, ref, bound);
+      double worst = 0;
+      EXPECT_EQ(count_bad(read_c(dc, c.elem, M, c.N, r0, rows, c.N), ref, bound, bf, &worst, kWgmmaTolLog2), 0)
+          << "E=" << E << " expert " << e << " rows " << rows << " variant 3 (wgmma)";
+      worst_all = std::max(worst_all, worst);
+    }
+    std::printf("[fp8_gemm] grouped E=%ld: wgmma worst |err|/bound %.3g\n", static_cast<long>(E), worst_all);
   }
 }
 

@@ -687,9 +687,13 @@ class CudaMlaTc : public CudaOps {
     return o;
   }
   // cuda::mla_decode over the sequences with selected[b] != 0 (empty: all, seq_mask null), with
-  // `kernel` and the split rule `split_keys` (> 0: the batch-invariant rule over 64 slots).
+  // `kernel` and the split rule `split_keys` (> 0: the batch-invariant rule over max_splits slots;
+  // max_splits ≤ 0: as CudaBackend sets it for a non-decode step, the slots its longest selected
+  // row needs, mla_row_splits(max kv_len, split_keys, 32)). multi_row: pass the longest selected
+  // q_len as max_q_len (the multi-row kernel under the batch-invariant rule at H < 64), else 0.
   // Returns out [T, H, dv]; rows not selected keep kSentinel.
-  Tensor run(const std::vector<uint8_t>& selected, int64_t kernel, int64_t split_keys) {
+  Tensor run(const std::vector<uint8_t>& selected, int64_t kernel, int64_t split_keys,
+             int64_t max_splits = cuda::kMlaMaxSplits, bool multi_row = false) {
     PagedBatch pb = pb_;
     const bool all = selected.empty();
     pb.mask = all ? std::vector<uint8_t>(static_cast<size_t>(n_seqs()), 1) : selected;
@@ -715,20 +719,34 @@ class CudaMlaTc : public CudaOps {
     a.dn = dn_;
     a.dv = dv_;
     a.block_size = bs_;
+    int64_t max_kv = 0, max_q_len = 0;
     for (int64_t b = 0; b < n_seqs(); ++b)
-      if (pb.mask[static_cast<size_t>(b)] != 0) a.n_rows += pb.q_indptr[b + 1] - pb.q_indptr[b];
+      if (pb.mask[static_cast<size_t>(b)] != 0) {
+        a.n_rows += pb.q_indptr[b + 1] - pb.q_indptr[b];
+        max_kv = std::max<int64_t>(max_kv, pb.kv_len[static_cast<size_t>(b)]);
+        max_q_len = std::max<int64_t>(max_q_len, pb.q_indptr[b + 1] - pb.q_indptr[b]);
+      }
     a.scale = scale();
     a.out = d_o.data<float>();
     a.split_keys = split_keys;
-    a.max_splits = split_keys > 0 ? cuda::kMlaMaxSplits : 0;
+    a.max_splits = split_keys <= 0 ? 0 : max_splits > 0 ? max_splits : cuda::mla_row_splits(max_kv, split_keys, 32);
+    a.max_q_len = multi_row ? max_q_len : 0;
     a.kernel = kernel;
-    // mla_decode's scratch (cuda_common.h) at most: q̃ and 64 splits' o_lat, states, row map.
-    const int64_t scratch_bytes = T() * H_ * (4 * r_ * (1 + cuda::kMlaMaxSplits) + 8 * cuda::kMlaMaxSplits) + 8 * T() + 4096;
+    // mla_decode's scratch (cuda_common.h) at most: q̃ and 64 splits' o_lat, states, row map,
+    // the multi-row kernel's tile map (≤ one 16-byte entry per row).
+    const int64_t scratch_bytes =
+        T() * H_ * (4 * r_ * (1 + cuda::kMlaMaxSplits) + 8 * cuda::kMlaMaxSplits) + 24 * T() + 4096;
     TcScratch scratch{gpu_->allocate(DType::kU8, {scratch_bytes})};
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the backend's uploads are done
     cuda::mla_decode(a, tc_scratch_alloc, &scratch, nullptr);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return down(d_o);
+  }
+  // Row `row` ([H, dv]) of two outputs [T, H, dv] bitwise equal.
+  bool row_bits_equal(const Tensor& x, const Tensor& y, int64_t row) const {
+    const int64_t n = H_ * dv_;
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    return std::memcmp(x.data<float>() + row * n, y.data<float>() + row * n, bytes) == 0;
   }
   // Rows of sequence b in `o`: [q_len · H · dv] floats from the sequence's first row.
   const float* seq_rows(const Tensor& o, int64_t b) const { return o.data<float>() + pb_.q_indptr[b] * H_ * dv_; }
@@ -782,6 +800,8 @@ TEST_F(CudaMlaTc, MatchesReference) {
                                             << " split_keys " << split_keys);
           expect_rows(run(selections[sel], 1, split_keys), ref, selections[sel], 1e-2);
           if (sel < 2) expect_rows(run(selections[sel], 0, split_keys), ref, selections[sel], 1e-4);
+          if (split_keys > 0)  // the multi-row kernel (H = 128: the one-row kernel, its fallback)
+            expect_rows(run(selections[sel], 1, split_keys, cuda::kMlaMaxSplits, true), ref, selections[sel], 1e-2);
         }
     }
 }
@@ -815,6 +835,101 @@ TEST_F(CudaMlaTc, IsDeterministicAndBatchInvariant) {
             << "): alone differs from the full batch under the batch-invariant rule";
       }
     }
+  }
+}
+
+// The multi-row split kernel (batch-invariant rule with a multi-row sequence: prefill chunks, MTP
+// verification) against the reference at the tensor-core tolerance: q_len 1, 3, 7, 64 and 129
+// over contexts of 1 to 5000 keys, pages of 16 and 64, H = 16 (V2-Lite). Rows cross page, 32-key
+// tile and 256-key split boundaries and, at max_splits 4 (span classes of 1024 keys), class
+// boundaries, where a sequence's rows are cut into tiles of one span; a sequence not selected
+// (row map); max_splits 64, 4 and the backend's choice. H = 20 (a partial second head group)
+// and H = 128 (the 64-head one-row kernel: multi_row falls back to it) on a smaller set.
+TEST_F(CudaMlaTc, MultiRowMatchesReference) {
+  const std::vector<Seq> large = {{1, 1},     {3, 3},      {7, 7},   {7, 300},  {64, 64}, {64, 1000},
+                                  {129, 1100}, {129, 2100}, {3, 257}, {3, 5000}, {1, 4999}};
+  const std::vector<Seq> small = {{3, 300}, {7, 40}, {1, 77}, {64, 100}, {129, 129}};
+  struct Case {
+    int64_t H, bs;
+    const std::vector<Seq>* seqs;
+  };
+  for (const Case& c : {Case{16, 16, &large}, Case{16, 64, &large}, Case{20, 16, &small}, Case{128, 64, &small}}) {
+    build(c.H, c.bs, *c.seqs);
+    const Tensor ref = reference();
+    std::vector<uint8_t> skip_one(c.seqs->size(), 1);
+    skip_one[1] = 0;
+    for (const std::vector<uint8_t>& sel : {std::vector<uint8_t>{}, skip_one})
+      for (int64_t max_splits : {cuda::kMlaMaxSplits, int64_t{4}, int64_t{0}}) {
+        SCOPED_TRACE(::testing::Message() << "H " << c.H << " block_size " << c.bs << " max_splits " << max_splits
+                                          << (sel.empty() ? " all selected" : " sequence 1 not selected"));
+        expect_rows(run(sel, 1, 256, max_splits, true), ref, sel, 1e-2);
+      }
+  }
+}
+
+// Bitwise: under the batch-invariant rule every row of a multi-row sequence, as the multi-row
+// kernel computes it, equals the same row from the one-row kernel: (a) on the same batch
+// (max_q_len 0); (b) in a decode-shaped batch of one sequence per row (q_len 1, kv_len = the
+// row's key count, the same pages and q rows); (c) launched alone, with the split slots CudaBackend
+// would give it. At max_splits 64, 4 (span classes of 1024 keys) and the backend's choice. Rows
+// hold 1 key, straddle tile (31..33) and split (254..260) boundaries, class boundaries
+// (1024/1025, 2048/2049) and reach 5000 keys; H = 16 and 20 (two head groups, the second
+// partial). A sequence left out of the multi-row launch keeps the sentinel; the others' bits stay.
+TEST_F(CudaMlaTc, MultiRowRowsEqualOneRowLaunches) {
+  const std::vector<Seq> seqs = {{7, 260},    {129, 300}, {64, 64},  {3, 33},
+                                 {129, 1100}, {64, 2100}, {1, 5000}, {5, 5000}};
+  const int64_t bs = 16;
+  for (int64_t H : {16, 20}) {
+    build(H, bs, seqs);
+    const PagedBatch multi = pb_;
+    PagedBatch single;
+    std::vector<int64_t> keys_of_row;  // [T]
+    for (size_t b = 0; b < seqs.size(); ++b)
+      for (int32_t j = 0; j < seqs[b].q_len; ++j) {
+        const int32_t n = seqs[b].kv_len - seqs[b].q_len + j + 1;
+        single.q_indptr.push_back(single.q_indptr.back() + 1);
+        single.kv_len.push_back(n);
+        for (int32_t p = 0; p < (n + bs - 1) / bs; ++p)
+          single.block_ids.push_back(multi.block_ids[static_cast<size_t>(multi.block_indptr[b] + p)]);
+        single.block_indptr.push_back(static_cast<int32_t>(single.block_ids.size()));
+        single.mask.push_back(1);
+        keys_of_row.push_back(n);
+      }
+    for (int64_t max_splits : {cuda::kMlaMaxSplits, int64_t{4}, int64_t{0}}) {
+      SCOPED_TRACE(::testing::Message() << "H " << H << " max_splits " << max_splits);
+      pb_ = multi;
+      const Tensor m = run({}, 1, 256, max_splits, true);
+      const Tensor same_batch = run({}, 1, 256, max_splits, false);
+      std::vector<uint8_t> skip(seqs.size(), 1);
+      skip[1] = 0;
+      const Tensor part = run(skip, 1, 256, max_splits, true);
+      for (int64_t b = 0; b < n_seqs(); ++b)
+        for (int64_t row = pb_.q_indptr[b]; row < pb_.q_indptr[b + 1]; ++row) {
+          const int64_t n = keys_of_row[static_cast<size_t>(row)];
+          EXPECT_TRUE(row_bits_equal(m, same_batch, row)) << "row " << row << " (" << n << " keys): (a) differs";
+          if (b == 1) {
+            EXPECT_EQ(part.data<float>()[row * H_ * dv_], kSentinel) << "row " << row << " of an unselected sequence";
+          } else {
+            EXPECT_TRUE(row_bits_equal(m, part, row)) << "row " << row << " (" << n << " keys): differs with a "
+                                                      << "sequence left out";
+          }
+        }
+      pb_ = single;
+      const Tensor one = run({}, 1, 256, max_splits, false);
+      for (int64_t row = 0; row < T(); ++row)
+        EXPECT_TRUE(row_bits_equal(m, one, row))
+            << "row " << row << " (" << keys_of_row[static_cast<size_t>(row)] << " keys): (b) differs";
+      for (int64_t n : {1, 33, 256, 257, 1024, 1025, 2048, 2049, 5000}) {
+        const auto it = std::find(keys_of_row.begin(), keys_of_row.end(), n);
+        ASSERT_NE(it, keys_of_row.end()) << n;
+        const int64_t row = it - keys_of_row.begin();
+        std::vector<uint8_t> alone(static_cast<size_t>(n_seqs()), 0);
+        alone[static_cast<size_t>(row)] = 1;
+        EXPECT_TRUE(row_bits_equal(m, run(alone, 1, 256, max_splits, false), row))
+            << "row " << row << " (" << n << " keys): (c) alone differs";
+      }
+    }
+    pb_ = multi;
   }
 }
 #endif

@@ -694,6 +694,7 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
       if (!batch.selected(b)) continue;
       const int64_t rows = batch.q_indptr[b + 1] - batch.q_indptr[b];
       a.n_rows += rows;
+      a.max_q_len = std::max(a.max_q_len, rows);  // > 1 with batch_invariant: the multi-row kernel
       decode_shaped = decode_shaped && rows == 1;
       max_keys = std::max<int64_t>(max_keys, batch.kv_len[b]);
     }
@@ -708,8 +709,66 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
     return;
   }
 
-  // Naive form, per selected sequence: decompress its cached latents (bf16 GEMM, fp32 out), then
-  // attention as TF32 GEMMs on fp32 q, K, V and probabilities (no bf16 rounding of q or P).
+  // Naive form on the flash-attention kernel (cuda_mla_prefill.cu) where it takes the head dims:
+  // the selected sequences in groups of ≤ kMlaPrefillMaxSeqs whose K/V scratch stays under
+  // ~1 GiB (a longer sequence alone); per group its latents gathered into one bf16 buffer, one
+  // bf16 GEMM decompressing [k_nope_h | v_h] for every key and head (bf16 out: the kernel's
+  // operand precision), then one attention launch.
+  if (cuda::mla_prefill_supported(dn, dr, dv, r)) {
+    const int64_t kv_cols = H * (dn + dv);
+    const int64_t max_group_keys = std::max<int64_t>(1, (int64_t{1} << 30) / (2 * (kv_cols + width)));
+    std::vector<cuda::MlaPrefillSeq> group;  // key_row0: offsets into the group's buffers
+    std::vector<int64_t> group_seqs;         // their sequence ids (for the page lists)
+    int64_t group_keys = 0;
+    auto run_group = [&] {
+      if (group.empty()) return;
+      ScratchScope per_group(*this);
+      Tensor lat = empty(DType::kBF16, {group_keys, width});  // [Σ kv_len, r + dr] [c_kv | k_pe] per key
+      for (size_t i = 0; i < group.size(); ++i) {
+        const int32_t* pages = batch.dev.block_ids + batch.block_indptr[group_seqs[i]];
+        cuda::gather_latent(cache_p, pages, batch.block_size, width, group[i].kv_len,
+                            dptr<bf16>(lat) + group[i].key_row0 * width, Elem::kBF16, st);
+      }
+      Tensor kvd = empty(DType::kBF16, {group_keys, kv_cols});  // [Σ kv_len, H·(dn + dv)] [k_nope_h | v_h]
+      cuda::gemm(s_->blas, group_keys, kv_cols, r, dptr<bf16>(lat), width, 0, kvb, r, 0, true, dptr(kvd),
+                 Elem::kBF16, kv_cols, 0, 1);
+      cuda::MlaPrefillArgs a{};
+      a.q = cdptr<float>(q);
+      a.kv = cdptr<bf16>(kvd);
+      a.lat = cdptr<bf16>(lat);
+      a.ld_lat = width;
+      a.H = H;
+      a.dn = dn;
+      a.dr = dr;
+      a.dv = dv;
+      a.r = r;
+      a.scale = p.softmax_scale;
+      a.out = dptr<float>(out);
+      a.seqs = group.data();
+      a.n_seqs = static_cast<int64_t>(group.size());
+      cuda::mla_prefill(a, st);
+      group.clear();
+      group_seqs.clear();
+      group_keys = 0;
+    };
+    for (int64_t b = 0; b < batch.n_seqs; ++b) {
+      if (!batch.selected(b)) continue;
+      const int64_t q0 = batch.q_indptr[b], qn = batch.q_indptr[b + 1] - q0, S = batch.kv_len[b];
+      if (qn == 0) continue;
+      if (static_cast<int64_t>(group.size()) == cuda::kMlaPrefillMaxSeqs || group_keys + S > max_group_keys)
+        run_group();
+      group.push_back({static_cast<int32_t>(q0), static_cast<int32_t>(qn), static_cast<int32_t>(S),
+                       static_cast<int32_t>(group_keys)});
+      group_seqs.push_back(b);
+      group_keys += S;
+    }
+    run_group();
+    return;
+  }
+
+  // Fallback for other head dims (see mla_prefill_supported), per selected sequence: decompress
+  // its cached latents (bf16 GEMM, fp32 out), then attention as TF32 GEMMs on fp32 q, K, V and
+  // probabilities (no bf16 rounding of q or P).
   const float* qf = cdptr<float>(q);
   for (int64_t b = 0; b < batch.n_seqs; ++b) {
     if (!batch.selected(b)) continue;

@@ -116,12 +116,19 @@ struct MlaDecodeArgs {
   float* out;  // [T, H, dv] fp32
   // Batch-invariant split rule (DEEPINFER_BATCH_INVARIANT). 0: every row uses the launch's
   // n_splits, chosen from the launch size (mla_decode_splits) — fastest, but a row's rounding
-  // then depends on the batch. > 0: a row with n_keys keys uses its own
-  // mla_row_splits(n_keys, split_keys, max_splits) splits, a function of n_keys alone, so its
-  // result is the same in any batch, chunking or prefix-cache state; the launch has max_splits
-  // split slots (rows with fewer leave the rest empty, which merge as exact zeros).
+  // then depends on the batch. > 0: a row with n_keys keys is cut at multiples of
+  // mla_split_span(n_keys, split_keys, max_splits) keys (at most max_splits pieces), a function
+  // of n_keys alone, so its result is the same in any batch, chunking or prefix-cache state; the
+  // launch has max_splits split slots (rows with fewer leave the rest empty, which merge as
+  // exact zeros). A launch's max_splits must cover its longest row (≥ mla_row_splits of it) or
+  // be the same cap for every launch: the span then does not depend on it.
   int64_t split_keys = 0;
   int64_t max_splits = 0;  // with split_keys > 0: the launch's split slots, 1..kMlaMaxSplits
+  // Most query rows of one selected sequence, counted on the host (0: unknown, taken as 1). With
+  // split_keys > 0, H < 64 and the tensor-core shape, a value > 1 selects the multi-row split
+  // kernel (several rows of a sequence per block, each row's bits unchanged); decode-shaped steps
+  // (1) keep the one-row kernel and its graph-stable launch.
+  int64_t max_q_len = 0;
   // Split kernel: −1 automatic (the tensor-core kernel when r = 512 and dr = 64, else fp32),
   // 0 the fp32 CUDA-core kernel, 1 the tensor-core kernel (bf16 q̃, q_pe and probabilities, fp32
   // scores and accumulators; needs r = 512, dr = 64: checked).
@@ -129,11 +136,22 @@ struct MlaDecodeArgs {
 };
 // Most split slots of an MLA decode launch.
 constexpr int64_t kMlaMaxSplits = 64;
-// Splits of a row with n_keys keys under the batch-invariant rule: ceil(n_keys / split_keys),
-// clamped to [1, max_splits].
+// Split slots a row with n_keys keys needs under the batch-invariant rule: ceil(n_keys /
+// split_keys), clamped to [1, max_splits] (what a launch's max_splits must cover).
 __host__ __device__ inline int64_t mla_row_splits(int64_t n_keys, int64_t split_keys, int64_t max_splits) {
   const int64_t s = (n_keys + split_keys - 1) / split_keys;
   return s < 1 ? 1 : s > max_splits ? max_splits : s;
+}
+// Keys per split under the batch-invariant rule: split y of a row owns keys
+// [y·span, min(n_keys, (y+1)·span)). span = split_keys · ceil(n_keys / (split_keys·max_splits)):
+// split_keys up to split_keys·max_splits keys, then the next multiple of split_keys that keeps
+// ≤ max_splits pieces. A multiple of split_keys that only changes when n_keys crosses a multiple
+// of split_keys·max_splits, so consecutive rows of one sequence (n_keys, n_keys + 1, …) share
+// their split boundaries and a block can serve several of them (the multi-row kernel).
+__host__ __device__ inline int64_t mla_split_span(int64_t n_keys, int64_t split_keys, int64_t max_splits) {
+  const int64_t period = split_keys * max_splits;
+  const int64_t c = (n_keys + period - 1) / period;
+  return split_keys * (c < 1 ? 1 : c);
 }
 // Scratch (q̃, per-split partials: ~4·n_rows·H·r·(1 + n_splits) bytes) comes from `alloc`.
 // Launch shape depends only on the sizes above and the GPU's SM count (graph-safe); no atomics.
@@ -271,7 +289,10 @@ struct Fp8GemmArgs {
   // Dense only: no split-K, so a row's result is bitwise independent of M (every tile shape does
   // the same per-element arithmetic; only split-K changes the summation order).
   bool batch_invariant = false;
-  int variant = -1;    // tile rows: −1 by size, 0: 16, 1: 64, 2: 128 (tests and benchmarks force it)
+  // Tile: −1 by size, 0: 16 rows, 1: 64, 2: 128 (mma.sync; bitwise equal to each other), 3: 128
+  // on wgmma (cuda_fp8_wgmma.cu: sm_90, block_n 128, no split-K; by size above 64 rows (grouped:
+  // rows per expert) unless batch_invariant, since its bits differ from 0–2). Tests force it.
+  int variant = -1;
   int64_t splits = 0;  // dense K splits: 0 by size, ≥ 1 forced (clamped to ceil(K/128))
 };
 // The dense launch's shape, a function of the sizes, the flags above, the SM count and the
@@ -291,6 +312,12 @@ void fp8_gemm(const Fp8GemmArgs& a, void* (*alloc)(void* ctx, size_t bytes), voi
 // no host sync. Tile rows by the mean rows per expert unless a.variant forces them.
 void fp8_grouped_gemm(const Fp8GemmArgs& a, cudaStream_t s);
 int fp8_grouped_gemm_variant(const Fp8GemmArgs& a);
+// The wgmma form (variant 3; cuda_fp8_wgmma.cu): whether this GPU runs it (sm_90), and the
+// dense (offsets null) or grouped launch. 128×128 tiles, a TMA + mbarrier pipeline feeding
+// m64n128k32 wgmmas, DeepGEMM's promotion per K block. Preconditions (checked): sm_90,
+// block_n = 128, K % 16 == 0, a and w 16-byte aligned.
+bool fp8_wgmma_available();
+void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s);
 // ---- cuda_invariant_gemm.cu ----
 // The batch-invariant GEMMs' K structure: K is cut into splits of kInvariantSplitK (a function of
 // K alone); each split folds its 16-wide chunks in increasing order from zero on the tensor cores
@@ -323,4 +350,36 @@ int64_t gemm_f32_ordered_chunks(int64_t K);
 void gemm_f32_ordered(const float* X, int64_t ldx, const float* W, int64_t M, int64_t N, int64_t K, float* C,
                       int64_t ldc, float* partials, cudaStream_t s);
 
+
+// ---- cuda_mla_prefill.cu ----
+// The naive (prefill) form's attention on tensor cores, FlashAttention-2 style: per selected
+// sequence, query rows q_row0 .. q_row0 + q_len − 1 are its LAST q_len positions of kv_len, row i
+// seeing keys 0 .. kv_len − q_len + i; out = softmax(scale · [q_nope | q_pe]·[k_nope_h | k_pe]ᵀ)
+// · v_h per head. bf16 q, K, V and probabilities; fp32 scores, softmax state and output.
+// Deterministic, no atomics; only the sequences' own rows of out are written.
+constexpr int64_t kMlaPrefillMaxSeqs = 64;  // sequences per launch (the table is a kernel argument)
+struct MlaPrefillSeq {
+  int32_t q_row0;    // its first row in q and out
+  int32_t q_len;     // its query rows (0: skipped)
+  int32_t kv_len;    // its keys, ≥ q_len (cached prefix + these rows)
+  int32_t key_row0;  // its first key row in kv and lat
+};
+struct MlaPrefillArgs {
+  const float* q;    // [T, H, dn + dr] fp32 = [q_nope | q_pe] per head, RoPE applied; 16-byte aligned
+  const bf16* kv;    // [n_keys, H·(dn + dv)] bf16: per key and head [k_nope_h | v_h] (kv_b decompressed)
+  const bf16* lat;   // [n_keys, ld_lat] bf16: the gathered latents [c_kv | k_pe]; k_pe at column r
+  int64_t ld_lat;    // ≥ r + dr, a multiple of 8
+  int64_t H, dn, dr, dv, r;
+  float scale;       // softmax scale (> 0)
+  float* out;        // [T, H, dv] fp32
+  const MlaPrefillSeq* seqs;  // [n_seqs] host array, n_seqs ≤ kMlaPrefillMaxSeqs
+  int64_t n_seqs;
+};
+// Whether mla_prefill takes these head dims: dn, dr, dv, r multiples of 8 (16-byte rows) with
+// dn + dr ≤ 192 and dv ≤ 128 (instances <64, 64> and <192, 128>, zero-padded). Callers fall back
+// to the TF32 GEMM path otherwise.
+bool mla_prefill_supported(int64_t dn, int64_t dr, int64_t dv, int64_t r);
+// One launch over the sequences' row tiles × heads (grid and argument table from the sizes only;
+// no scratch, no sync, graph-capturable). Checks its preconditions (aborts).
+void mla_prefill(const MlaPrefillArgs& a, cudaStream_t s);
 }  // namespace deepinfer::cuda

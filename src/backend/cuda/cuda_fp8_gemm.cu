@@ -2,7 +2,8 @@
 // block_n×128 weight blocks, per-K-block fp32 promotion — dense and grouped (MoE), plus the 1×128
 // activation quantizer that feeds it. Owns: the quantizer, one mma.sync (sm_89+) tile kernel in
 // three tile shapes (16, 64, 128 rows), the deterministic split-K reduction. Does not own: weight
-// loading or scale repacking (ue8m0 bytes, MN-major scales), nor a wgmma/TMA (sm_90a) path.
+// loading or scale repacking (ue8m0 bytes, MN-major scales), nor the wgmma/TMA form
+// (cuda_fp8_wgmma.cu, variant 3, which the dispatch below picks for large M on sm_90).
 // Measured on H200 (bench/fp8_gemm_bench): ptxas lowers mma.sync .e4m3 on sm_90a to an fp8→fp16
 // unpack (F2FP.F16.E4M3.UNPACK_B) plus HMMA.16816, so the large-M tiles top out near 200 TFLOP/s
 // (~0.17× torch's blockwise scaled_mm); only wgmma reaches Hopper's FP8 rate. The small-M
@@ -13,6 +14,7 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_grouped_tile.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 
 namespace deepinfer::cuda {
@@ -119,41 +121,6 @@ using TileM16 = Tile<16, 128, 1, 4, 4, 3>;
 using TileM64 = Tile<64, 128, 2, 4, 4, 2>;
 // Large M: 2 × 4 warps of 64×32; 128 fp32 accumulators per thread (partial + promoted): one block per SM.
 using TileM128 = Tile<128, 128, 2, 4, 4, 1>;
-
-// The grouped tile `tile` of expert-sorted rows: each expert's rows [offsets[e], offsets[e+1])
-// are cut into ceil(count / bm) tiles, numbered expert by expert. Warp 0 computes it: lane l sums
-// the tile counts of its slice of experts, a warp scan gives each slice's first tile, and the lane
-// whose slice holds `tile` walks it. Writes e = −1 past the last tile. Sizes only on the host:
-// the grid covers the bound ceil(M / bm) + min(E, M) (CUDA-graph safe).
-__device__ __forceinline__ void grouped_tile(int64_t tile, const int32_t* offsets, int64_t E, int bm, int lane,
-                                             int64_t* out /* [3] shared: e, m0, rows */) {
-  const int64_t per = (E + 31) / 32;
-  const int64_t e_begin = min(E, lane * per), e_end = min(E, e_begin + per);
-  int64_t mine = 0;
-  for (int64_t e = e_begin; e < e_end; ++e) mine += (offsets[e + 1] - offsets[e] + bm - 1) / bm;
-  int64_t incl = mine;
-#pragma unroll
-  for (int o = 1; o < 32; o *= 2) {
-    const int64_t v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
-  if (lane == 0) out[0] = -1;
-  __syncwarp();
-  if (tile >= incl - mine && tile < incl) {
-    int64_t first = incl - mine;
-    for (int64_t e = e_begin; e < e_end; ++e) {
-      const int64_t n_tiles = (offsets[e + 1] - offsets[e] + bm - 1) / bm;
-      if (tile < first + n_tiles) {
-        const int64_t m0 = offsets[e] + (tile - first) * bm;
-        out[0] = e;
-        out[1] = m0;
-        out[2] = min(static_cast<int64_t>(bm), static_cast<int64_t>(offsets[e + 1]) - m0);
-        break;
-      }
-      first += n_tiles;
-    }
-  }
-}
 
 // C[m, n] = Σ_kb (Σ_{k ∈ kb} a[m, k]·w[n, k]) · sa[m, kb] · sw[n / block_n, kb] for the block's
 // kBM×kBN tile, kb over the block's split [z·kb_per_split, min(n_kb, (z+1)·kb_per_split)).
@@ -400,6 +367,9 @@ void launch_tile_out(const GemmParams& p, Elem c_elem, dim3 grid, cudaStream_t s
 
 int tile_rows_of(int variant) { return variant == 0 ? TileM16::kBM : variant == 1 ? TileM64::kBM : TileM128::kBM; }
 
+// Whether the size-based choice may take the wgmma form (variant 3) for these arguments.
+bool wgmma_eligible(const Fp8GemmArgs& a) { return !a.batch_invariant && a.block_n == 128 && fp8_wgmma_available(); }
+
 template <bool kGrouped>
 void launch_variant(int variant, const GemmParams& p, Elem c_elem, dim3 grid, cudaStream_t s) {
   switch (variant) {
@@ -422,6 +392,7 @@ int occupancy() {
 }
 // Blocks of one dense variant resident on an SM at once (registers and shared memory decide).
 int blocks_per_sm(int variant) {
+  if (variant == 3) return 1;
   return variant == 0 ? occupancy<TileM16>() : variant == 1 ? occupancy<TileM64>() : occupancy<TileM128>();
 }
 
@@ -431,7 +402,9 @@ void check_common(const Fp8GemmArgs& a) {
   DI_CUDA_REQUIRE_MSG(a.block_n == 1 || a.block_n == 128, "fp8_gemm: block_n must be 1 or 128");
   DI_CUDA_REQUIRE(a.c_elem == Elem::kF32 || a.c_elem == Elem::kBF16);
   DI_CUDA_REQUIRE(a.ldc >= a.N);
-  DI_CUDA_REQUIRE(a.variant >= -1 && a.variant <= 2);
+  DI_CUDA_REQUIRE(a.variant >= -1 && a.variant <= 3);
+  DI_CUDA_REQUIRE_MSG(a.variant != 3 || (a.block_n == 128 && fp8_wgmma_available()),
+                      "fp8_gemm: variant 3 (wgmma) needs an sm_90 GPU and block_n = 128");
   DI_CUDA_REQUIRE(a.splits >= 0);
   DI_CUDA_REQUIRE_MSG(reinterpret_cast<uintptr_t>(a.a) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0,
                       "fp8_gemm: a and w must be 16-byte aligned");
@@ -475,11 +448,13 @@ void quantize_fp8_rows(const void* x, Elem x_elem, int64_t M, int64_t K, uint8_t
 Fp8GemmPlan fp8_gemm_plan(const Fp8GemmArgs& a) {
   Fp8GemmPlan plan;
   const int64_t n_kb = (a.K + kGroupK - 1) / kGroupK;
-  plan.variant = a.variant >= 0 ? a.variant : a.M <= 16 ? 0 : a.M <= 64 ? 1 : 2;
+  plan.variant = a.variant >= 0 ? a.variant : a.M <= 16 ? 0 : a.M <= 64 ? 1 : wgmma_eligible(a) ? 3 : 2;
   const int64_t bm = tile_rows_of(plan.variant);
   const int64_t tiles = ((a.M + bm - 1) / bm) * ((a.N + 127) / 128);
   int64_t splits = 1;
-  if (a.splits > 0) {
+  if (plan.variant == 3) {
+    splits = 1;  // the wgmma form has no split-K
+  } else if (a.splits > 0) {
     splits = a.splits;
   } else if (!a.batch_invariant && tiles > 0) {
     // One wave: as many splits as keep every tile's blocks resident at once (a partial second
@@ -498,8 +473,9 @@ void fp8_gemm(const Fp8GemmArgs& a, void* (*alloc)(void* ctx, size_t bytes), voi
   check_common(a);
   DI_CUDA_REQUIRE(a.offsets == nullptr);
   if (a.M == 0 || a.N == 0) return;
-  GemmParams p = base_params(a);
   const Fp8GemmPlan plan = fp8_gemm_plan(a);
+  if (plan.variant == 3) return fp8_wgmma_gemm(a, s);
+  GemmParams p = base_params(a);
   p.kb_per_split = plan.kb_per_split;
   if (plan.splits > 1) {
     DI_CUDA_REQUIRE(alloc != nullptr);
@@ -523,7 +499,7 @@ void fp8_gemm(const Fp8GemmArgs& a, void* (*alloc)(void* ctx, size_t bytes), voi
 int fp8_grouped_gemm_variant(const Fp8GemmArgs& a) {
   if (a.variant >= 0) return a.variant;
   const int64_t per_expert = (a.M + std::min(a.E, a.M) - 1) / std::max<int64_t>(1, std::min(a.E, a.M));
-  return per_expert <= 16 ? 0 : per_expert <= 64 ? 1 : 2;
+  return per_expert <= 16 ? 0 : per_expert <= 64 ? 1 : wgmma_eligible(a) ? 3 : 2;
 }
 
 void fp8_grouped_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
@@ -531,10 +507,11 @@ void fp8_grouped_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   DI_CUDA_REQUIRE(a.offsets != nullptr && a.E >= 1);
   DI_CUDA_REQUIRE_MSG(a.splits <= 1, "fp8_grouped_gemm: no split-K");
   if (a.M == 0 || a.N == 0) return;
+  const int variant = fp8_grouped_gemm_variant(a);
+  if (variant == 3) return fp8_wgmma_gemm(a, s);
   GemmParams p = base_params(a);
   p.offsets = a.offsets;
   p.E = a.E;
-  const int variant = fp8_grouped_gemm_variant(a);
   const int64_t bm = tile_rows_of(variant);
   const int64_t max_tiles = (a.M + bm - 1) / bm + std::min(a.E, a.M);
   DI_CUDA_REQUIRE_MSG(max_tiles <= 65535, "fp8_grouped_gemm: too many row tiles for grid.y");

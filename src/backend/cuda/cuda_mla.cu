@@ -18,8 +18,14 @@
 //    count), fixed per batch size of decode-only steps; each split's key range is computed on the
 //    device from kv_len. Deterministic: no atomics, every reduction in a fixed order; a row's
 //    result depends on the rest of the batch only through n_splits.
-//  - the naive (prefill) form is cuBLAS GEMMs (cuda_backend.cpp) around gather_latent and
-//    causal_softmax: K/V decompressed to fp32, scores and P·V in TF32.
+//  - batch-invariant rule (split_keys > 0): split boundaries at multiples of mla_split_span(n_keys),
+//    shared by consecutive rows of a sequence, so steps with a multi-row sequence (prefill
+//    chunks, MTP verification; H < 64) run mla_split_rows_kernel instead of the one-row TC kernel:
+//    4 rows × 16 heads per block, each latent tile loaded once for the 4 rows, each row's
+//    part_acc/part_ml bitwise what the one-row kernel (MT = 1) writes for it (same MMA chains,
+//    same softmax function; see the kernel). A one-block kernel maps the rows to 4-row tiles.
+//  - the naive (prefill) form: gather_latent here, attention in cuda_mla_prefill.cu (flash
+//    kernel); causal_softmax serves its TF32 cuBLAS fallback for other head dims.
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ptx.cuh"
 
@@ -96,21 +102,31 @@ __device__ __forceinline__ int64_t selected_row(const DecodePlan& pl, int64_t i)
   return pl.row_map != nullptr ? pl.row_map[i].y : i;
 }
 
+// Keys per split piece of a row with n_keys keys — the one split rule of every split kernel:
+// piece p owns [p·span, min(n_keys, (p+1)·span)). Batch-invariant rule (split_keys > 0):
+// mla_split_span, a function of n_keys alone (`parts` must be 1). Default rule: the launch's
+// n_splits·parts pieces (parts: CTAs of a cluster sharing one split) of equal whole 32-key tiles,
+// ceil(ceil(n_keys / (n_splits·parts)) / 32)·32.
+__device__ __forceinline__ int64_t split_span(const DecodePlan& pl, int64_t n_keys, int64_t parts) {
+  if (pl.a.split_keys > 0) return mla_split_span(n_keys, pl.a.split_keys, pl.n_splits);
+  const int64_t n_pieces = pl.n_splits * parts;
+  return ((n_keys + n_pieces - 1) / n_pieces + kKeys - 1) / kKeys * kKeys;
+}
+
 // What the split kernels need of selected row i: its sequence b, its row of q/out, the keys it
 // attends to (the sequence's q_len rows end at kv_len, so row q0 + j sees kv_len − q_len + j + 1
-// keys) and its split count — the launch's, or under the batch-invariant rule a function of
-// n_keys alone.
+// keys) and its split span (split_span with `parts` pieces per split).
 struct RowKeys {
-  int64_t b, row, n_keys, n_split;
+  int64_t b, row, n_keys, span;
 };
-__device__ __forceinline__ RowKeys row_keys(const DecodePlan& pl, int64_t i) {
+__device__ __forceinline__ RowKeys row_keys(const DecodePlan& pl, int64_t i, int64_t parts) {
   const MlaDecodeArgs& a = pl.a;
   RowKeys rk;
   rk.row = selected_row(pl, i);
   rk.b = pl.row_map != nullptr ? pl.row_map[i].x : seq_of_row(a.q_indptr, a.n_seqs, rk.row);
   const int64_t q0 = a.q_indptr[rk.b], q_len = a.q_indptr[rk.b + 1] - q0;
   rk.n_keys = a.kv_len[rk.b] - q_len + (rk.row - q0) + 1;
-  rk.n_split = a.split_keys > 0 ? mla_row_splits(rk.n_keys, a.split_keys, pl.n_splits) : pl.n_splits;
+  rk.span = split_span(pl, rk.n_keys, parts);
   return rk;
 }
 
@@ -222,9 +238,9 @@ __global__ void __launch_bounds__(kThreads) mla_absorb_q_kernel(DecodePlan pl) {
 
 // Split-KV attention over the latent pages for 16 heads of one selected row.
 // Block (x = i·n_hg + g for row i and head group g, so a row's head groups run side by side and
-// share its latents in L2; y = split), 256 threads. The row attends to n_keys = pos + 1 keys,
-// cut into n_splits ranges of per = ceil(ceil(n_keys / n_splits) / 32)·32 keys: split y owns
-// [y·per, min(n_keys, (y+1)·per)); an empty range writes (−inf, 0) and nothing else.
+// share its latents in L2; y = split), 256 threads. The row attends to n_keys = pos + 1 keys;
+// split y owns [y·per, min(n_keys, (y+1)·per)), per = split_span (a multiple of 32); an empty
+// range writes (−inf, 0) and nothing else.
 // Per 32-key tile:
 //   load:     the tile's latent rows, 16-byte chunks of the bf16 pages (issued one tile ahead
 //             into registers), widened to fp32 into lat [32][wq]; rows past the range are zero.
@@ -252,8 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kernel(DecodePlan pl) {
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int64_t i = blockIdx.x / pl.n_hg, h0 = static_cast<int64_t>(blockIdx.x % pl.n_hg) * kHeads;
   const int split = blockIdx.y;
-  const auto [b, row, n_keys, n_split] = row_keys(pl, i);
-  const int64_t per = ((n_keys + n_split - 1) / n_split + kKeys - 1) / kKeys * kKeys;
+  const auto [b, row, n_keys, per] = row_keys(pl, i, 1);
   const int64_t k_begin = split * per, k_end = std::min(n_keys, k_begin + per);
   float2* ml_out = pl.part_ml + (static_cast<int64_t>(split) * a.n_rows + i) * a.H;
   if (k_begin >= k_end) {
@@ -435,7 +450,6 @@ struct TcShape {
   static constexpr int kTilesN = MT == 1 ? 1 : 2;  // n8 key tiles of the scores per warp
   static constexpr int kSplitK = MT == 1 ? 2 : 1;  // channel halves of the scores (partials added)
   static constexpr int kTph = kThreads / kHeads;   // softmax threads per head
-  static constexpr int kKpt = kTcKeys / kTph;      // softmax keys per thread
   static constexpr size_t kSmemBytes = sizeof(bf16) * (static_cast<size_t>(kStages) * kTcKeys + kHeads) * kTcStride +
                                        sizeof(float) * kSplitK * kHeads * kTcRedStride +
                                        sizeof(bf16) * kHeads * kTcPStride + sizeof(float) * kHeads +
@@ -451,14 +465,55 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// One (row, head)'s online-softmax step over a 32-key tile, by the kTph consecutive lanes that own
+// it (hj = its lane % kTph; thread hj takes keys hj + kTph·x). Key k's score is its kSplitK
+// partials red[kh·red_split + k] added in kh order from 0, times scale; keys k ≥ n_valid score
+// −inf (P = 0). Updates (m_run, l_run) (l adds the bf16-rounded P: exactly what P·V adds), writes
+// P [32] bf16 to p_row and returns corr = e^{m_old − m_new} (0 on the first tile: m_old = −inf).
+// Precondition: n_valid ≥ 1 (m_new finite: no e^{−inf − (−inf)}). Every operation is an explicit
+// _rn intrinsic, never contracted into an FMA by the compiler: both tensor-core kernels call this,
+// and the multi-row kernel's bitwise equality with the one-row kernel rests on it.
+template <int kTph, int kSplitK>
+__device__ __forceinline__ float tc_softmax_update(const float* red, int red_split, int hj, int64_t n_valid,
+                                                   float scale, bf16* p_row, float& m_run, float& l_run) {
+  constexpr int kKpt = kTcKeys / kTph;
+  float sc[kKpt];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int x = 0; x < kKpt; ++x) {
+    const int k = hj + kTph * x;
+    float v = 0.0f;
+#pragma unroll
+    for (int kh = 0; kh < kSplitK; ++kh) v = __fadd_rn(v, red[kh * red_split + k]);
+    sc[x] = k < n_valid ? __fmul_rn(v, scale) : -INFINITY;
+    mx = fmaxf(mx, sc[x]);
+  }
+#pragma unroll
+  for (int o = kTph / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float m_new = fmaxf(m_run, mx);
+  const float corr = __expf(__fsub_rn(m_run, m_new));
+  float ps = 0.0f;
+#pragma unroll
+  for (int x = 0; x < kKpt; ++x) {
+    const bf16 p = __float2bfloat16_rn(__expf(__fsub_rn(sc[x], m_new)));
+    p_row[hj + kTph * x] = p;
+    ps = __fadd_rn(ps, __bfloat162float(p));
+  }
+#pragma unroll
+  for (int o = kTph / 2; o > 0; o >>= 1) ps = __fadd_rn(ps, __shfl_xor_sync(0xffffffffu, ps, o));
+  l_run = __fmaf_rn(l_run, corr, ps);
+  m_run = m_new;
+  return corr;
+}
+
 // Split-KV attention over the latent pages on tensor cores, for 16·MT heads of one selected row
 // (MT = 1: 16 heads; MT = 4: 64 heads, so H = 128 reads a row's latents twice, not eight times).
 // Same inputs, key ranges and outputs (part_acc, part_ml) as mla_split_kernel; FlashMLA's
 // numerics: q̃, q_pe and the probabilities rounded to bf16, scores, softmax state and o_lat fp32.
 // Block (x = (i·n_hg + g)·cluster + rank, y = split), 256 threads (8 warps). The split's key range
-// (the fp32 kernel's rule) is cut into `cluster` parts of whole tiles, one per CTA of a thread-block
+// (split_span, as the fp32 kernel) is cut into `cluster` parts of whole tiles, one per CTA of a thread-block
 // cluster (cluster > 1 only for MT = 1, when a launch has too few splits to fill the SMs); part
-// `rank` is virtual split split·cluster + rank of n_split·cluster. Per 32-key tile:
+// `rank` is virtual split split·cluster + rank of n_splits·cluster. Per 32-key tile:
 //   load:    cp.async 16-byte copies of the tile's cache rows into a kStages-deep ring (issued
 //            kStages − 1 tiles ahead; keys past the range are zero-filled, never read);
 //   scores:  S[heads, keys] = [q̃ | q_pe] · latentᵀ with m16n8k16 MMAs: MT = 1: warp w owns key
@@ -481,7 +536,7 @@ template <int MT>
 __global__ void __launch_bounds__(kThreads, 1) mla_split_tc_kernel(DecodePlan pl) {
   using S = TcShape<MT>;
   constexpr int HB = S::kHeads, kStages = S::kStages, kTilesN = S::kTilesN, kSplitK = S::kSplitK;
-  constexpr int kTph = S::kTph, kKpt = S::kKpt, kChannels = kTcWidth / kSplitK;
+  constexpr int kTph = S::kTph, kChannels = kTcWidth / kSplitK;
   extern __shared__ __align__(16) unsigned char tc_smem[];
   bf16* slat = reinterpret_cast<bf16*>(tc_smem);                           // [kStages][kTcKeys][kTcStride]
   bf16* sq = slat + kStages * kTcKeys * kTcStride;                         // [HB][kTcStride]
@@ -496,9 +551,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_tc_kernel(DecodePlan pl
   const int64_t grp = blockIdx.x / static_cast<unsigned>(n_cta);
   const int64_t i = grp / pl.n_hg, h0 = (grp % pl.n_hg) * HB;
   const int split = blockIdx.y;
-  const auto [b, row, n_keys, n_split] = row_keys(pl, i);
-  const int64_t n_virt = n_split * n_cta;
-  const int64_t per = ((n_keys + n_virt - 1) / n_virt + kTcKeys - 1) / kTcKeys * kTcKeys;
+  const auto [b, row, n_keys, per] = row_keys(pl, i, n_cta);
   const int64_t k_begin = (split * static_cast<int64_t>(n_cta) + rank) * per, k_end = std::min(n_keys, k_begin + per);
   const int64_t n_tiles = k_begin < k_end ? (k_end - k_begin + kTcKeys - 1) / kTcKeys : 0;
   const int hh = t / kTph, hj = t % kTph;  // softmax: head hh, keys hj + kTph·x
@@ -594,32 +647,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_tc_kernel(DecodePlan pl
     __syncthreads();
 
     {
-      float sc[kKpt];
-      float mx = -INFINITY;
-#pragma unroll
-      for (int x = 0; x < kKpt; ++x) {
-        const int k = hj + kTph * x;
-        float v = 0.0f;
-#pragma unroll
-        for (int kh = 0; kh < kSplitK; ++kh) v += sred[(kh * HB + hh) * kTcRedStride + k];
-        sc[x] = t0 + k < k_end ? v * a.scale : -INFINITY;
-        mx = fmaxf(mx, sc[x]);
-      }
-#pragma unroll
-      for (int o = kTph / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float m_new = fmaxf(m_run, mx);       // finite: the tile holds a key of the range
-      const float corr = __expf(m_run - m_new);  // 0 on the first tile (m_run = −inf)
-      float ps = 0.0f;
-#pragma unroll
-      for (int x = 0; x < kKpt; ++x) {
-        const bf16 p = __float2bfloat16_rn(__expf(sc[x] - m_new));
-        sp[hh * kTcPStride + hj + kTph * x] = p;
-        ps += __bfloat162float(p);
-      }
-#pragma unroll
-      for (int o = kTph / 2; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
-      l_run = l_run * corr + ps;
-      m_run = m_new;
+      // The tile holds a key of the range, so m_new is finite.
+      const float corr = tc_softmax_update<kTph, kSplitK>(sred + hh * kTcRedStride, HB * kTcRedStride, hj,
+                                                          k_end - t0, a.scale, sp + hh * kTcPStride, m_run, l_run);
       if (hj == 0) scorr[hh] = corr;
     }
     __syncthreads();
@@ -734,6 +764,322 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_tc_kernel(DecodePlan pl
     }
   }
   if (hj == 0 && h0 + hh < a.H) ml_out[h0 + hh] = make_float2(m_run, l_run);
+}
+
+// ---- Multi-row tensor-core split kernel (batch-invariant prefill, MTP verification) -------------
+
+constexpr int kRowsPerTile = 4;                // R: consecutive query rows of one sequence per block
+constexpr int kRowsMma = kHeads * kRowsPerTile;  // MMA rows: (row q, head hh) at 16q + hh (64)
+constexpr int kRowsStages = 3;                 // latent ring depth (2 tiles in flight)
+constexpr size_t kRowsSmemBytes =
+    sizeof(bf16) * (static_cast<size_t>(kRowsStages) * kTcKeys + kRowsMma) * kTcStride +
+    sizeof(float) * 2 * kRowsMma * kTcRedStride + sizeof(bf16) * kRowsMma * kTcPStride + sizeof(float) * kRowsMma;
+static_assert(kRowsSmemBytes <= 227 * 1024, "one block per SM within sm_90's shared-memory opt-in limit");
+static_assert(kKeys == kTcKeys, "split_span's default rule cuts whole tiles of both kernel families");
+
+// v holds the bf16 latents of keys k (low half) and k + 1 (high half) of one channel; keys
+// ≥ n_valid become +0, the value the one-row kernel's zero-filled tile slots hold.
+__device__ __forceinline__ uint32_t keep_keys(uint32_t v, int k, int n_valid) {
+  return v & ((k < n_valid ? 0x0000ffffu : 0u) | (k + 1 < n_valid ? 0xffff0000u : 0u));
+}
+
+// Exclusive prefix of v over the block's threads in thread order; *total gets the block's sum.
+// Every thread calls it; warp_total [kWarps] shared, free again on return.
+__device__ int64_t block_exclusive_scan(int64_t v, int64_t* warp_total, int64_t* total) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int64_t incl = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int64_t y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) warp_total[warp] = incl;
+  __syncthreads();
+  int64_t before = incl - v, sum = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp) before += warp_total[w];
+    sum += warp_total[w];
+  }
+  __syncthreads();
+  *total = sum;
+  return before;
+}
+
+// tiles[j] = (b, i0, row0, n): the row tiles of the multi-row kernel, selected sequences in order.
+// A sequence's rows (n_keys = n0, n0 + 1, …) are first cut where mla_split_span changes — it is
+// split_keys·c for n_keys in ((c−1)·period, c·period], period = split_keys·n_splits — then into
+// runs of kRowsPerTile, the last one partial; i0 is the first row's selected index, row0 its row
+// of q/out. Slots [count, n_bound) get n = 0 (the grid covers n_bound, a host bound).
+// One block, as mla_row_map_kernel: thread t owns the sequences [t·per, (t+1)·per), counts their
+// selected rows and tiles, two block scans give its first index of each, then it writes.
+// Only launched for steps with a sequence of several rows (never graphed).
+__global__ void __launch_bounds__(kThreads) mla_row_tiles_kernel(DecodePlan pl, int64_t n_bound, int4* tiles) {
+  __shared__ int64_t warp_total[kWarps];
+  const MlaDecodeArgs& a = pl.a;
+  const int t = threadIdx.x;
+  const int64_t per = (a.n_seqs + kThreads - 1) / kThreads;
+  const int64_t b0 = std::min<int64_t>(a.n_seqs, t * per), b1 = std::min<int64_t>(a.n_seqs, b0 + per);
+  const int64_t period = a.split_keys * pl.n_splits;
+  auto selected = [&](int64_t b) { return a.seq_mask == nullptr || a.seq_mask[b] != 0; };
+  // fn(j, n) for each tile of sequence b: its rows j..j+n−1.
+  auto for_each_tile = [&](int64_t b, auto&& fn) {
+    const int64_t q_len = a.q_indptr[b + 1] - a.q_indptr[b], n0 = a.kv_len[b] - q_len + 1;
+    int64_t j = 0;
+    while (j < q_len) {
+      const int64_t c = (n0 + j + period - 1) / period;             // span class of row j
+      const int64_t j_end = std::min(q_len, c * period - n0 + 1);  // past its last row
+      for (; j < j_end; j += kRowsPerTile) fn(j, std::min<int64_t>(kRowsPerTile, j_end - j));
+      j = j_end;
+    }
+  };
+  int64_t n_sel_rows = 0, n_tiles = 0;
+  for (int64_t b = b0; b < b1; ++b)
+    if (selected(b)) {
+      n_sel_rows += a.q_indptr[b + 1] - a.q_indptr[b];
+      for_each_tile(b, [&](int64_t, int64_t) { ++n_tiles; });
+    }
+  int64_t all_rows = 0, all_tiles = 0;
+  int64_t next_row = block_exclusive_scan(n_sel_rows, warp_total, &all_rows);
+  int64_t next_tile = block_exclusive_scan(n_tiles, warp_total, &all_tiles);
+  for (int64_t b = b0; b < b1; ++b) {
+    if (!selected(b)) continue;
+    const int32_t q0 = a.q_indptr[b];
+    for_each_tile(b, [&](int64_t j, int64_t n) {
+      if (next_tile < n_bound)  // always (the host bound holds); never write past the map
+        tiles[next_tile] = make_int4(static_cast<int>(b), static_cast<int>(next_row + j), q0 + static_cast<int>(j),
+                                     static_cast<int>(n));
+      ++next_tile;
+    });
+    next_row += a.q_indptr[b + 1] - q0;
+  }
+  for (int64_t e = all_tiles + t; e < n_bound; e += kThreads) tiles[e] = make_int4(0, 0, 0, 0);
+}
+
+// Split-KV attention on tensor cores for up to R = 4 consecutive query rows of one sequence and
+// the 16 heads of head group g, batch-invariant rule only: for each row, bitwise what
+// mla_split_tc_kernel<1> writes (part_acc, part_ml), with each 32-key latent tile loaded into
+// shared memory once for the R rows instead of once per row (prefill: 1/4 of the latent traffic).
+// Block (x = tile·n_hg + g, y = split), 256 threads; tiles[tile] = (b, i0, row0, n): selected rows
+// i0.. i0+n−1 = rows row0.. of sequence b (n = 0: a surplus slot of the bound; exits). Row q sees
+// n_keys_q = n_keys_0 + q keys; the tile map keeps a tile's rows in one class of
+// mla_split_span, so split y is [y·span, (y+1)·span) for every row, cut at each row's own key
+// count: k_end_q = min(n_keys_q, (y+1)·span). The block walks the 32-key tiles of its longest
+// range [y·span, k_end_{n−1}); row q takes part in tile t0 only while t0 < k_end_q — exactly the
+// tiles the one-row kernel runs for it — so a row's state is never touched after its range ends
+// (no e^{−inf − (−inf)}, no rescale by 1, no extra MMA). MMA row 16q + hh = (row q, head 16g + hh).
+// Per tile:
+//   load:    as mla_split_tc_kernel: cp.async ring (kRowsStages deep), keys ≥ k_end_{n−1} zero;
+//   scores:  warp w owns row q = w / 2 over channel half w % 2 (288 channels) and the tile's four
+//            8-key n-tiles: per (row, head, key) the one-row kernel's MMA chain at MT = 1 (its
+//            warp half·4 + n-tile: the half's k16 MMAs in channel order from zero), the halves'
+//            partials then added in order by tc_softmax_update;
+//   softmax: thread t owns head hh = t / 16 and keys t % 16, +16, for each active row in turn:
+//            tc_softmax_update<16, 2>, the one-row kernel's mapping and arithmetic at MT = 1;
+//   o_lat:   warp w owns channels 64w..64w+63 of every active row (acc [R][8][4] fragments):
+//            acc = acc·corr, then P·V in the one-row kernel's k16 order. In a row's last tile the
+//            keys ≥ k_end_q hold latents of longer rows where the one-row kernel has zeros: that
+//            row's V fragments are masked to +0 there (its P is 0 there, but 0·v = −0 for v < 0
+//            could otherwise meet an exactly-zero sum with a different sign).
+// Why the bits match: an m16n8k16 output element depends only on its own accumulator, A row and B
+// column — here the one-row kernel's bf16 q row, latent key row, P row and V column — and each
+// chain issues the same MMAs in the same order; the softmax is the same function of the same
+// scores. Shared (dynamic): latent ring [3][32][584] bf16, q [64][584] bf16, partial scores
+// [2][64][36] fp32, P [64][40] bf16, corr [64] fp32: 210,688 bytes, one block per SM.
+// Preconditions: split_keys > 0, r = 512, dr = 64, cache rows 16-byte aligned, kv_len ≥ q_len.
+__global__ void __launch_bounds__(kThreads, 1) mla_split_rows_kernel(DecodePlan pl, const int4* tiles) {
+  constexpr int R = kRowsPerTile, kHalf = kTcWidth / 2;
+  extern __shared__ __align__(16) unsigned char rows_smem[];
+  bf16* slat = reinterpret_cast<bf16*>(rows_smem);                         // [kRowsStages][kTcKeys][kTcStride]
+  bf16* sq = slat + kRowsStages * kTcKeys * kTcStride;                     // [kRowsMma][kTcStride]
+  float* sred = reinterpret_cast<float*>(sq + kRowsMma * kTcStride);       // [2][kRowsMma][kTcRedStride]
+  bf16* sp = reinterpret_cast<bf16*>(sred + 2 * kRowsMma * kTcRedStride);  // [kRowsMma][kTcPStride]
+  float* scorr = reinterpret_cast<float*>(sp + kRowsMma * kTcPStride);     // [kRowsMma]
+
+  const MlaDecodeArgs& a = pl.a;
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int4 tile = tiles[blockIdx.x / static_cast<unsigned>(pl.n_hg)];
+  const int n_rows = tile.w;
+  if (n_rows == 0) return;
+  const int64_t h0 = static_cast<int64_t>(blockIdx.x % static_cast<unsigned>(pl.n_hg)) * kHeads;
+  const int64_t b = tile.x, i0 = tile.y, row0 = tile.z;
+  const int split = blockIdx.y;
+  const int64_t q0 = a.q_indptr[b];
+  const int64_t n_keys0 = a.kv_len[b] - (a.q_indptr[b + 1] - q0) + (row0 - q0) + 1;  // row 0's keys
+  const int64_t per = split_span(pl, n_keys0, 1);  // every row's (one class per tile)
+  const int64_t k_begin = split * per;
+  // Row q's range end (≤ k_begin: empty; rows q ≥ n_rows are empty).
+  auto row_end = [&](int q) { return q < n_rows ? std::min(n_keys0 + q, k_begin + per) : k_begin; };
+  const int64_t k_last = row_end(n_rows - 1);
+  const int64_t n_tiles = k_begin < k_last ? (k_last - k_begin + kTcKeys - 1) / kTcKeys : 0;
+  const int hh = t / kHeads, hj = t % kHeads;  // softmax: head hh, keys hj and hj + 16
+  float2* ml_out = pl.part_ml + (split * a.n_rows + i0) * a.H + h0;  // row q's heads at + q·H
+  if (n_tiles == 0) {  // every row's range is empty: thread t < 16·n marks row t / 16, head h0 + t % 16
+    if (t < kHeads * n_rows && h0 + t % kHeads < a.H)
+      ml_out[(t / kHeads) * a.H + t % kHeads] = make_float2(-INFINITY, 0.0f);
+    return;
+  }
+
+  // The sequence's latent pages, as mla_split_tc_kernel's load_tile over [k_begin, k_last).
+  const int32_t* pages = a.block_ids + a.block_indptr[b];
+  const int32_t bs = static_cast<int32_t>(a.block_size);
+  auto load_tile = [&](int64_t it) {
+    if (it < n_tiles) {
+      const int32_t t0 = static_cast<int32_t>(k_begin + it * kTcKeys), end = static_cast<int32_t>(k_last);
+      bf16* dst = slat + (it % kRowsStages) * kTcKeys * kTcStride;
+      int32_t page[kTcChunks];
+#pragma unroll
+      for (int j = 0; j < kTcChunks; ++j) {
+        const int32_t key = t0 + (t + j * kThreads) / (kTcWidth / 8);
+        page[j] = key < end ? pages[key / bs] : 0;
+      }
+#pragma unroll
+      for (int j = 0; j < kTcChunks; ++j) {
+        const int e = t + j * kThreads, k = e / (kTcWidth / 8), c8 = e % (kTcWidth / 8);
+        const int32_t key = t0 + k;
+        const bool valid = key < end;
+        const bf16* src = valid ? a.cache + (static_cast<int64_t>(page[j]) * bs + key % bs) * kTcWidth + 8 * c8 : a.cache;
+        cp_async16(smem_u32(dst + k * kTcStride + 8 * c8), src, valid);
+      }
+    }
+    cp_async_commit();  // one group per slot, empty past the range: the wait counts stay uniform
+  };
+#pragma unroll
+  for (int st = 0; st < kRowsStages - 1; ++st) load_tile(st);
+
+  // q tile: MMA row 16q + hh = [q̃ | q_pe] of row q, head h0 + hh in bf16 (zero past n_rows or H).
+  const int64_t dqk = a.dn + a.dr;
+  for (int e = t; e < kRowsMma * (kTcWidth / 4); e += kThreads) {
+    const int m = e / (kTcWidth / 4), c = 4 * (e % (kTcWidth / 4)), q = m / kHeads;
+    const int64_t h = h0 + m % kHeads;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (q < n_rows && h < a.H) {
+      if (c < kTcRank) {
+        v = *reinterpret_cast<const float4*>(pl.q_lat + ((i0 + q) * a.H + h) * kTcRank + c);
+      } else {
+        const float* qp = a.q + ((row0 + q) * a.H + h) * dqk + a.dn + (c - kTcRank);
+        v = make_float4(qp[0], qp[1], qp[2], qp[3]);
+      }
+    }
+    *reinterpret_cast<uint2*>(sq + m * kTcStride + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+  }
+
+  // Scores: this warp's row and channel half; ldmatrix row addresses per lane.
+  const int s_row = warp / 2, s_half = warp % 2, s_c0 = s_half * kHalf;
+  const int64_t s_end = row_end(s_row);
+  const uint32_t q_addr = smem_u32(sq + (kHeads * s_row + lane % 16) * kTcStride + s_c0 + 8 * (lane / 16));
+  float m_run[R], l_run[R];  // (row q, head hh): every thread of the head holds it
+#pragma unroll
+  for (int q = 0; q < R; ++q) {
+    m_run[q] = -INFINITY;
+    l_run[q] = 0.0f;
+  }
+  float acc[R][8][4] = {};  // o_lat [row q][16 heads][channels 64·warp..+63] fragments
+  for (int64_t it = 0; it < n_tiles; ++it) {
+    cp_async_wait<kRowsStages - 2>();  // this thread's copies of tile `it` have landed
+    __syncthreads();                   // everyone's have; the slot refilled below was last read at it − 1
+    load_tile(it + kRowsStages - 1);
+    const bf16* lat = slat + (it % kRowsStages) * kTcKeys * kTcStride;
+    const int64_t t0 = k_begin + it * kTcKeys;
+    int n_valid[R];  // keys of the tile in row q's range, 0..32 (0: the row sits this tile out)
+#pragma unroll
+    for (int q = 0; q < R; ++q)
+      n_valid[q] = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(kTcKeys, row_end(q) - t0)));
+
+    if (t0 < s_end) {  // warp-uniform
+      float s[4][4] = {};
+      uint32_t l_addr[4];
+#pragma unroll
+      for (int n = 0; n < 4; ++n) l_addr[n] = smem_u32(lat + (8 * n + lane % 8) * kTcStride + s_c0 + 8 * (lane / 8));
+#pragma unroll 3
+      for (int kc = 0; kc < kHalf; kc += 32) {
+        uint32_t qa[4], qb[4];
+        ldmatrix_x4(qa, q_addr + 2 * kc);
+        ldmatrix_x4(qb, q_addr + 2 * (kc + 16));
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+          uint32_t lb[4];
+          ldmatrix_x4(lb, l_addr[n] + 2 * kc);
+          mma_bf16_16816(s[n], qa, lb[0], lb[1]);
+          mma_bf16_16816(s[n], qb, lb[2], lb[3]);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        float* red = sred + (s_half * kRowsMma + kHeads * s_row + lane / 4) * kTcRedStride + 8 * n + 2 * (lane % 4);
+        *reinterpret_cast<float2*>(red) = make_float2(s[n][0], s[n][1]);
+        *reinterpret_cast<float2*>(red + 8 * kTcRedStride) = make_float2(s[n][2], s[n][3]);
+      }
+    }
+    __syncthreads();
+
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      if (n_valid[q] == 0) continue;  // block-uniform: whole warps shuffle
+      const int m = kHeads * q + hh;
+      const float corr = tc_softmax_update<kHeads, 2>(sred + m * kTcRedStride, kRowsMma * kTcRedStride, hj, n_valid[q],
+                                                      a.scale, sp + m * kTcPStride, m_run[q], l_run[q]);
+      if (hj == 0) scorr[m] = corr;
+    }
+    __syncthreads();
+
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      if (n_valid[q] == 0) continue;
+      const float c_lo = scorr[kHeads * q + lane / 4], c_hi = scorr[kHeads * q + lane / 4 + 8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        acc[q][j][0] *= c_lo;
+        acc[q][j][1] *= c_lo;
+        acc[q][j][2] *= c_hi;
+        acc[q][j][3] *= c_hi;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < kTcKeys / 16; ++ks) {
+      uint32_t pa[R][4];
+#pragma unroll
+      for (int q = 0; q < R; ++q)
+        if (n_valid[q] > 0)
+          ldmatrix_x4(pa[q], smem_u32(sp + (kHeads * q + lane % 16) * kTcPStride + 16 * ks + 8 * (lane / 16)));
+      const int k_lo = 16 * ks + 2 * (lane % 4);  // keys of vb[0], vb[2] (low, high half); vb[1], vb[3]: + 8
+#pragma unroll
+      for (int pr = 0; pr < 4; ++pr) {
+        uint32_t vb[4];  // b0, b1 of channel tiles 64·warp + 16·pr and + 8
+        ldmatrix_x4_trans(vb, smem_u32(lat + (16 * ks + lane % 8 + 8 * ((lane / 8) % 2)) * kTcStride + 64 * warp +
+                                       16 * pr + 8 * (lane / 16)));
+#pragma unroll
+        for (int q = 0; q < R; ++q) {
+          if (n_valid[q] == 0) continue;
+          uint32_t v[4] = {vb[0], vb[1], vb[2], vb[3]};
+          if (n_valid[q] < kTcKeys) {  // the row's last tile: its keys only, as the one-row kernel loads
+            v[0] = keep_keys(v[0], k_lo, n_valid[q]);
+            v[1] = keep_keys(v[1], k_lo + 8, n_valid[q]);
+            v[2] = keep_keys(v[2], k_lo, n_valid[q]);
+            v[3] = keep_keys(v[3], k_lo + 8, n_valid[q]);
+          }
+          mma_bf16_16816(acc[q][2 * pr], pa[q], v[0], v[1]);
+          mma_bf16_16816(acc[q][2 * pr + 1], pa[q], v[2], v[3]);
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int q = 0; q < R; ++q) {
+    if (q >= n_rows) break;
+    if (k_begin < row_end(q)) {  // an empty row's o_lat is never read (weight 0)
+      float* acc_out = pl.part_acc + ((split * a.n_rows + i0 + q) * a.H + h0) * kTcRank;
+      const int64_t h_lo = lane / 4, h_hi = h_lo + 8;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int c = 64 * warp + 8 * j + 2 * (lane % 4);
+        if (h0 + h_lo < a.H)
+          *reinterpret_cast<float2*>(acc_out + h_lo * kTcRank + c) = make_float2(acc[q][j][0], acc[q][j][1]);
+        if (h0 + h_hi < a.H)
+          *reinterpret_cast<float2*>(acc_out + h_hi * kTcRank + c) = make_float2(acc[q][j][2], acc[q][j][3]);
+      }
+    }
+    if (hj == 0 && h0 + hh < a.H) ml_out[q * a.H + hh] = make_float2(m_run[q], l_run[q]);
+  }
 }
 
 // out[row(i), h, n] = Σ_c o_lat[i, h, c] · W_UV_h[n, c], with o_lat the merge of the splits:
@@ -972,6 +1318,8 @@ void set_split_smem() {
                                        static_cast<int>(TcShape<1>::kSmemBytes)));
     DI_CUDA_CHECK(cudaFuncSetAttribute(mla_split_tc_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(TcShape<4>::kSmemBytes)));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_split_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kRowsSmemBytes)));
     return true;
   }();
   (void)done;
@@ -1009,6 +1357,7 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
   const int64_t n_hg = (a.H + kHeads - 1) / kHeads, row_tiles = (a.n_rows + kGemmRows - 1) / kGemmRows;
   DI_CUDA_REQUIRE_MSG(a.n_rows * n_hg <= INT32_MAX && row_tiles <= 65535, "mla_decode: too many decode rows");
   DI_CUDA_REQUIRE_MSG(a.kernel >= -1 && a.kernel <= 1, "mla_decode: kernel is -1 (automatic), 0 or 1");
+  DI_CUDA_REQUIRE_MSG(a.max_q_len >= 0, "mla_decode: max_q_len is a row count");
   const bool tc_shape = a.r == kTcRank && a.r + a.dr == kTcWidth;
   DI_CUDA_REQUIRE_MSG(a.kernel != 1 || tc_shape, "mla_decode: the tensor-core kernel needs r = 512 and dr = 64");
   const bool use_tc = a.kernel == 1 || (a.kernel == -1 && tc_shape);
@@ -1031,6 +1380,9 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
     pl.n_splits = tl.n_splits;
     pl.cluster = tl.cluster;
   }
+  // Several rows of a sequence per block (bitwise each row's one-row result): batch-invariant
+  // steps with a multi-row sequence, at 16-head groups (H ≥ 64 keeps the 64-head one-row kernel).
+  const bool multi_row = tc_mt == 1 && a.split_keys > 0 && a.max_q_len > 1;
   auto get = [&](size_t bytes) { return alloc(ctx, bytes == 0 ? 16 : bytes); };
   const int64_t lat = a.n_rows * a.H * a.r;  // elements of one [n_rows, H, r] slab
   pl.q_lat = static_cast<float*>(get(sizeof(float) * lat));
@@ -1047,7 +1399,19 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
   mla_absorb_q_kernel<<<dim3(static_cast<unsigned>((a.r + kAbsorbCols - 1) / kAbsorbCols), heads, tiles), kThreads, 0,
                         s>>>(pl);
   DI_CUDA_LAUNCHED();
-  if (tc_mt == 1) {
+  if (multi_row) {
+    // Tiles ≤ Σ_seq (q_len / R + classes), classes ≤ q_len / period + 2 (mla_row_tiles_kernel),
+    // and ≤ n_rows: a bound from sizes alone; the surplus slots exit at once.
+    const int64_t period = a.split_keys * pl.n_splits;
+    const int64_t n_bound = std::min(a.n_rows, (a.n_rows + kRowsPerTile - 1) / kRowsPerTile +
+                                                   (a.n_rows + period - 1) / period + 2 * std::min(a.n_seqs, a.n_rows));
+    auto* tiles = static_cast<int4*>(get(sizeof(int4) * n_bound));
+    mla_row_tiles_kernel<<<1, kThreads, 0, s>>>(pl, n_bound, tiles);
+    DI_CUDA_LAUNCHED();
+    mla_split_rows_kernel<<<dim3(static_cast<unsigned>(n_bound * pl.n_hg), static_cast<unsigned>(pl.n_splits)),
+                            kThreads, kRowsSmemBytes, s>>>(pl, tiles);
+    DI_CUDA_LAUNCHED();
+  } else if (tc_mt == 1) {
     launch_split_tc<1>(pl, s);
   } else if (tc_mt == 4) {
     launch_split_tc<4>(pl, s);

@@ -1,0 +1,102 @@
+// Timing helpers of the CUDA micro-benchmarks (bench/*_bench.cpp): device buffers, the median
+// of CUDA-graph replays of a batch of launches, the device-to-device copy rate they are compared
+// against, the L2 size (to rotate operands that would otherwise stay cached).
+#pragma once
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/cuda_common.h"
+
+namespace deepinfer::bench {
+
+// A device allocation freed at scope exit.
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t bytes) { DI_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256))); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  Dev(Dev&& o) noexcept : p(std::exchange(o.p, nullptr)) {}
+  Dev& operator=(Dev&&) = delete;
+};
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Seconds per call of `launch(i)` (i: the call's index, for rotating buffers).
+template <typename F>
+double time_launches(F&& launch, int reps, cudaStream_t s) {
+  cudaEvent_t e0, e1;
+  DI_CUDA_CHECK(cudaEventCreate(&e0));
+  DI_CUDA_CHECK(cudaEventCreate(&e1));
+  int idx = 0;
+  for (int i = 0; i < 3; ++i) launch(idx++);  // warm-up
+  DI_CUDA_CHECK(cudaEventRecord(e0, s));
+  launch(idx++);
+  DI_CUDA_CHECK(cudaEventRecord(e1, s));
+  DI_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  DI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  const int batch = std::clamp(static_cast<int>(1.0 / std::max(ms, 1e-3f)), 1, 200);  // ≥ ~1 ms per batch
+  // The batch is captured once as a CUDA graph and replayed: host launch cost (several µs per
+  // launch on the GPU machine) would otherwise be what small-M figures measure.
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  DI_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int b = 0; b < batch; ++b) launch(idx++);
+  DI_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  DI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  DI_CUDA_CHECK(cudaGraphLaunch(exec, s));  // upload + warm
+  std::vector<double> per_call;
+  for (int r = 0; r < reps; ++r) {
+    DI_CUDA_CHECK(cudaEventRecord(e0, s));
+    DI_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    DI_CUDA_CHECK(cudaEventRecord(e1, s));
+    DI_CUDA_CHECK(cudaEventSynchronize(e1));
+    DI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    per_call.push_back(ms * 1e-3 / batch);
+  }
+  DI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  DI_CUDA_CHECK(cudaGraphDestroy(graph));
+  DI_CUDA_CHECK(cudaEventDestroy(e0));
+  DI_CUDA_CHECK(cudaEventDestroy(e1));
+  return median(per_call);
+}
+
+// Device-to-device copy rate, bytes read + written per second (1 GiB, median of 10), timed
+// eagerly: a memcpy node inside a CUDA graph runs on a copy engine at ~2/3 of the rate an eager
+// cudaMemcpyAsync (an SM copy kernel) reaches, and the eager rate is the ceiling kernels compare to.
+inline double copy_rate(cudaStream_t s) {
+  const size_t n = size_t{1} << 30;
+  Dev a(n), b(n);
+  DI_CUDA_CHECK(cudaMemsetAsync(a.p, 1, n, s));
+  cudaEvent_t e0, e1;
+  DI_CUDA_CHECK(cudaEventCreate(&e0));
+  DI_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> t;
+  for (int r = 0; r < 13; ++r) {
+    DI_CUDA_CHECK(cudaEventRecord(e0, s));
+    DI_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice, s));
+    DI_CUDA_CHECK(cudaEventRecord(e1, s));
+    DI_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    DI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= 3) t.push_back(ms * 1e-3);
+  }
+  DI_CUDA_CHECK(cudaEventDestroy(e0));
+  DI_CUDA_CHECK(cudaEventDestroy(e1));
+  return 2.0 * static_cast<double>(n) / median(t);
+}
+
+inline int64_t l2_bytes() {
+  int dev = 0, v = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&dev));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, dev));
+  return v;
+}
+
+}  // namespace deepinfer::bench

@@ -1,0 +1,370 @@
+// MLA prefill attention (the naive form's attention step) on tensor cores: FlashAttention-2 over
+// the per-head keys [k_nope_h | k_pe] and values v_h of the selected sequences, causal with each
+// sequence's cached prefix, one launch for up to kMlaPrefillMaxSeqs sequences. It owns only the
+// attention kernel and its launcher: gathering the paged latents, the kv_b decompression (one
+// cuBLAS GEMM, bf16 out) and the TF32 fallback for shapes this kernel does not take stay in
+// CudaBackend::mla_attention (cuda_backend.cpp).
+//
+// Numerics (FlashAttention's): q, K, V and the probabilities rounded to bf16, scores, softmax
+// state and the output accumulators fp32; 1e-2 relative L2 per row of the fp32 reference (the
+// error budget is in tests/backend/cuda_mla_prefill_test.cpp). Deterministic (no atomics, fixed
+// key-tile order from key 0), and a row's result depends only on its own q row, its key count and
+// the K/V bits: key tiles past a row's causal limit add exact zeros, so the row tile (chunk) a row
+// falls in does not change it.
+// Cost (V2-Lite, 4096-token prefill, dqk 192, dv 128): 87 GFLOP per layer incl. the diagonal
+// tiles. Each warp's 16 rows re-read the whole 64-key K and V tiles from shared memory by
+// ldmatrix (40 KB per 655 KFLOP = 16 FLOP/B); at 128 B/clk/SM that caps the kernel near
+// 390 TFLOP/s, below mma.sync's ~600. The next step is 32 rows per warp (2 m-tiles, Q read
+// from shared memory per k-step, 128-row blocks), as FlashAttention-2 does for head dim 128.
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_ptx.cuh"
+
+#include <cmath>
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kRows = 64;      // query rows per block: 16 per warp (one m16 tile)
+constexpr int kKeys = 64;      // keys per K/V tile
+constexpr int kStages = 2;     // K/V tiles in shared memory: the one computed on, the one loading
+
+// Shared-memory geometry of the <DQK, DV> instance. Rows are padded by 8 bf16 (16 bytes), so a
+// row stride is an odd number of 16-byte units and the 8 row addresses of one ldmatrix matrix
+// fall in 8 distinct bank groups (conflict-free).
+template <int DQK, int DV>
+struct PrefillShape {
+  static_assert(DQK % 32 == 0, "scores take 32 qk channels per ldmatrix_x4 of K");
+  static_assert(DV % 16 == 0, "P·V takes 16 value channels per ldmatrix_x4_trans");
+  static constexpr int kQkStride = DQK + 8;  // bf16 per K (and Q) row
+  static constexpr int kVStride = DV + 8;    // bf16 per V row
+  static constexpr int kKTile = kKeys * kQkStride;
+  static constexpr int kVTile = kKeys * kVStride;
+  // K ring [2][64][DQK + 8], V ring [2][64][DV + 8] bf16; Q [64][DQK + 8] bf16 aliases K stage 1.
+  static constexpr size_t kSmemBytes = sizeof(bf16) * kStages * (kKTile + kVTile);
+  static_assert((kQkStride / 8) % 2 == 1 && (kVStride / 8) % 2 == 1, "odd 16-byte row strides");
+  static_assert(kKeys * (DQK / 8) % kThreads == 0 && kKeys * (DV / 8) % kThreads == 0, "whole chunks per thread");
+};
+
+// What the kernel reads: the launcher's arguments plus each sequence's first row tile in the grid.
+// Passed by value as a __grid_constant__ parameter (≤ 4 KB), so no device copy of the sequence
+// table is needed and a launch stays graph-capturable.
+struct PrefillParams {
+  const float* q;     // [T, H, dn + dr] fp32 (RoPE applied)
+  const bf16* kv;     // [n_keys, H·(dn + dv)] bf16: per head [k_nope_h | v_h]
+  const bf16* lat;    // [n_keys, ld_lat] bf16: [c_kv | k_pe] per key
+  float* out;         // [T, H, dv] fp32
+  int32_t H, dn, dr, dv, r, ld_lat;
+  float scale_log2;   // softmax_scale · log2(e): exp(scale·(s − m)) = exp2(s·scale_log2 − m·scale_log2)
+  int32_t n_seqs;
+  MlaPrefillSeq seqs[kMlaPrefillMaxSeqs];
+  int32_t tile0[kMlaPrefillMaxSeqs];  // first grid row tile (blockIdx.y) of each sequence
+};
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ float2 unpack_bf16x2(uint32_t u) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
+}
+// 2^x by the SFU (ex2.approx.ftz: ~2 ulp, 2^−inf = +0, subnormal results flushed to 0), what
+// exp2f becomes under --use_fast_math; its error is far below the bf16 rounding of p that follows.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Causal attention for one (sequence, head, 64-row query tile), FlashAttention-2 style.
+// Grid (H, Σ row tiles): blockIdx.x = head h (fastest: a row tile's heads run together, so the
+// shared k_pe rows and the key rows of kv, whose heads are adjacent, are read from L2 once),
+// blockIdx.y = row tile, numbered per sequence from its LAST (most keys) tile first, so the
+// heaviest blocks start in the first wave. 128 threads: warp w owns query rows i0 + 16w .. +15
+// of the tile; lane l holds, in every m16n8 accumulator, rows g = l/4 and g + 8 and columns
+// 2(l%4), +1.
+// Per 64-key tile j = 0 .. (the tile's last row's causal limit)/64:
+//   load:    cp.async 16-byte chunks of K rows [k_nope_h (from kv) | k_pe (from lat) | zeros to
+//            DQK] and V rows [v_h | zeros to DV] into stage j % 2, issued one tile ahead; keys
+//            ≥ kv_len are zero-filled (and masked);
+//   scores:  S[16 rows][64 keys] per warp = Q·Kᵀ by m16n8k16 MMAs, Q's A fragments held in
+//            registers for the whole block, K's B fragments by ldmatrix (K rows are key-major,
+//            channel-contiguous = the "col" operand);
+//   softmax: per row, the running max m (raw score units) and a per-thread partial row sum l;
+//            p = 2^(s·scale_log2 − m·scale_log2), rounded to bf16 and packed straight into the
+//            A fragments of P (an m16n8 accumulator pair is an m16k16 A fragment); l adds the
+//            rounded p (exactly the weights P·V applies), so Σ weights / l = 1 up to fp32;
+//   P·V:     O[16][DV] += P·V, V's B fragments by ldmatrix.trans (V rows are key-major).
+// The causal mask (key > kv_len − q_len + row, or key ≥ kv_len) is applied only on tiles that
+// reach past the tile's first row's limit. Finally O / l (l reduced over the 4 lanes of a row)
+// is written as fp32 for rows < q_len and channels < dv.
+// Shared (dynamic): PrefillShape<DQK, DV>::kSmemBytes = 2·64·(DQK+8 + DV+8)·2 bytes (DeepSeek's
+// 192/128: 86,016 bytes, two blocks per SM; 64/64: 36,864 bytes); Q [64][DQK+8] bf16 is staged
+// in K stage 1 before tile 1's copies are issued.
+// Preconditions (mla_prefill checks them): dn, dr, dv, r multiples of 8, dn + dr ≤ DQK, dv ≤ DV,
+// kv / lat / q / out rows as documented in MlaPrefillArgs with 16-byte aligned bases, q_len ≥ 1,
+// kv_len ≥ q_len, softmax scale > 0.
+template <int DQK, int DV>
+__global__ void __launch_bounds__(kThreads, 2) mla_prefill_kernel(const __grid_constant__ PrefillParams p) {
+  using Shape = PrefillShape<DQK, DV>;
+  constexpr int kQkStride = Shape::kQkStride, kVStride = Shape::kVStride;
+  extern __shared__ __align__(16) unsigned char prefill_smem[];
+  bf16* sk = reinterpret_cast<bf16*>(prefill_smem);  // [2][64][kQkStride] K ring
+  bf16* sv = sk + kStages * Shape::kKTile;            // [2][64][kVStride] V ring
+  bf16* sq = sk + Shape::kKTile;                      // [64][kQkStride] Q, until tile 1 loads
+
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int h = blockIdx.x, tile = blockIdx.y;
+  int b = p.n_seqs - 1;
+  while (b > 0 && tile < p.tile0[b]) --b;
+  const MlaPrefillSeq sq_info = p.seqs[b];
+  const int q_len = sq_info.q_len, kv_len = sq_info.kv_len;
+  const int n_row_tiles = (q_len + kRows - 1) / kRows;
+  const int i0 = (n_row_tiles - 1 - (tile - p.tile0[b])) * kRows;  // heaviest tile first
+  const int first_pos = kv_len - q_len;  // row i's last visible key is first_pos + i
+  const int last_key = first_pos + min(i0 + kRows, q_len) - 1;
+  const int n_tiles = last_key / kKeys + 1;
+  const int dn = p.dn, dqk = p.dn + p.dr, dv = p.dv;
+  const int64_t kv_ld = static_cast<int64_t>(p.H) * (dn + dv);
+  const bf16* kv_head = p.kv + static_cast<int64_t>(sq_info.key_row0) * kv_ld + static_cast<int64_t>(h) * (dn + dv);
+  const bf16* lat_pe = p.lat + static_cast<int64_t>(sq_info.key_row0) * p.ld_lat + p.r;
+
+  // K/V tile `j` into stage j % 2: one 16-byte chunk per (key, 8 channels), keys ≥ kv_len and
+  // channels past the real dims zero-filled (cp.async with src-size 0 reads nothing).
+  auto load_kv = [&](int j) {
+    bf16* dk = sk + (j % kStages) * Shape::kKTile;
+    bf16* dvs = sv + (j % kStages) * Shape::kVTile;
+    const int key0 = j * kKeys;
+    constexpr int kKChunks = DQK / 8, kVChunks = DV / 8;
+#pragma unroll
+    for (int x = 0; x < kKeys * kKChunks / kThreads; ++x) {
+      const int e = t + x * kThreads, k = e / kKChunks, c = 8 * (e % kKChunks), key = key0 + k;
+      const bool in = key < kv_len;
+      const bf16* src = p.kv;
+      bool valid = false;
+      if (in && c < dn) {
+        src = kv_head + static_cast<int64_t>(key) * kv_ld + c;
+        valid = true;
+      } else if (in && c < dqk) {
+        src = lat_pe + static_cast<int64_t>(key) * p.ld_lat + (c - dn);
+        valid = true;
+      }
+      cp_async16(smem_u32(dk + k * kQkStride + c), src, valid);
+    }
+#pragma unroll
+    for (int x = 0; x < kKeys * kVChunks / kThreads; ++x) {
+      const int e = t + x * kThreads, k = e / kVChunks, c = 8 * (e % kVChunks), key = key0 + k;
+      const bool valid = key < kv_len && c < dv;
+      const bf16* src = valid ? kv_head + static_cast<int64_t>(key) * kv_ld + dn + c : p.kv;
+      cp_async16(smem_u32(dvs + k * kVStride + c), src, valid);
+    }
+    cp_async_commit();
+  };
+  load_kv(0);
+
+  // Q tile → bf16 in shared memory (rows ≥ q_len and channels ≥ dn + dr as zeros), then each
+  // warp's 16 rows into A fragments: qf[k] covers channels 16k .. 16k + 15.
+  {
+    const int64_t q_ld = static_cast<int64_t>(p.H) * dqk;
+    const float* qh = p.q + static_cast<int64_t>(sq_info.q_row0 + i0) * q_ld + static_cast<int64_t>(h) * dqk;
+    for (int e = t; e < kRows * (DQK / 4); e += kThreads) {
+      const int row = e / (DQK / 4), c = 4 * (e % (DQK / 4));
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (i0 + row < q_len && c < dqk) v = *reinterpret_cast<const float4*>(qh + row * q_ld + c);
+      *reinterpret_cast<uint2*>(sq + row * kQkStride + c) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+    }
+  }
+  __syncthreads();
+  uint32_t qf[DQK / 16][4];  // [k-step][a0..a3] Q fragments of rows 16·warp .. +15
+#pragma unroll
+  for (int k = 0; k < DQK / 16; ++k)
+    ldmatrix_x4<true>(qf[k], smem_u32(sq + (16 * warp + lane % 16) * kQkStride + 16 * k + 8 * (lane / 16)));
+
+  const int g = lane / 4, qd = lane % 4;
+  const int row_lo = i0 + 16 * warp + g, row_hi = row_lo + 8;
+  // Last visible key of rows g and g + 8 (rows past q_len: the last key, so nothing is NaN).
+  const int lim_lo = min(first_pos + row_lo, kv_len - 1), lim_hi = min(first_pos + row_hi, kv_len - 1);
+  const float sl2 = p.scale_log2;
+  float m_lo = -INFINITY, m_hi = -INFINITY;  // running max (raw scores) of rows g, g + 8
+  float l_lo = 0.0f, l_hi = 0.0f;            // this thread's partial Σ p of rows g, g + 8
+  float o[DV / 8][4] = {};                   // O [16 rows][DV] accumulator fragments
+
+  for (int j = 0; j < n_tiles; ++j) {
+    cp_async_wait<0>();  // this thread's copies of tile j have landed
+    __syncthreads();     // everyone's have; stage (j + 1) % 2 (and Q, at j = 0) is no longer read
+    if (j + 1 < n_tiles) load_kv(j + 1);
+    const bf16* kt = sk + (j % kStages) * Shape::kKTile;
+    const bf16* vt = sv + (j % kStages) * Shape::kVTile;
+
+    float s[kKeys / 8][4] = {};  // S [16 rows][64 keys]: n-tile n = keys 8n .. 8n + 7
+#pragma unroll
+    for (int kc = 0; kc < DQK; kc += 32) {
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n) {
+        uint32_t kb[4];  // b0, b1 of channels kc .. kc + 15, then of kc + 16 .. kc + 31
+        ldmatrix_x4(kb, smem_u32(kt + (8 * n + lane % 8) * kQkStride + kc + 8 * (lane / 8)));
+        mma_bf16_16816(s[n], qf[kc / 16], kb[0], kb[1]);
+        mma_bf16_16816(s[n], qf[kc / 16 + 1], kb[2], kb[3]);
+      }
+    }
+
+    const int key0 = j * kKeys;
+    if (key0 + kKeys - 1 > first_pos + i0) {  // the tile reaches past some row's last key
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + 8 * n + 2 * qd + (e & 1);
+          if (key > (e < 2 ? lim_lo : lim_hi)) s[n][e] = -INFINITY;
+        }
+    }
+
+    float mx_lo = m_lo, mx_hi = m_hi;
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n) {
+      mx_lo = fmaxf(mx_lo, fmaxf(s[n][0], s[n][1]));
+      mx_hi = fmaxf(mx_hi, fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int x = 1; x < 4; x <<= 1) {  // the 4 lanes of a row
+      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, x));
+      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, x));
+    }
+    // The subtracted max in exp2 units; a row with no visible key yet (max −inf, which cannot
+    // happen since key 0 is in tile 0 and every row sees it) subtracts 0 rather than −inf, so
+    // e^(−inf − m) = 0 and never −inf − (−inf) = NaN.
+    const float ms_lo = mx_lo == -INFINITY ? 0.0f : mx_lo * sl2;
+    const float ms_hi = mx_hi == -INFINITY ? 0.0f : mx_hi * sl2;
+    // Rescale of the old state: 0 on the first tile (m = −inf); exactly 1 when the max is
+    // unchanged (selected, not left to ex2.approx), so a tile wholly past a row's limit (p = +0,
+    // adding exact zeros) leaves its O and l bit-identical: chunk invariance.
+    const float corr_lo = mx_lo == m_lo ? 1.0f : fast_exp2(m_lo * sl2 - ms_lo);
+    const float corr_hi = mx_hi == m_hi ? 1.0f : fast_exp2(m_hi * sl2 - ms_hi);
+    m_lo = mx_lo;
+    m_hi = mx_hi;
+
+    uint32_t pa[kKeys / 16][4];  // P as A fragments: k-step kk = keys 16kk .. 16kk + 15
+    float ps_lo = 0.0f, ps_hi = 0.0f;
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n) {
+      const uint32_t lo = pack_bf16x2(fast_exp2(fmaf(s[n][0], sl2, -ms_lo)), fast_exp2(fmaf(s[n][1], sl2, -ms_lo)));
+      const uint32_t hi = pack_bf16x2(fast_exp2(fmaf(s[n][2], sl2, -ms_hi)), fast_exp2(fmaf(s[n][3], sl2, -ms_hi)));
+      const float2 flo = unpack_bf16x2(lo), fhi = unpack_bf16x2(hi);
+      ps_lo += flo.x + flo.y;
+      ps_hi += fhi.x + fhi.y;
+      // m16n8 C (rows g / g+8, keys 2qd, +1 of n-tile n) → m16k16 A: a0/a1 = n-tile 2kk's rows
+      // g / g+8, a2/a3 = n-tile 2kk + 1's.
+      pa[n / 2][2 * (n % 2)] = lo;
+      pa[n / 2][2 * (n % 2) + 1] = hi;
+    }
+    l_lo = l_lo * corr_lo + ps_lo;
+    l_hi = l_hi * corr_hi + ps_hi;
+#pragma unroll
+    for (int d = 0; d < DV / 8; ++d) {
+      o[d][0] *= corr_lo;
+      o[d][1] *= corr_lo;
+      o[d][2] *= corr_hi;
+      o[d][3] *= corr_hi;
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+#pragma unroll
+      for (int pr = 0; pr < DV / 16; ++pr) {
+        uint32_t vb[4];  // b0, b1 of value channels 16pr .. +7, then of 16pr + 8 .. +15
+        ldmatrix_x4_trans(vb, smem_u32(vt + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * kVStride + 16 * pr +
+                                       8 * (lane / 16)));
+        mma_bf16_16816(o[2 * pr], pa[kk], vb[0], vb[1]);
+        mma_bf16_16816(o[2 * pr + 1], pa[kk], vb[2], vb[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int x = 1; x < 4; x <<= 1) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, x);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, x);
+  }
+  // l ≥ the bf16 of e^0 = 1 (the row's max key), so the division is safe for real rows.
+  const float inv_lo = l_lo > 0.0f ? 1.0f / l_lo : 0.0f, inv_hi = l_hi > 0.0f ? 1.0f / l_hi : 0.0f;
+  const int64_t o_ld = static_cast<int64_t>(p.H) * dv;
+  float* out_h = p.out + static_cast<int64_t>(sq_info.q_row0) * o_ld + static_cast<int64_t>(h) * dv;
+#pragma unroll
+  for (int d = 0; d < DV / 8; ++d) {
+    const int c = 8 * d + 2 * qd;
+    if (8 * d >= dv) break;  // dv is a multiple of 8: n-tile d is all in or all out
+    if (row_lo < q_len)
+      *reinterpret_cast<float2*>(out_h + row_lo * o_ld + c) = make_float2(o[d][0] * inv_lo, o[d][1] * inv_lo);
+    if (row_hi < q_len)
+      *reinterpret_cast<float2*>(out_h + row_hi * o_ld + c) = make_float2(o[d][2] * inv_hi, o[d][3] * inv_hi);
+  }
+}
+
+// The instance for (dn + dr, dv): the smallest of <64, 64> (the tiny test models) and <192, 128>
+// (DeepSeek V2/V3) that holds both; 0 when neither does.
+int prefill_instance(int64_t dqk, int64_t dv) {
+  if (dqk <= 64 && dv <= 64) return 1;
+  if (dqk <= 192 && dv <= 128) return 2;
+  return 0;
+}
+
+template <int DQK, int DV>
+void launch_prefill(const PrefillParams& pp, int64_t n_tiles, cudaStream_t s) {
+  // Once per process (the attribute is the function's; the first call is a prefill step, never
+  // inside a graph capture).
+  static const bool attr_set = [] {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_prefill_kernel<DQK, DV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(PrefillShape<DQK, DV>::kSmemBytes)));
+    return true;
+  }();
+  (void)attr_set;
+  mla_prefill_kernel<DQK, DV><<<dim3(static_cast<unsigned>(pp.H), static_cast<unsigned>(n_tiles)), kThreads,
+                                PrefillShape<DQK, DV>::kSmemBytes, s>>>(pp);
+  DI_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
+bool mla_prefill_supported(int64_t dn, int64_t dr, int64_t dv, int64_t r) {
+  return dn > 0 && dv > 0 && dr >= 0 && r > 0 && dn % 8 == 0 && dr % 8 == 0 && dv % 8 == 0 && r % 8 == 0 &&
+         prefill_instance(dn + dr, dv) != 0;
+}
+
+void mla_prefill(const MlaPrefillArgs& a, cudaStream_t s) {
+  DI_CUDA_REQUIRE_MSG(mla_prefill_supported(a.dn, a.dr, a.dv, a.r), "MLA prefill kernel: unsupported head dims");
+  DI_CUDA_REQUIRE(a.n_seqs >= 0 && a.n_seqs <= kMlaPrefillMaxSeqs);
+  DI_CUDA_REQUIRE(a.H > 0 && a.H <= 65535 && a.scale > 0.0f && a.ld_lat >= a.r + a.dr && a.ld_lat % 8 == 0);
+  // 16-byte cp.async / float4 sources: aligned bases (step memory is 256-byte aligned).
+  DI_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.kv) % 16 == 0 && reinterpret_cast<uintptr_t>(a.lat) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 8 == 0);
+  PrefillParams pp{};
+  pp.q = a.q;
+  pp.kv = a.kv;
+  pp.lat = a.lat;
+  pp.out = a.out;
+  pp.H = static_cast<int32_t>(a.H);
+  pp.dn = static_cast<int32_t>(a.dn);
+  pp.dr = static_cast<int32_t>(a.dr);
+  pp.dv = static_cast<int32_t>(a.dv);
+  pp.r = static_cast<int32_t>(a.r);
+  pp.ld_lat = static_cast<int32_t>(a.ld_lat);
+  pp.scale_log2 = a.scale * 1.4426950408889634f;  // log2(e)
+  int64_t n_tiles = 0;
+  for (int64_t i = 0; i < a.n_seqs; ++i) {
+    const MlaPrefillSeq& q = a.seqs[i];
+    if (q.q_len == 0) continue;  // nothing to write
+    DI_CUDA_REQUIRE(q.q_len > 0 && q.kv_len >= q.q_len && q.q_row0 >= 0 && q.key_row0 >= 0);
+    pp.seqs[pp.n_seqs] = q;
+    pp.tile0[pp.n_seqs] = static_cast<int32_t>(n_tiles);
+    ++pp.n_seqs;
+    n_tiles += (q.q_len + kRows - 1) / kRows;
+  }
+  if (n_tiles == 0) return;
+  DI_CUDA_REQUIRE_MSG(n_tiles <= 65535, "MLA prefill: more than 65535 row tiles in one launch");
+  if (prefill_instance(a.dn + a.dr, a.dv) == 1)
+    launch_prefill<64, 64>(pp, n_tiles, s);
+  else
+    launch_prefill<192, 128>(pp, n_tiles, s);
+}
+
+}  // namespace deepinfer::cuda
