@@ -7,7 +7,7 @@ set -uo pipefail
 source "$(dirname "$0")/build_device.sh"
 device_build deepinfer_tests fp8_gemm_bench
 ms=${1:-128,512,2048,4096,8192}
-build-device/tests/deepinfer_tests --gtest_filter='CudaFp8Gemm.*' > "$OUT/fp8_tests.log" 2>&1
+timeout 180 build-device/tests/deepinfer_tests --gtest_filter='CudaFp8Gemm.*' > "$OUT/fp8_tests.log" 2>&1
 echo "fp8 tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/fp8_tests.log" | tr '\n' ' ')"
 grep -E "wgmma|FAILED|Failure|error" "$OUT/fp8_tests.log" | head -30
 timeout 200 build-device/bench/fp8_gemm_bench --m "$ms" --variants 2,3 > "$OUT/fp8_ours.jsonl" 2> "$OUT/fp8_ours.err"

@@ -299,7 +299,7 @@ TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
       Tensor t_ids = i32(ids).reshape({T, k});
       Tensor ref_o = Tensor::empty_host(DType::kF32, {T, D});
       ref_.moe_experts(x, t_ids, w, experts, ref_o);
-      for (int form : {0, 1, 2}) {  // tiled, skinny, per-expert cuBLAS, whatever the size
+      for (int form : {0, 1, 2, 4}) {  // tiled, skinny, per-expert cuBLAS, wgmma (bf16, sm_90), whatever the size
         set_moe_gemm(*gpu_, form);
         Tensor d_o = dev_empty(DType::kF32, {T, D});
         gpu_->moe_experts(up(x), up(t_ids), up(w), d_experts, d_o);
@@ -312,6 +312,53 @@ TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
     }
   }
 }
+
+#ifdef DEEPINFER_HAVE_CUDA
+// The bf16 wgmma grouped form (MoeArgs::form 4) at prefill-like sizes, against the tiled form
+// (checked against the reference above): K = 1024 and 512 wrap the 4-stage ring several times,
+// experts get 0, a few and hundreds of rows (tiles straddle experts), N = 2I = 1024 and D = 1024
+// are whole 256-column tiles, D = 1000 is not. Bound 2e-3 relative L2: both accumulate the same
+// bf16 products in fp32 (orders differ: ~1e-6), but the SiLU·mul activations are rounded to bf16
+// between the GEMMs, so an h13 that moves by an ulp can flip one of them by 2^-8; a wrong row,
+// expert or column is O(1).
+TEST_F(CudaOps, MoeWgmmaMatchesTiledAtPrefillSizes) {
+  if (!cuda::bf16_wgmma_grouped_ok(8)) GTEST_SKIP() << "the wgmma form needs an sm_90 GPU";
+  for (const auto& [D, I] : {std::pair<int64_t, int64_t>{1024, 512}, std::pair<int64_t, int64_t>{1000, 520}}) {
+    const int64_t E = 8, k = 2, T = 700;
+    std::vector<MlpWeights> experts(E);
+    for (auto& m : experts) {
+      m.gate_proj = host_linear(I, D, DType::kF32);
+      m.up_proj = host_linear(I, D, DType::kF32);
+      m.down_proj = host_linear(D, I, DType::kF32);
+    }
+    const std::vector<MlpWeights> d_experts = place_experts(*gpu_, experts);
+    std::vector<int32_t> ids;
+    Tensor w = Tensor::empty_host(DType::kF32, {T, k});
+    for (int64_t t = 0; t < T; ++t) {
+      // Expert 7 gets no rows, expert 6 only every 50th token's, experts 0 and 1 most.
+      const int32_t a = t % 50 == 0 ? 6 : static_cast<int32_t>(t % 3 == 0 ? 0 : t % 6);
+      const int32_t b = a == 1 ? 0 : 1;
+      ids.push_back(a);
+      ids.push_back(b);
+      w.data<float>()[t * k] = 0.7f;
+      w.data<float>()[t * k + 1] = 0.3f;
+    }
+    Tensor x = up(randn({T, D}));
+    Tensor t_ids = up(i32(ids).reshape({T, k}));
+    Tensor d_w = up(w);
+    Tensor outs[2];
+    int i = 0;
+    for (int form : {0, 4}) {
+      set_moe_gemm(*gpu_, form);
+      outs[i] = dev_empty(DType::kF32, {T, D});
+      gpu_->moe_experts(x, t_ids, d_w, d_experts, outs[i]);
+      ++i;
+    }
+    set_moe_gemm(*gpu_, -1);
+    EXPECT_LT(rel_err(down(outs[1]), down(outs[0])), 2e-3) << "D=" << D << " I=" << I;
+  }
+}
+#endif
 
 // Random paged layout for sequences (q_len, kv_len): pages shuffled over the pool.
 struct PagedBatch {

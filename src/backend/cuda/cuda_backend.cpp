@@ -133,10 +133,12 @@ constexpr int64_t kMoePerExpertMinRows = 64;
 constexpr int64_t kInvariantSmallRows = 64;
 // Batch-invariant router GEMMs of at most this many rows run their K chunks in parallel blocks.
 constexpr int64_t kInvariantRouterParallelRows = 16;
-// Batch-invariant MLA decode: a row of n keys uses ceil(n / 256) splits, at most 32 (a
-// function of the row alone). Decode-shaped steps launch all 32 split slots, so a graph's
-// launch never changes as contexts grow; other steps launch what their longest row needs.
-constexpr int64_t kMlaInvariantSplitKeys = 256;
+// Batch-invariant MLA decode: a row of n keys is cut into splits of mla_split_span(n, 128, 32)
+// keys — ceil(n / 128) splits up to 4096 keys, at most 32 (a function of the row alone).
+// Decode-shaped steps launch all 32 split slots, so a graph's launch never changes as contexts
+// grow; other steps launch what their longest row needs. 128 rather than 256: a decode row's
+// latency is its split's tile count (run s5-6: +17 % at B=1 with 256).
+constexpr int64_t kMlaInvariantSplitKeys = 128;
 constexpr int64_t kMlaInvariantMaxSplits = 32;
 // Dense FP8 linears with at most this many rows use the skinny kernel (no dequantized copy).
 constexpr int64_t kDenseSkinnyMaxRows = 64;
@@ -203,7 +205,7 @@ void CudaBackend::synchronize() { DI_CUDA_CHECK(cudaStreamSynchronize(s_->stream
 bool CudaBackend::supports_graphs() const { return !s_->op_timing; }
 
 void CudaBackend::set_moe_gemm(int form) {
-  DI_CHECK(form >= -1 && form <= 3);
+  DI_CHECK(form >= -1 && form <= 4);
   s_->moe_gemm = form;
 }
 
@@ -873,17 +875,21 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     DI_CHECK(experts[0].gate_proj.dtype() == DType::kBF16);
   }
   a.out = dptr<float>(out);
-  // Decode-sized steps: the skinny kernel; larger ones the tiled kernel, or (prefill, never while
-  // capturing) a cuBLAS GEMM per expert after reading the row counts back.
+  // Decode-sized steps: the skinny kernel; larger ones the tiled kernel, or (prefill-sized: ≥ 64
+  // rows per expert on average) the bf16 wgmma grouped GEMM (bf16 weights on sm_90), else a
+  // cuBLAS GEMM per expert after reading the row counts back (never while capturing).
   const bool skinny_ok = cuda::moe_skinny_ok(a.D, a.I, a.fp8, a.block_k);
   const int64_t R = a.T * a.k;
   const bool small_ok = cuda::small_m_gemm_ok(a.D, a.fp8, a.block_k) && cuda::small_m_gemm_ok(a.I, a.fp8, a.block_k);
+  const bool wgmma_ok = !a.fp8 && cuda::bf16_wgmma_grouped_ok(a.D) && cuda::bf16_wgmma_grouped_ok(a.I);
   if (s_->moe_gemm >= 0) {
-    const bool unfit = (s_->moe_gemm == 1 && !skinny_ok) || (s_->moe_gemm == 3 && !small_ok);
+    const bool unfit = (s_->moe_gemm == 1 && !skinny_ok) || (s_->moe_gemm == 3 && !small_ok) ||
+                       (s_->moe_gemm == 4 && !wgmma_ok);
     a.form = unfit ? 0 : s_->moe_gemm;
   } else if (s_->batch_invariant) a.form = R <= kMoeSkinnyMaxRows && small_ok ? 3 : 0;  // bitwise-equal forms
   else if (R <= kMoeSkinnyMaxRows) a.form = skinny_ok ? 1 : 0;
-  else a.form = !s_->capturing && R >= kMoePerExpertMinRows * a.E ? 2 : 0;
+  else if (R >= kMoePerExpertMinRows * a.E) a.form = wgmma_ok ? 4 : !s_->capturing ? 2 : 0;
+  else a.form = 0;
   if (a.form == 2 && s_->capturing) a.form = 0;
   a.blas = s_->blas;
   a.invariant = s_->batch_invariant;

@@ -235,7 +235,8 @@ struct MoeArgs {
   float* out;              // [T, D]
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 skinny (bandwidth) kernel, 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
-                           // 3 small_m_gemm (bitwise equal to form 0; few rows per expert)
+                           // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),
+                           // 4 bf16 wgmma (bf16 weights on sm_90, K % 8 == 0; many rows per expert)
   cublasHandle_t blas = nullptr;  // form 2
   bool invariant = false;  // the batch-invariant K structure in form 0 (forms 1 and 2 must not be used)
 };
@@ -248,6 +249,15 @@ bool moe_skinny_ok(int64_t D, int64_t I, bool fp8, int64_t block_k);
 void dense_gemv(const bf16* A, int64_t M, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k,
                 int64_t N, float* C, int64_t ldc, cudaStream_t s);
 void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
+// ---- cuda_bf16_wgmma.cu ----
+// Grouped bf16 GEMM on wgmma (sm_90): C[r, n] (row stride ldc, fp32) = Σ_k A[r, k] · W[e·N + n, k]
+// for the rows r of expert e, [offsets[e], offsets[e+1]). A [R, K] and W [E·N, K] bf16, 16-byte
+// aligned. 128×256 tiles of each expert's rows (tiles past an expert's rows waste their MMAs: meant
+// for ≥ 64 rows per expert on average), persistent, sync-free and graph-capturable. fp32
+// accumulation in an order of its own (not the tiled kernels' bits; never batch-invariant).
+bool bf16_wgmma_grouped_ok(int64_t K);  // sm_90 GPU and K % 8 == 0
+void bf16_wgmma_grouped_gemm(const bf16* A, int64_t R, int64_t K, const bf16* W, int64_t N, const int32_t* offsets,
+                             int64_t E, float* C, int64_t ldc, cudaStream_t s);
 // Dense C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for m < M with the tiled grouped GEMM
 // (one "expert"): the same per-element fold as small_m_gemm, so either may serve any M in the
 // batch-invariant mode. W bf16 or FP8 (per (row, block_k) scales, widened to bf16).

@@ -51,8 +51,6 @@ constexpr int kRedStride = kKeys + 8;  // a head's partial scores: +8 floats kee
 constexpr int kTileChunks = (kKeys * kMaxWidth / 8 + kThreads - 1) / kThreads;
 constexpr int kGemmRows = 16;     // rows per block of absorb_q and apply_uv
 constexpr int kAbsorbCols = 64;   // q̃ channels per absorb_q block (2 per lane)
-constexpr int kUvCols = 16;       // output channels per apply_uv block (2 per warp)
-constexpr int kUvChunks = kMaxRank / 128;  // a lane's 4-channel chunks of a W_UV row
 constexpr int kMaxDn = 512;
 
 // Shared-memory row stride of the split kernel's q and latent tiles: ≥ r + dr rounded to 4, and
@@ -1085,52 +1083,67 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_rows_kernel(DecodePlan 
 // out[row(i), h, n] = Σ_c o_lat[i, h, c] · W_UV_h[n, c], with o_lat the merge of the splits:
 // o_lat = Σ_s w_s · acc_s, w_s = e^{m_s − M} / Σ_s' e^{m_s' − M} l_s' (M = max m_s over non-empty
 // splits; empty ones weigh 0 and are not read), summed in split order.
-// Block (16-channel tile of dv, head h, 16-row tile), 256 threads: thread t < 16 computes row t's
-// split weights; all threads merge the o_lat tile [16][r] into shared memory (a warp along c of
-// one row); then warp w owns output channels n0 + 2w and n0 + 2w + 1: lane l holds W_UV rows at
-// c = 4l + 128k (8-byte loads, 256 contiguous bytes per warp and k) and forms, per row, partial
-// sums over its channels that a butterfly reduces across the warp (fixed order).
-// Shared: o_lat tile [16][r rounded to 4] fp32 (≤ 32 KB), split states [16][64] float2 (loaded
-// by all threads at once), weights [16][64], row ids [16].
-// Preconditions: r ≤ 512.
-__global__ void __launch_bounds__(kThreads) mla_apply_uv_kernel(DecodePlan pl) {
+// Block (tile of n_tile output channels, head h, 16-row tile), 256 threads; n_tile is 32 or 128
+// (kUvTileSmall / kUvTileLarge: few blocks at decode sizes spread W_UV over more SMs; many
+// rows merge each (row tile, head) once). Only the tile's valid rows (rows = min(16, n_rows − i0))
+// do any work:
+//   weights: warp w takes rows w and w + 8, lane l the splits l and l + 32: M by a warp max,
+//            Σ e^{m_s − M} l_s as the lane's two terms in split order then a butterfly;
+//   merge:   the o_lat tile [16][r] into shared memory, each element's splits in split order
+//            (eight splits' loads issued together);
+//   W_UV:    per pass of 32 channels, warp w / lane group q = l / 8 owns channel n = 4w + q; lane
+//            sub = l % 8 sums o_lat[ii][c]·W_UV[n][c] over its 4-channel chunks sub, sub + 8, …
+//            (c in increasing order, all valid rows at once), and the 8 lanes are added by a
+//            butterfly (xor 4, 2, 1). An output's arithmetic depends only on r — not on n_tile or
+//            the rows around it — so a row's result is the same in every batch.
+// Shared: o_lat tile [16][r rounded to 4] fp32 (≤ 32 KB), split states [16][64] float2,
+// weights [16][64], row ids [16]. Preconditions: r ≤ 512.
+constexpr int kUvTileSmall = 32, kUvTileLarge = 128;
+__global__ void __launch_bounds__(kThreads) mla_apply_uv_kernel(DecodePlan pl, int n_tile) {
   const MlaDecodeArgs& a = pl.a;
   __shared__ __align__(16) float sm[kGemmRows * kMaxRank];
   __shared__ float swt[kGemmRows][kMaxSplits];
   __shared__ float2 sml[kGemmRows][kMaxSplits];
   __shared__ int64_t srow[kGemmRows];
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kUvCols, h = blockIdx.y;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * n_tile, h = blockIdx.y;
   const int64_t i0 = static_cast<int64_t>(blockIdx.z) * kGemmRows;
+  const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, a.n_rows - i0));
   const int64_t r4 = (a.r + 3) / 4 * 4;
   const int n_splits = pl.n_splits;
   // The splits' softmax states, all loaded at once (one L2 round trip, not one per split).
-  for (int e = t; e < kGemmRows * n_splits; e += kThreads) {
+  for (int e = t; e < rows * n_splits; e += kThreads) {
     const int ii = e / n_splits, sp = e % n_splits;
-    const int64_t i = i0 + ii;
-    sml[ii][sp] = i < a.n_rows ? pl.part_ml[(static_cast<int64_t>(sp) * a.n_rows + i) * a.H + h]
-                               : make_float2(-INFINITY, 0.0f);
+    sml[ii][sp] = pl.part_ml[(static_cast<int64_t>(sp) * a.n_rows + i0 + ii) * a.H + h];
   }
+  if (t < kGemmRows) srow[t] = t < rows ? selected_row(pl, i0 + t) : -1;
   __syncthreads();
-  if (t < kGemmRows) {
-    const int64_t i = i0 + t;
-    srow[t] = i < a.n_rows ? selected_row(pl, i) : -1;
-    if (i < a.n_rows) {
-      const float2* ml = sml[t];
-      float m = -INFINITY;
-      for (int s = 0; s < n_splits; ++s)
-        if (ml[s].y > 0.0f) m = fmaxf(m, ml[s].x);
-      float l = 0.0f;
-      for (int s = 0; s < n_splits; ++s)
-        if (ml[s].y > 0.0f) l += __expf(ml[s].x - m) * ml[s].y;
-      for (int s = 0; s < n_splits; ++s) swt[t][s] = ml[s].y > 0.0f ? __expf(ml[s].x - m) / l : 0.0f;
+  for (int ii = warp; ii < rows; ii += kWarps) {
+    float2 st[2];
+    float m = -INFINITY;
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      const int s = lane + 32 * x;
+      st[x] = s < n_splits ? sml[ii][s] : make_float2(-INFINITY, 0.0f);
+      if (st[x].y > 0.0f) m = fmaxf(m, st[x].x);
     }
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float e[2], l = 0.0f;
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      e[x] = st[x].y > 0.0f ? __expf(st[x].x - m) : 0.0f;
+      l = fmaf(e[x], st[x].y, l);
+    }
+    l = warp_sum(l);
+#pragma unroll
+    for (int x = 0; x < 2; ++x)
+      if (lane + 32 * x < n_splits) swt[ii][lane + 32 * x] = e[x] / l;
   }
   __syncthreads();
-  for (int64_t e = t; e < kGemmRows * r4; e += kThreads) {
+  for (int64_t e = t; e < rows * r4; e += kThreads) {
     const int64_t ii = e / r4, c = e % r4;
     float v = 0.0f;
-    if (srow[ii] >= 0 && c < a.r) {
+    if (c < a.r) {
       const float* src = pl.part_acc + ((i0 + ii) * a.H + h) * a.r + c;  // split s at + s · n_rows · H · r
       const int64_t stride = a.n_rows * a.H * a.r;
       // Eight splits' loads issued together, then summed in split order (the latency of one L2
@@ -1154,55 +1167,43 @@ __global__ void __launch_bounds__(kThreads) mla_apply_uv_kernel(DecodePlan pl) {
 
   const bf16* w_uv = a.kv_b + (h * (a.dn + a.dv) + a.dn) * a.r;  // [dv, r]
   const bool quad = a.r % 4 == 0;  // 8-byte aligned loads of 4 channels
-  float wv[2][kUvChunks][4];
-#pragma unroll
-  for (int col = 0; col < 2; ++col) {
-    const int64_t n = n0 + 2 * warp + col;
-#pragma unroll
-    for (int k = 0; k < kUvChunks; ++k) {
-      const int64_t c = 4 * lane + 128 * k;
-      const bf16* src = w_uv + n * a.r + c;
-      if (n < a.dv && quad && c < a.r) {
+  const int q = lane / 8, sub = lane % 8;
+  const int64_t n_chunks = r4 / 4;
+  for (int pass = 0; pass < n_tile / 32; ++pass) {
+    const int64_t n = n0 + 32 * pass + 4 * warp + q;
+    const bool n_ok = n < a.dv;
+    float acc[kGemmRows] = {};
+    for (int64_t k = sub; k < n_chunks; k += 8) {
+      const int64_t c = 4 * k;
+      float w[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const bf16* src = w_uv + (n_ok ? n : 0) * a.r + c;
+      if (n_ok && quad) {
         const uint2 u = *reinterpret_cast<const uint2*>(src);
-        wv[col][k][0] = bf16_lo(u.x);
-        wv[col][k][1] = bf16_hi(u.x);
-        wv[col][k][2] = bf16_lo(u.y);
-        wv[col][k][3] = bf16_hi(u.y);
-      } else {
+        w[0] = bf16_lo(u.x), w[1] = bf16_hi(u.x), w[2] = bf16_lo(u.y), w[3] = bf16_hi(u.y);
+      } else if (n_ok) {
 #pragma unroll
-        for (int x = 0; x < 4; ++x) wv[col][k][x] = n < a.dv && c + x < a.r ? __bfloat162float(src[x]) : 0.0f;
+        for (int x = 0; x < 4; ++x) w[x] = c + x < a.r ? __bfloat162float(src[x]) : 0.0f;
+      }
+#pragma unroll
+      for (int ii = 0; ii < kGemmRows; ++ii) {
+        if (ii >= rows) break;
+        const float4 o = *reinterpret_cast<const float4*>(sm + ii * r4 + c);
+        acc[ii] = fmaf(o.x, w[0], acc[ii]);
+        acc[ii] = fmaf(o.y, w[1], acc[ii]);
+        acc[ii] = fmaf(o.z, w[2], acc[ii]);
+        acc[ii] = fmaf(o.w, w[3], acc[ii]);
       }
     }
-  }
-  float mine[2] = {0.0f, 0.0f};  // lane ii's row ii
 #pragma unroll
-  for (int ii = 0; ii < kGemmRows; ++ii) {
-    float v[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int k = 0; k < kUvChunks; ++k) {
-      const int64_t c = 4 * lane + 128 * k;
-      if (c >= r4) break;
-      const float4 o = *reinterpret_cast<const float4*>(sm + ii * r4 + c);
-#pragma unroll
-      for (int col = 0; col < 2; ++col) {
-        v[col] = fmaf(o.x, wv[col][k][0], v[col]);
-        v[col] = fmaf(o.y, wv[col][k][1], v[col]);
-        v[col] = fmaf(o.z, wv[col][k][2], v[col]);
-        v[col] = fmaf(o.w, wv[col][k][3], v[col]);
-      }
-    }
-    v[0] = warp_sum(v[0]);
-    v[1] = warp_sum(v[1]);
-    if (lane == ii) {
-      mine[0] = v[0];
-      mine[1] = v[1];
+    for (int ii = 0; ii < kGemmRows; ++ii) {
+      if (ii >= rows) break;
+      float v = acc[ii];
+      v += __shfl_xor_sync(0xffffffffu, v, 4);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      if (sub == 0 && n_ok) a.out[(srow[ii] * a.H + h) * a.dv + n] = v;
     }
   }
-  if (lane < kGemmRows && srow[lane] >= 0)
-    for (int col = 0; col < 2; ++col) {
-      const int64_t n = n0 + 2 * warp + col;
-      if (n < a.dv) a.out[(srow[lane] * a.H + h) * a.dv + n] = mine[col];
-    }
 }
 
 // ---- Naive form helpers -------------------------------------------------------------------------
@@ -1420,8 +1421,10 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
                        split_smem_bytes(pl.wq), s>>>(pl);
     DI_CUDA_LAUNCHED();
   }
-  mla_apply_uv_kernel<<<dim3(static_cast<unsigned>((a.dv + kUvCols - 1) / kUvCols), heads, tiles), kThreads, 0,
-                        s>>>(pl);
+  // Wide channel tiles (each (row tile, head) merged once) when that still gives two blocks per SM.
+  const int n_tile = row_tiles * a.H >= 2 * sm_count() ? kUvTileLarge : kUvTileSmall;
+  mla_apply_uv_kernel<<<dim3(static_cast<unsigned>((a.dv + n_tile - 1) / n_tile), heads, tiles), kThreads, 0, s>>>(
+      pl, n_tile);
   DI_CUDA_LAUNCHED();
 }
 

@@ -17,6 +17,8 @@
 //    three fold K identically (bitwise equal), with or without the batch-invariant K splits;
 //  - small-M (batch-invariant mode, ≤ 512 routed rows): small_m_gemm (cuda_invariant_gemm.cu),
 //    bitwise equal to the tiled form with the invariant K structure.
+//  - wgmma (prefill, bf16 weights, sm_90): bf16_wgmma_grouped_gemm (cuda_bf16_wgmma.cu), 128×256
+//    tiles of each expert's rows fed by TMA, sync-free.
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ptx.cuh"
 
@@ -1021,6 +1023,7 @@ void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void
   DI_CUDA_REQUIRE(a.form != 1 || moe_skinny_ok(a.D, a.I, a.fp8, a.block_k));
   DI_CUDA_REQUIRE(a.form != 2 || a.blas != nullptr);
   DI_CUDA_REQUIRE(a.form != 3 || (small_m_gemm_ok(a.D, a.fp8, a.block_k) && small_m_gemm_ok(a.I, a.fp8, a.block_k)));
+  DI_CUDA_REQUIRE(a.form != 4 || (!a.fp8 && bf16_wgmma_grouped_ok(a.D) && bf16_wgmma_grouped_ok(a.I)));
   std::vector<int32_t> host_offsets;
   bf16* wbuf = nullptr;  // form 2 with FP8 weights: one expert's weights dequantized
   if (a.form == 2) {
@@ -1035,6 +1038,8 @@ void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void
     } else if (a.form == 0) {
       grouped_gemm<float>(A, R, K, W, scale, a.fp8, a.block_k, N, offsets, tiles, a.E, C, N, s,
                           a.invariant);
+    } else if (a.form == 4) {
+      bf16_wgmma_grouped_gemm(A, R, K, static_cast<const bf16*>(W), N, offsets, a.E, C, N, s);
     } else if (a.form == 3) {
       float* part = invariant_k_splits(K) > 1 ? static_cast<float*>(get(sizeof(float) * invariant_k_splits(K) * R * N))
                                               : nullptr;

@@ -1,0 +1,255 @@
+// bf16 grouped (MoE) GEMM on Hopper's warpgroup MMA (sm_90a): C[r, n] = Σ_k A[r, k] · W_e[n, k]
+// for the expert-sorted rows r of each expert e, fp32 accumulation and output — the prefill-sized
+// form of the MoE GEMMs (MoeArgs::form 4), sync-free (offsets stay on the device). Owns: the
+// kernel and its launch. Does not own: FP8 weights (cuda_fp8_wgmma.cu with quantized activations),
+// the batch-invariant K structure (its MMA order differs from the tiled kernels', so the
+// invariant mode never uses it), or few rows per expert (128-row tiles: the tiled kernel's 64-row
+// tiles or the skinny kernel serve those).
+#include <algorithm>
+#include <mutex>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_grouped_tile.cuh"
+#include "backend/cuda/cuda_ptx.cuh"
+#include "backend/cuda/cuda_sm90.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kBM = 128;        // rows per tile: two math warpgroups of 64
+constexpr int kBN = 256;        // columns per tile: one m64n256 wgmma per warpgroup and K step
+constexpr int kBK = 64;         // K per stage: 128 bytes of bf16 per row (one swizzle row)
+constexpr int kStages = 4;      // stages in the shared-memory ring
+constexpr int kMathGroups = 2;  // warpgroups issuing wgmma; one more warpgroup loads
+constexpr int kThreads = 128 * (kMathGroups + 1);
+constexpr int kWarps = kThreads / 32;
+constexpr int kABytes = kBM * kBK * 2, kWBytes = kBN * kBK * 2;  // 16 KB, 32 KB
+constexpr int kStageBytes = kABytes + kWBytes;
+// Ring, then full/empty barriers, then each warp's grouped tile; the base is aligned up to 1024
+// bytes at run time (the 128-byte swizzle repeats every 8 rows of 128 bytes).
+constexpr size_t kSmemBytes = kStages * kStageBytes + 2 * kStages * sizeof(uint64_t) + 4 * kWarps * sizeof(int64_t) + 1024;
+
+struct Params {
+  int64_t M, N, n_kb;
+  int64_t n_row_tiles;  // the grouped bound ceil(M / 128) + min(E, M)
+  float* c;             // [M, ldc]
+  int64_t ldc;
+  bool c_vec;  // ldc even and c 8-byte aligned: column pairs stored as float2
+  const int32_t* offsets;  // [E + 1]
+  int64_t E;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// d[64×256] fp32 += A[64×16] bf16 · B[256×16]ᵀ bf16, both K-major in shared memory (no transpose);
+// accumulate = 0 overwrites d. Fragment: thread t of the warpgroup (warp w, lane l) holds
+// d[4j + v] = row 16w + l/4 + 8·(v/2), column 8j + 2·(l%4) + v%2, j < 64.
+__device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, "
+      "%40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, "
+      "%72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, "
+      "%88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, "
+      "%104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, "
+      "%120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// Persistent blocks over 128×256 output tiles of the grouped rows (tile_coords raster, grouped
+// row tiles from cuda_grouped_tile.cuh; tiles past the last expert skipped). Warpgroups 0 and 1
+// compute rows 64·wg.. of a tile; warp 8 is the loader (the rest of warpgroup 2 exits). Per
+// 64-wide K block (the it-th of this block: stage s = it % kStages): the loader waits for
+// empty[s], then TMA-loads the A tile (128 rows × 128 bytes at (kb·64, m0)) and the W tile (256
+// rows at (kb·64, e·N + n0)) into s, completing full[s]. Each math warpgroup waits on full[s],
+// issues four m64n256k16 wgmmas (one commit group) accumulating into acc, and waits until at most
+// that group is pending — the previous K block's group is then done and its stage is released
+// (one arrival per warp). acc is never read inside the loop, so consecutive groups chain on the
+// tensor cores.
+// Shared memory: kStages × (A [128][128 B] | W [256][128 B]) bf16 — 16-byte chunk c of row r at
+// chunk c ^ (r % 8) (TMA's 128-byte swizzle, which the wgmma descriptors read) — full/empty
+// mbarriers, per-warp tile info: ~193 KB, one block per SM. Rows past M, K past K and W rows past
+// the tensor are zero-filled by TMA; a tile's rows past its expert belong to the next one and are
+// computed but not stored. Preconditions: sm_90a, K % 8 == 0 (16-byte row pitch).
+__global__ void __launch_bounds__(kThreads, 1)
+    bf16_wgmma_grouped_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
+                              const Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t bw_smem_raw[];
+  uint8_t* smem = bw_smem_raw + ((1024 - smem_u32(bw_smem_raw) % 1024) % 1024);
+  uint8_t* ring = smem;                                                     // [kStages][A | W]
+  auto* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);  // [kStages]
+  uint64_t* empty = full + kStages;                                         // [kStages]
+  auto* info = reinterpret_cast<int64_t*>(empty + kStages);                // [kWarps][4]
+
+  const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
+  if (t == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kMathGroups * 4);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (wg == kMathGroups && warp != kMathGroups * 4) return;  // idle loader warps
+  const int64_t n_col_tiles = (p.N + kBN - 1) / kBN, n_tiles = p.n_row_tiles * n_col_tiles, n_kb = p.n_kb;
+  int64_t* my_info = info + 4 * warp;
+  auto resolve = [&](int64_t tile, int64_t* e, int64_t* m0, int64_t* m_end, int64_t* n0) {
+    int64_t rt, ct;
+    tile_coords(tile, p.n_row_tiles, n_col_tiles, &rt, &ct);
+    *n0 = ct * kBN;
+    grouped_tile(rt, p.offsets, p.E, kBM, lane, my_info);
+    __syncwarp();
+    *e = my_info[0];
+    *m0 = my_info[1];
+    *m_end = *m0 + my_info[2];
+    __syncwarp();  // read before the next tile's grouped_tile writes
+    return *e >= 0;
+  };
+
+  uint32_t it = 0;
+  if (wg == kMathGroups) {  // the loader warp; lane 0 issues
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+      int64_t e, m0, m_end, n0;
+      if (!resolve(tile, &e, &m0, &m_end, &n0)) continue;
+      const int32_t y_a = static_cast<int32_t>(m0), y_w = static_cast<int32_t>(e * p.N + n0);
+      for (int64_t kb = 0; kb < n_kb; ++kb, ++it) {
+        const int s = static_cast<int>(it % kStages);
+        if (lane == 0) {
+          mbar_wait(&empty[s], ((it / kStages) & 1u) ^ 1u);
+          mbar_arrive_expect_tx(&full[s], kStageBytes);
+          uint8_t* stage = ring + s * kStageBytes;
+          const int32_t x = static_cast<int32_t>(kb * kBK);
+          tma_load_2d(stage, &map_a, x, y_a, &full[s]);
+          tma_load_2d(stage + kABytes, &map_w, x, y_w, &full[s]);
+        }
+      }
+    }
+    return;
+  }
+
+  for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    int64_t e, m0, m_end, n0;
+    if (!resolve(tile, &e, &m0, &m_end, &n0)) continue;
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    for (int64_t kb = 0; kb < n_kb; ++kb, ++it) {
+      const int s = static_cast<int>(it % kStages);
+      mbar_wait(&full[s], (it / kStages) & 1u);
+      const uint8_t* stage = ring + s * kStageBytes;
+      const uint64_t da = sw128_desc(stage + wg * 64 * 128), db = sw128_desc(stage + kABytes);
+#pragma unroll
+      for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kBK / 16; ++k) wgmma_m64n256k16_bf16(acc, da + 2 * k, db + 2 * k, 1);  // +32 bytes of K
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous K block's MMAs are done: release its stage
+#pragma unroll
+      for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
+      __syncwarp();
+      if (kb > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
+    __syncwarp();
+    if (n_kb > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+
+    const int64_t r0 = m0 + 64 * wg + 16 * (warp % 4) + lane / 4, r1 = r0 + 8;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int64_t col = n0 + 8 * j + 2 * (lane % 4);
+      if (col >= p.N) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = h == 0 ? r0 : r1;
+        if (row >= m_end) continue;
+        float* dst = p.c + row * p.ldc + col;
+        if (p.c_vec && col + 1 < p.N) {
+          *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        } else {
+          dst[0] = acc[4 * j + 2 * h];
+          if (col + 1 < p.N) dst[1] = acc[4 * j + 2 * h + 1];
+        }
+      }
+    }
+  }
+#else
+  __trap();  // built for another architecture: bf16_wgmma_grouped_ok() is false there
+#endif
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+
+}  // namespace
+
+bool bf16_wgmma_grouped_ok(int64_t K) { return K % 8 == 0 && K > 0 && fp8_wgmma_available(); }
+
+void bf16_wgmma_grouped_gemm(const bf16* A, int64_t R, int64_t K, const bf16* W, int64_t N, const int32_t* offsets,
+                             int64_t E, float* C, int64_t ldc, cudaStream_t s) {
+  DI_CUDA_REQUIRE_MSG(bf16_wgmma_grouped_ok(K), "bf16 wgmma GEMM: needs an sm_90 GPU and K % 8 == 0");
+  DI_CUDA_REQUIRE(offsets != nullptr && E >= 1 && ldc >= N);
+  DI_CUDA_REQUIRE_MSG(R + kBM < (int64_t{1} << 31) && E * N < (int64_t{1} << 31), "bf16 wgmma GEMM: too many rows");
+  if (R == 0 || N == 0) return;
+  Params p{};
+  p.M = R;
+  p.N = N;
+  p.n_kb = (K + kBK - 1) / kBK;
+  p.n_row_tiles = (R + kBM - 1) / kBM + std::min(E, R);
+  p.c = C;
+  p.ldc = ldc;
+  p.c_vec = ldc % 2 == 0 && reinterpret_cast<uintptr_t>(C) % 8 == 0;
+  p.offsets = offsets;
+  p.E = E;
+  const CUtensorMap ma = tensor_map_2d(A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, R, K, kBK, kBM);
+  const CUtensorMap mw = tensor_map_2d(W, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, kBK, kBN);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(bf16_wgmma_grouped_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kSmemBytes)));
+  });
+  const int64_t n_tiles = p.n_row_tiles * ((N + kBN - 1) / kBN);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(n_tiles, sm_count())));  // persistent
+  bf16_wgmma_grouped_kernel<<<grid, kThreads, kSmemBytes, s>>>(ma, mw, p);
+  DI_CUDA_LAUNCHED();
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,110 @@
+// Hopper (sm_90a) building blocks of the TMA + wgmma kernels (.cu files only): mbarriers, 2-D TMA
+// loads, shared-memory matrix descriptors for the 128-byte swizzle, wgmma fences and waits, the
+// persistent tile raster, and the host-side tensor-map encoding. The device helpers exist only
+// in the sm_90a pass (the sm_100a and host passes skip them: their kernels trap there).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap and its enums (the encoder is fetched through the runtime)
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_ptx.cuh"
+
+namespace deepinfer::cuda {
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+// The arrival that also announces `bytes` of TMA traffic the phase waits for.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Spins until the phase with parity `parity` has completed (a fresh barrier counts its phase
+// "−1", parity 1, as completed: producers start waiting on parity 1 of the empty barriers).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+// box of the 2-D tensor map at (x = K element, y = row) → dst, completing `bytes` on bar.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int32_t x, int32_t y, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(x), "r"(y)
+      : "memory");
+}
+// A shared-memory matrix descriptor for a K-major tile of 128-byte rows written by TMA with the
+// 128-byte swizzle: start address >> 4 (bits 0–13), leading offset unused for this layout (1),
+// stride between 8-row groups 1024 bytes (bits 32–45), swizzle mode 1 = 128B (bits 62–63). The
+// K step inside a row is taken by adding its byte offset >> 4 to the start address.
+__device__ __forceinline__ uint64_t sw128_desc(const void* tile) {
+  const uint64_t addr = smem_u32(tile);
+  return ((addr & 0x3ffff) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most kPending of this warp's committed wgmma groups are still running.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accesses of an accumulator across the asynchronous MMA.
+__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// The output tile `tile` of a persistent block: row tile and column tile, rastered in groups of
+// kGroupRows row tiles, column by column inside a group, so the blocks resident at once share a
+// few A row tiles and a band of W column tiles in L2 (row-major order would stream all of W
+// through L2 once per row tile).
+constexpr int64_t kGroupRows = 8;
+__device__ __forceinline__ void tile_coords(int64_t tile, int64_t n_row_tiles, int64_t n_col_tiles, int64_t* rt,
+                                            int64_t* ct) {
+  const int64_t group = tile / (kGroupRows * n_col_tiles), first = group * kGroupRows;
+  const int64_t rows = min(kGroupRows, n_row_tiles - first), in_group = tile - first * n_col_tiles;
+  *rt = first + in_group % rows;
+  *ct = in_group / rows;
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// cuTensorMapEncodeTiled from the driver, through the runtime (no link against libcuda).
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    DI_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+    DI_CUDA_REQUIRE_MSG(q == cudaDriverEntryPointSuccess && f != nullptr,
+                        "wgmma GEMM: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A row-major [rows, cols] matrix of elem_bytes-wide elements as a TMA map of box_rows ×
+// box_cols boxes with the 128-byte swizzle (box_cols · elem_bytes must be 128); out-of-range
+// boxes read zeros. Preconditions (checked by the encoder): base 16-byte aligned, row pitch a
+// multiple of 16 bytes.
+inline CUtensorMap tensor_map_2d(const void* base, CUtensorMapDataType type, int64_t elem_bytes, int64_t rows,
+                                 int64_t cols, int box_cols, int box_rows) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols * elem_bytes)};  // bytes between rows
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  DI_CUDA_REQUIRE_MSG(r == CUDA_SUCCESS, "wgmma GEMM: cuTensorMapEncodeTiled rejected the operand");
+  return map;
+}
+
+
+}  // namespace deepinfer::cuda
