@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_common.h"  // mla_decode_splits
 #endif
 #include "support/cuda_available.h"
+#include "support/logits_compare.h"
 #include "support/random_linear.h"
 
 namespace deepinfer {
@@ -559,14 +560,7 @@ TEST_F(CudaOps, MlaAbsorbedDecodeSplitKv) {
               for (int64_t j = 0; j < row_n; ++j) ASSERT_EQ(got[j], sentinel) << "row " << row << " was written";
               continue;
             }
-            const float* want = ref_o.data<float>() + row * row_n;
-            double num = 0, den = 0;
-            for (int64_t j = 0; j < row_n; ++j) {
-              ASSERT_TRUE(std::isfinite(got[j])) << "row " << row;
-              num += (static_cast<double>(got[j]) - want[j]) * (static_cast<double>(got[j]) - want[j]);
-              den += static_cast<double>(want[j]) * want[j];
-            }
-            EXPECT_LT(std::sqrt(num / den), tol) << "row " << row << " (kv_len " << seqs[b].kv_len << ")";
+            EXPECT_LT(testing::row_rel_err(got, ref_o.data<float>() + row * row_n, row_n), tol) << "row " << row << " (kv_len " << seqs[b].kv_len << ")";
           }
       }
     }
@@ -810,14 +804,7 @@ class CudaMlaTc : public CudaOps {
           for (int64_t j = 0; j < row_n; ++j) ASSERT_EQ(g[j], kSentinel) << "row " << row << " was written";
           continue;
         }
-        const float* w = ref.data<float>() + row * row_n;
-        double num = 0, den = 0;
-        for (int64_t j = 0; j < row_n; ++j) {
-          ASSERT_TRUE(std::isfinite(g[j])) << "row " << row;
-          num += (static_cast<double>(g[j]) - w[j]) * (static_cast<double>(g[j]) - w[j]);
-          den += static_cast<double>(w[j]) * w[j];
-        }
-        EXPECT_LT(std::sqrt(num / den), tol) << "row " << row << " (kv_len " << pb_.kv_len[static_cast<size_t>(b)]
+        EXPECT_LT(testing::row_rel_err(g, ref.data<float>() + row * row_n, row_n), tol) << "row " << row << " (kv_len " << pb_.kv_len[static_cast<size_t>(b)]
                                              << ", q_len " << pb_.q_indptr[b + 1] - pb_.q_indptr[b] << ")";
       }
   }

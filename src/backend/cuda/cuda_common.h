@@ -50,6 +50,16 @@ using bf16 = __nv_bfloat16;
 enum class Elem : int { kF32, kBF16, kF8 };
 
 inline unsigned grid_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+// Streaming multiprocessors of the current device (read once per process).
+inline int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
 
 // ---- cuda_elementwise.cu ----
 void embedding(const void* table, Elem table_elem, const int32_t* ids, int64_t T, int64_t D, float* out, cudaStream_t s);

@@ -332,16 +332,6 @@ __global__ void splitk_reduce_kernel(const float* ws, int64_t n_splits, int64_t 
 // ---------------------------------------------------------------------------------------------
 // Host side.
 // ---------------------------------------------------------------------------------------------
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&dev));
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
-}
-
 // Raises the dynamic shared-memory limit of one kernel instance once per process.
 template <class T, bool kGrouped, typename OutT>
 void prepare_kernel() {

@@ -9,7 +9,6 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_common.h"
-#include "backend/cuda/cuda_grouped_tile.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_sm90.cuh"
 
@@ -108,63 +107,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto* info = reinterpret_cast<int64_t*>(empty + kStages);                // [kWarps][4]: e, m0, rows
 
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
-  if (t == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);                 // the loader's arrival (+ the TMA bytes)
-      mbar_init(&empty[s], kMathGroups * 4);  // one arrival per math warp
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  if (t == 0) init_ring(full, empty, kStages, kMathGroups * 4);  // one release per math warp
   __syncthreads();
   if (wg == kMathGroups && warp != kMathGroups * 4) return;  // idle loader warps
   const int64_t n_col_tiles = (p.N + kBN - 1) / kBN, n_tiles = p.n_row_tiles * n_col_tiles, n_kb = p.n_kb;
+  const int32_t* offsets = kGrouped ? p.offsets : nullptr;
   int64_t* my_info = info + 4 * warp;
-  // This warp's view of tile `tile`: false when it is past the last grouped tile.
-  auto resolve = [&](int64_t tile, int64_t* e, int64_t* m0, int64_t* m_end, int64_t* n0) {
-    int64_t rt, ct;
-    tile_coords(tile, p.n_row_tiles, n_col_tiles, &rt, &ct);
-    *n0 = ct * kBN;
-    if constexpr (kGrouped) {
-      grouped_tile(rt, p.offsets, p.E, kBM, lane, my_info);
-      __syncwarp();
-      *e = my_info[0];
-      *m0 = my_info[1];
-      *m_end = *m0 + my_info[2];
-      __syncwarp();  // read before the next tile's grouped_tile writes
-      return *e >= 0;
-    } else {
-      *e = 0;
-      *m0 = rt * kBM;
-      *m_end = p.M;
-      return true;
-    }
-  };
-
-  uint32_t it = 0;  // K blocks this warp has produced or consumed
-  if (wg == kMathGroups) {  // the loader warp; lane 0 issues
-    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-      int64_t e, m0, m_end, n0;
-      if (!resolve(tile, &e, &m0, &m_end, &n0)) continue;
-      const int32_t y_a = static_cast<int32_t>(m0), y_w = static_cast<int32_t>(e * p.N + n0);
-      for (int64_t kb = 0; kb < n_kb; ++kb, ++it) {
-        const int s = static_cast<int>(it % kStages);
-        if (lane == 0) {
-          mbar_wait(&empty[s], ((it / kStages) & 1u) ^ 1u);
-          mbar_arrive_expect_tx(&full[s], kStageBytes);
-          uint8_t* stage = ring + s * kStageBytes;
-          const int32_t x = static_cast<int32_t>(kb * kBK);
-          tma_load_2d(stage, &map_a, x, y_a, &full[s]);
-          tma_load_2d(stage + kTileBytes, &map_w, x, y_w, &full[s]);
-        }
-      }
-    }
+  if (wg == kMathGroups) {  // the loader warp
+    load_tiles<kBM, kBN, kBK>(&map_a, &map_w, ring, full, empty, kStages, kStageBytes, kTileBytes, p.n_row_tiles,
+                              p.N, n_kb, offsets, p.E, p.M, lane, my_info);
     return;
   }
 
+  uint32_t it = 0;  // K blocks this warp has consumed
   OutT* c = static_cast<OutT*>(p.c);
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-    int64_t e, m0, m_end, n0;
-    if (!resolve(tile, &e, &m0, &m_end, &n0)) continue;
+    TileView v;
+    if (!resolve_tile<kBM, kBN>(tile, p.n_row_tiles, n_col_tiles, offsets, p.E, p.M, lane, my_info, &v)) continue;
+    const int64_t e = v.e, m0 = v.m0, m_end = v.m_end, n0 = v.n0;
     // Rows r0 = m0 + 64·wg + 16·(warp % 4) + lane / 4 and r0 + 8 of this tile.
     const int64_t r0 = m0 + 64 * wg + 16 * (warp % 4) + lane / 4, r1 = r0 + 8;
     const float* sa0 = p.sa + (r0 < p.M ? r0 : 0) * n_kb;  // rows past M read row 0's scales (not stored)
@@ -228,16 +188,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #else
   __trap();  // built for another architecture: fp8_wgmma_available() is false there
 #endif
-}
-
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&dev));
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
 }
 
 // A [rows, K] e4m3 row-major matrix as a TMA map of 128 × 128-byte boxes, 128-byte swizzle;

@@ -1251,16 +1251,6 @@ __global__ void causal_softmax_kernel(const float* scores, int64_t rows, int64_t
 }  // namespace
 
 namespace {
-int sm_count() {
-  static const int n_sm = [] {
-    int dev = 0, n = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&dev));
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return n_sm;
-}
-
 // Splits for `blocks` split blocks per split, one block per SM. With s splits they take
 // ceil(blocks·s / SMs) waves of 1/s of a row's keys each: time ∝ waves(s) / s. The fewest splits
 // within 10% of the best, since every split also costs a q̃ tile load and a partial state to merge.

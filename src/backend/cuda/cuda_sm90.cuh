@@ -1,6 +1,6 @@
 // Hopper (sm_90a) building blocks of the TMA + wgmma kernels (.cu files only): mbarriers, 2-D TMA
 // loads, shared-memory matrix descriptors for the 128-byte swizzle, wgmma fences and waits, the
-// persistent tile raster, and the host-side tensor-map encoding. The device helpers exist only
+// persistent tile raster and loader, and the host-side tensor-map encoding. The device helpers exist only
 // in the sm_90a pass (the sm_100a and host passes skip them: their kernels trap there).
 #pragma once
 
@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_grouped_tile.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 
 namespace deepinfer::cuda {
@@ -72,6 +73,77 @@ __device__ __forceinline__ void tile_coords(int64_t tile, int64_t n_row_tiles, i
   const int64_t rows = min(kGroupRows, n_row_tiles - first), in_group = tile - first * n_col_tiles;
   *rt = first + in_group % rows;
   *ct = in_group / rows;
+}
+
+// The ring's barriers: full[s] completes when the loader's arrival and its TMA bytes are in,
+// empty[s] when each of the n_consumers math warps has released the stage. Thread 0 initializes;
+// every thread of the block must then pass a __syncthreads before using them.
+__device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty, int stages, uint32_t n_consumers) {
+  for (int s = 0; s < stages; ++s) {
+    mbar_init(&full[s], 1);
+    mbar_init(&empty[s], n_consumers);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// One output tile of a persistent GEMM as a warp sees it: expert e, rows [m0, m_end) (a grouped
+// tile's rows stop at its expert's end; dense: at M), columns from n0.
+struct TileView {
+  int64_t e, m0, m_end, n0;
+};
+// Tile `tile` of kBM-row, kBN-column tiles (tile_coords raster): dense (offsets null) row tile rt
+// of [0, M), or the rt-th grouped tile (cuda_grouped_tile.cuh, through this warp's [4] int64
+// `scratch` in shared memory; warp-collective). False past the last grouped tile.
+template <int kBM, int kBN>
+__device__ __forceinline__ bool resolve_tile(int64_t tile, int64_t n_row_tiles, int64_t n_col_tiles,
+                                             const int32_t* offsets, int64_t E, int64_t M, int lane, int64_t* scratch,
+                                             TileView* v) {
+  int64_t rt, ct;
+  tile_coords(tile, n_row_tiles, n_col_tiles, &rt, &ct);
+  v->n0 = ct * kBN;
+  if (offsets == nullptr) {
+    v->e = 0;
+    v->m0 = rt * kBM;
+    v->m_end = M;
+    return true;
+  }
+  grouped_tile(rt, offsets, E, kBM, lane, scratch);
+  __syncwarp();
+  v->e = scratch[0];
+  v->m0 = scratch[1];
+  v->m_end = v->m0 + scratch[2];
+  __syncwarp();  // read before the next tile's grouped_tile writes
+  return v->e >= 0;
+}
+
+// The loader warp of a persistent GEMM: for each of this block's tiles (as resolve_tile sees
+// them) and each kBK-wide K block — the it-th overall, stage it % stages — lane 0 waits until
+// the stage is free, announces stage_bytes on full[s] and TMA-loads the A box at (kb·kBK, m0) and
+// the W box at (kb·kBK, e·N + n0) (w_offset bytes into the stage). The whole warp walks the tiles
+// (resolve_tile is warp-collective).
+template <int kBM, int kBN, int kBK>
+__device__ __forceinline__ void load_tiles(const CUtensorMap* map_a, const CUtensorMap* map_w, uint8_t* ring,
+                                           uint64_t* full, uint64_t* empty, int stages, int stage_bytes, int w_offset,
+                                           int64_t n_row_tiles, int64_t N, int64_t n_kb, const int32_t* offsets,
+                                           int64_t E, int64_t M, int lane, int64_t* scratch) {
+  const int64_t n_col_tiles = (N + kBN - 1) / kBN, n_tiles = n_row_tiles * n_col_tiles;
+  uint32_t it = 0;
+  for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    TileView v;
+    if (!resolve_tile<kBM, kBN>(tile, n_row_tiles, n_col_tiles, offsets, E, M, lane, scratch, &v)) continue;
+    const int32_t y_a = static_cast<int32_t>(v.m0), y_w = static_cast<int32_t>(v.e * N + v.n0);
+    for (int64_t kb = 0; kb < n_kb; ++kb, ++it) {
+      const int s = static_cast<int>(it % stages);
+      if (lane == 0) {
+        mbar_wait(&empty[s], ((it / stages) & 1u) ^ 1u);
+        mbar_arrive_expect_tx(&full[s], stage_bytes);
+        uint8_t* stage = ring + s * stage_bytes;
+        const int32_t x = static_cast<int32_t>(kb * kBK);
+        tma_load_2d(stage, map_a, x, y_a, &full[s]);
+        tma_load_2d(stage + w_offset, map_w, x, y_w, &full[s]);
+      }
+    }
+  }
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
