@@ -359,6 +359,99 @@ TEST_F(CudaOps, MoeWgmmaMatchesTiledAtPrefillSizes) {
     EXPECT_LT(rel_err(down(outs[1]), down(outs[0])), 2e-3) << "D=" << D << " I=" << I;
   }
 }
+
+// The W8A8 form (MoeArgs::form 5: activations quantized per 1×128 group, FP8 wgmma GEMMs)
+// against a host reference of the same recipe: the gathered rows rounded to bf16, quantized per
+// row and 128-wide group exactly as quantize_fp8_rows does (s = max(amax, 1e-4) / 448, e4m3
+// round-to-nearest-even of x / s; bit-exact, CudaFp8Gemm.QuantizeRowsBitExact), the FP8 weights
+// dequantized, sums in double; SiLU·mul rounded to bf16 and quantized again before the down
+// GEMM. Bound 1e-2 relative L2: the wgmma FP8 accumulator (≤ 2^-10 of the |·|-sum, the GEMM
+// tests' bound) and rare flips of a bf16 or e4m3 rounding where the GPU's fp32 sums differ from
+// the double ones (one element by ≤ 2^-4) stay far below it, while skipping the activation
+// quantization (≈ 5e-2 here: 2^-4/√3 per GEMM input) or a wrong expert, scale or row (O(1))
+// exceed it. D = 384 and I = 256 are 3 and 2 K blocks (several column tiles each); expert 7
+// gets no rows, experts 0 and 1 most.
+TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
+  if (!cuda::moe_w8a8_ok(16, 16, true, 128)) GTEST_SKIP() << "the W8A8 form needs an sm_90 GPU";
+  const int64_t D = 384, I = 256, E = 8, k = 2, T = 700;
+  std::vector<MlpWeights> experts(E);
+  for (auto& m : experts) {
+    m.gate_proj = host_linear(I, D, DType::kF8E4M3);
+    m.up_proj = host_linear(I, D, DType::kF8E4M3);
+    m.down_proj = host_linear(D, I, DType::kF8E4M3);
+  }
+  const std::vector<MlpWeights> d_experts = place_experts(*gpu_, experts);
+  std::vector<int32_t> ids;
+  Tensor w = Tensor::empty_host(DType::kF32, {T, k});
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t a = t % 50 == 0 ? 6 : static_cast<int32_t>(t % 3 == 0 ? 0 : t % 6);
+    ids.push_back(a);
+    ids.push_back(a == 1 ? 0 : 1);
+    w.data<float>()[t * k] = 0.7f;
+    w.data<float>()[t * k + 1] = 0.3f;
+  }
+  const Tensor x = randn({T, D});
+  // Host reference. quant(v): v rounded through e4m3 per 128-wide group, as the GPU does.
+  auto quant = [](std::vector<float>& v) {
+    for (size_t g0 = 0; g0 < v.size(); g0 += 128) {
+      const size_t g1 = std::min(v.size(), g0 + 128);
+      float amax = 0.0f;
+      for (size_t i = g0; i < g1; ++i) amax = std::max(amax, std::fabs(v[i]));
+      const float sc = std::max(amax, 1e-4f) / 448.0f;
+      for (size_t i = g0; i < g1; ++i) v[i] = e4m3_to_f32(f32_to_e4m3(v[i] / sc)) * sc;
+    }
+  };
+  std::vector<std::vector<float>> w13(static_cast<size_t>(E)), w2(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    auto& g = w13[static_cast<size_t>(e)];
+    g.resize(static_cast<size_t>(2 * I * D));
+    experts[static_cast<size_t>(e)].gate_proj.dequantize(0, I, 0, D, g.data(), D);
+    experts[static_cast<size_t>(e)].up_proj.dequantize(0, I, 0, D, g.data() + I * D, D);
+    w2[static_cast<size_t>(e)].resize(static_cast<size_t>(D * I));
+    experts[static_cast<size_t>(e)].down_proj.dequantize(0, D, 0, I, w2[static_cast<size_t>(e)].data(), I);
+  }
+  Tensor ref = Tensor::empty_host(DType::kF32, {T, D});
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> out(static_cast<size_t>(D), 0.0);
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = ids[static_cast<size_t>(t * k + j)];
+      std::vector<float> xq(static_cast<size_t>(D));
+      for (int64_t c = 0; c < D; ++c) xq[static_cast<size_t>(c)] = bf16_to_f32(f32_to_bf16(x.data<float>()[t * D + c]));
+      quant(xq);
+      std::vector<float> act(static_cast<size_t>(I));
+      for (int64_t n = 0; n < I; ++n) {
+        double gsum = 0, usum = 0;
+        const float* gr = w13[static_cast<size_t>(e)].data() + n * D;
+        const float* ur = gr + I * D;
+        for (int64_t c = 0; c < D; ++c) {
+          gsum += static_cast<double>(xq[static_cast<size_t>(c)]) * gr[c];
+          usum += static_cast<double>(xq[static_cast<size_t>(c)]) * ur[c];
+        }
+        const double silu = gsum / (1.0 + std::exp(-gsum));
+        act[static_cast<size_t>(n)] = bf16_to_f32(f32_to_bf16(static_cast<float>(silu * usum)));
+      }
+      quant(act);
+      for (int64_t c = 0; c < D; ++c) {
+        double y = 0;
+        const float* dr = w2[static_cast<size_t>(e)].data() + c * I;
+        for (int64_t n = 0; n < I; ++n) y += static_cast<double>(act[static_cast<size_t>(n)]) * dr[n];
+        out[static_cast<size_t>(c)] += w.data<float>()[t * k + j] * y;
+      }
+    }
+    for (int64_t c = 0; c < D; ++c) ref.data<float>()[t * D + c] = static_cast<float>(out[static_cast<size_t>(c)]);
+  }
+  set_moe_gemm(*gpu_, 5);
+  Tensor d_o = dev_empty(DType::kF32, {T, D});
+  gpu_->moe_experts(up(x), up(i32(ids).reshape({T, k})), up(w), d_experts, d_o);
+  set_moe_gemm(*gpu_, -1);
+  const double err = rel_err(down(d_o), ref);
+  std::printf("[moe w8a8] relative L2 to the quantized reference %.3g\n", err);
+  EXPECT_LT(err, 1e-2);
+  // The unquantized reference is ~2^-4/√3 per GEMM input away: the test sees the recipe.
+  Tensor ref_plain = Tensor::empty_host(DType::kF32, {T, D});
+  ref_.moe_experts(x, i32(ids).reshape({T, k}), w, experts, ref_plain);
+  std::printf("[moe w8a8] relative L2 to the dequantized-weights reference %.3g\n", rel_err(down(d_o), ref_plain));
+}
 #endif
 
 // Random paged layout for sequences (q_len, kv_len): pages shuffled over the pool.

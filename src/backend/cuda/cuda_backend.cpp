@@ -205,7 +205,7 @@ void CudaBackend::synchronize() { DI_CUDA_CHECK(cudaStreamSynchronize(s_->stream
 bool CudaBackend::supports_graphs() const { return !s_->op_timing; }
 
 void CudaBackend::set_moe_gemm(int form) {
-  DI_CHECK(form >= -1 && form <= 4);
+  DI_CHECK(form >= -1 && form <= 5);
   s_->moe_gemm = form;
 }
 
@@ -876,19 +876,21 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
   }
   a.out = dptr<float>(out);
   // Decode-sized steps: the skinny kernel; larger ones the tiled kernel, or (prefill-sized: ≥ 64
-  // rows per expert on average) the bf16 wgmma grouped GEMM (bf16 weights on sm_90), else a
-  // cuBLAS GEMM per expert after reading the row counts back (never while capturing).
+  // rows per expert on average) the wgmma grouped GEMMs on sm_90 — bf16 weights as they are, FP8
+  // weights with the activations quantized per 1×128 group (W8A8, DeepSeek's "fp8" GEMM path) —
+  // else a cuBLAS GEMM per expert after reading the row counts back (never while capturing).
   const bool skinny_ok = cuda::moe_skinny_ok(a.D, a.I, a.fp8, a.block_k);
   const int64_t R = a.T * a.k;
   const bool small_ok = cuda::small_m_gemm_ok(a.D, a.fp8, a.block_k) && cuda::small_m_gemm_ok(a.I, a.fp8, a.block_k);
   const bool wgmma_ok = !a.fp8 && cuda::bf16_wgmma_grouped_ok(a.D) && cuda::bf16_wgmma_grouped_ok(a.I);
+  const bool w8a8_ok = cuda::moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k);
   if (s_->moe_gemm >= 0) {
     const bool unfit = (s_->moe_gemm == 1 && !skinny_ok) || (s_->moe_gemm == 3 && !small_ok) ||
-                       (s_->moe_gemm == 4 && !wgmma_ok);
+                       (s_->moe_gemm == 4 && !wgmma_ok) || (s_->moe_gemm == 5 && !w8a8_ok);
     a.form = unfit ? 0 : s_->moe_gemm;
   } else if (s_->batch_invariant) a.form = R <= kMoeSkinnyMaxRows && small_ok ? 3 : 0;  // bitwise-equal forms
   else if (R <= kMoeSkinnyMaxRows) a.form = skinny_ok ? 1 : 0;
-  else if (R >= kMoePerExpertMinRows * a.E) a.form = wgmma_ok ? 4 : !s_->capturing ? 2 : 0;
+  else if (R >= kMoePerExpertMinRows * a.E) a.form = wgmma_ok ? 4 : w8a8_ok ? 5 : !s_->capturing ? 2 : 0;
   else a.form = 0;
   if (a.form == 2 && s_->capturing) a.form = 0;
   a.blas = s_->blas;

@@ -90,11 +90,12 @@ class CudaBackend : public Backend {
   std::pair<int64_t, int64_t> memory_info() const override;  // cudaMemGetInfo
   int64_t step_memory_bytes() const override;                 // the arena's capacity
   // The MoE grouped-GEMM form (tests and benchmarks): −1 by the step's size (the default: skinny
-  // up to 512 routed rows; from 64 rows per expert on average the wgmma form, else per-expert
+  // up to 512 routed rows; from 64 rows per expert on average a wgmma form, else per-expert
   // cuBLAS outside graph captures; tiled in between), 0 the tiled WMMA
   // kernel, 1 the skinny bandwidth kernel (where its sizes allow), 2 a cuBLAS GEMM per expert
   // (one host synchronization; never while capturing), 3 small_m_gemm (bitwise equal to 0; the
   // batch-invariant mode's form up to 512 routed rows), 4 the bf16 wgmma grouped GEMM (bf16
+  // weights on sm_90; by default from 64 rows per expert), 5 W8A8 with the FP8 wgmma GEMM (FP8
   // weights on sm_90; by default from 64 rows per expert). A form the sizes do not fit falls
   // back to 0.
   void set_moe_gemm(int form);

@@ -110,14 +110,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto* info = reinterpret_cast<int64_t*>(empty + kStages);                // [kWarps][4]
 
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
-  if (t == 0) init_ring(full, empty, kStages, kMathGroups * 4);  // one release per math warp
+  if (t == 0) init_ring(full, empty, kStages, 1, kMathGroups * 4);  // one release per math warp
   __syncthreads();
   if (wg == kMathGroups && warp != kMathGroups * 4) return;  // idle loader warps
   const int64_t n_col_tiles = (p.N + kBN - 1) / kBN, n_tiles = p.n_row_tiles * n_col_tiles, n_kb = p.n_kb;
   int64_t* my_info = info + 4 * warp;
   if (wg == kMathGroups) {  // the loader warp
     load_tiles<kBM, kBN, kBK>(&map_a, &map_w, ring, full, empty, kStages, kStageBytes, kABytes, p.n_row_tiles, p.N,
-                              n_kb, p.offsets, p.E, p.M, lane, my_info);
+                              n_kb, p.offsets, p.E, p.M, lane, my_info, [](int, const TileView&, int64_t) {});
     return;
   }
 

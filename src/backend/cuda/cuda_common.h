@@ -246,13 +246,17 @@ struct MoeArgs {
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 skinny (bandwidth) kernel, 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
                            // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),
-                           // 4 bf16 wgmma (bf16 weights on sm_90, K % 8 == 0; many rows per expert)
+                           // 4 bf16 wgmma (bf16 weights on sm_90, K % 8 == 0; many rows per expert),
+                           // 5 W8A8: activations quantized per 1×128 group + the FP8 wgmma GEMM
+                           //   (FP8 weights with block_k 128 on sm_90: moe_w8a8_ok)
   cublasHandle_t blas = nullptr;  // form 2
   bool invariant = false;  // the batch-invariant K structure in form 0 (forms 1 and 2 must not be used)
 };
 // Scratch comes from `alloc` (step memory). Forms 0 and 1 never synchronize (graph-capturable);
 // form 1 needs D, I (and FP8 block_k) multiples of 8 (moe_skinny_ok).
 bool moe_skinny_ok(int64_t D, int64_t I, bool fp8, int64_t block_k);
+// Form 5 fits: FP8 weights with 128-wide K blocks, D and I multiples of 16, an sm_90 GPU.
+bool moe_w8a8_ok(int64_t D, int64_t I, bool fp8, int64_t block_k);
 // Dense skinny GEMM with the same kernel: C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for
 // m < M; W bf16 or FP8 with one scale per (row, block_k columns). Bandwidth-shaped: for few rows
 // (decode), FP8 weights read once at a byte each. Preconditions: moe_skinny_ok(K, 8, fp8, block_k).
@@ -310,8 +314,8 @@ struct Fp8GemmArgs {
   // the same per-element arithmetic; only split-K changes the summation order).
   bool batch_invariant = false;
   // Tile: −1 by size, 0: 16 rows, 1: 64, 2: 128 (mma.sync; bitwise equal to each other), 3: 128
-  // on wgmma (cuda_fp8_wgmma.cu: sm_90, block_n 128, no split-K; by size above 64 rows (grouped:
-  // rows per expert) unless batch_invariant, since its bits differ from 0–2). Tests force it.
+  // on wgmma (cuda_fp8_wgmma.cu: sm_90, no split-K; by size above 64 rows (grouped: rows per
+  // expert) unless batch_invariant, since its bits differ from 0–2). Tests force it.
   int variant = -1;
   int64_t splits = 0;  // dense K splits: 0 by size, ≥ 1 forced (clamped to ceil(K/128))
 };
@@ -334,8 +338,9 @@ void fp8_grouped_gemm(const Fp8GemmArgs& a, cudaStream_t s);
 int fp8_grouped_gemm_variant(const Fp8GemmArgs& a);
 // The wgmma form (variant 3; cuda_fp8_wgmma.cu): whether this GPU runs it (sm_90), and the
 // dense (offsets null) or grouped launch. 128×128 tiles, a TMA + mbarrier pipeline feeding
-// m64n128k32 wgmmas, DeepGEMM's promotion per K block. Preconditions (checked): sm_90,
-// block_n = 128, K % 16 == 0, a and w 16-byte aligned.
+// m64n128k32 wgmmas, DeepGEMM's promotion per K block (block_n = 1: per output row and K block,
+// the tile's column scales staged in shared memory). Preconditions (checked): sm_90, block_n 128
+// or 1, K % 16 == 0, a and w 16-byte aligned.
 bool fp8_wgmma_available();
 void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s);
 // ---- cuda_invariant_gemm.cu ----

@@ -358,7 +358,7 @@ void launch_tile_out(const GemmParams& p, Elem c_elem, dim3 grid, cudaStream_t s
 int tile_rows_of(int variant) { return variant == 0 ? TileM16::kBM : variant == 1 ? TileM64::kBM : TileM128::kBM; }
 
 // Whether the size-based choice may take the wgmma form (variant 3) for these arguments.
-bool wgmma_eligible(const Fp8GemmArgs& a) { return !a.batch_invariant && a.block_n == 128 && fp8_wgmma_available(); }
+bool wgmma_eligible(const Fp8GemmArgs& a) { return !a.batch_invariant && fp8_wgmma_available(); }
 
 template <bool kGrouped>
 void launch_variant(int variant, const GemmParams& p, Elem c_elem, dim3 grid, cudaStream_t s) {
@@ -393,8 +393,7 @@ void check_common(const Fp8GemmArgs& a) {
   DI_CUDA_REQUIRE(a.c_elem == Elem::kF32 || a.c_elem == Elem::kBF16);
   DI_CUDA_REQUIRE(a.ldc >= a.N);
   DI_CUDA_REQUIRE(a.variant >= -1 && a.variant <= 3);
-  DI_CUDA_REQUIRE_MSG(a.variant != 3 || (a.block_n == 128 && fp8_wgmma_available()),
-                      "fp8_gemm: variant 3 (wgmma) needs an sm_90 GPU and block_n = 128");
+  DI_CUDA_REQUIRE_MSG(a.variant != 3 || fp8_wgmma_available(), "fp8_gemm: variant 3 (wgmma) needs an sm_90 GPU");
   DI_CUDA_REQUIRE(a.splits >= 0);
   DI_CUDA_REQUIRE_MSG(reinterpret_cast<uintptr_t>(a.a) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0,
                       "fp8_gemm: a and w must be 16-byte aligned");

@@ -27,11 +27,13 @@ constexpr int kStageBytes = 2 * kTileBytes;
 // Ring, then full/empty barriers, then each warp's grouped tile (expert, first row, rows); the base is
 // aligned up to 1024 bytes at run time (the 128-byte swizzle repeats every 8 rows of 128 bytes).
 constexpr int kWarps = kThreads / 32;
-constexpr size_t kSmemBytes = kStages * kStageBytes + 2 * kStages * sizeof(uint64_t) + 4 * kWarps * sizeof(int64_t) + 1024;
+// Then, for per-row weight scales (block_n = 1), the stage's column scales [kStages][kBN] fp32.
+constexpr size_t kSmemBytes = kStages * kStageBytes + 2 * kStages * sizeof(uint64_t) + 4 * kWarps * sizeof(int64_t) +
+                              kStages * kBN * sizeof(float) + 1024;
 
 struct WgmmaParams {
   const float* sa;  // [M, n_kb] fp32
-  const float* sw;  // [E·ceil(N/128), n_kb] fp32 (dense: E = 1)
+  const float* sw;  // [E·ceil(N/128), n_kb] fp32, or per row [E·N, n_kb] (kRowScales); dense: E = 1
   int64_t M, N, n_kb;
   int64_t n_row_tiles;  // dense: ceil(M / 128); grouped: the bound ceil(M / 128) + min(E, M)
   void* c;  // [M, ldc] OutT
@@ -93,8 +95,12 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a
 // full[kStages], empty[kStages] mbarriers, per-warp tile info; ~194 KB: one block per SM.
 // Rows past M (and K past K, columns past the tensor) are zero-filled by TMA; a grouped tile's
 // rows past its expert belong to the next one and are computed but not stored. Only in-range
-// outputs are written. Preconditions: sm_90a, K % 16 == 0, block_n = 128.
-template <bool kGrouped, typename OutT>
+// outputs are written. Preconditions: sm_90a, K % 16 == 0.
+// kRowScales (block_n = 1: one weight scale per output row and K block, as CudaBackend places FP8
+// weights): the loader warp also copies the tile's 128 column scales of each K block into the
+// stage's slot of `ssw` (one more arrival on full[s]), and the promotion uses sa(row)·sw(column)
+// per element; the stage is released after the promotion, which reads them.
+template <bool kGrouped, typename OutT, bool kRowScales>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
                      const WgmmaParams p) {
@@ -105,17 +111,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);  // [kStages]
   uint64_t* empty = full + kStages;                                         // [kStages]
   auto* info = reinterpret_cast<int64_t*>(empty + kStages);                // [kWarps][4]: e, m0, rows
+  float* ssw = reinterpret_cast<float*>(info + 4 * kWarps);                 // [kStages][kBN] (kRowScales)
 
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
-  if (t == 0) init_ring(full, empty, kStages, kMathGroups * 4);  // one release per math warp
+  if (t == 0) init_ring(full, empty, kStages, kRowScales ? 2 : 1, kMathGroups * 4);  // one release per math warp
   __syncthreads();
   if (wg == kMathGroups && warp != kMathGroups * 4) return;  // idle loader warps
   const int64_t n_col_tiles = (p.N + kBN - 1) / kBN, n_tiles = p.n_row_tiles * n_col_tiles, n_kb = p.n_kb;
   const int32_t* offsets = kGrouped ? p.offsets : nullptr;
   int64_t* my_info = info + 4 * warp;
   if (wg == kMathGroups) {  // the loader warp
+    auto column_scales = [&](int s, const TileView& v, int64_t kb) {
+      if constexpr (kRowScales) {
+        for (int c = lane; c < kBN; c += 32)
+          ssw[s * kBN + c] = v.n0 + c < p.N ? p.sw[(v.e * p.N + v.n0 + c) * n_kb + kb] : 0.0f;
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&full[s]);  // release: the math warps' wait acquires the stores
+      }
+    };
     load_tiles<kBM, kBN, kBK>(&map_a, &map_w, ring, full, empty, kStages, kStageBytes, kTileBytes, p.n_row_tiles,
-                              p.N, n_kb, offsets, p.E, p.M, lane, my_info);
+                              p.N, n_kb, offsets, p.E, p.M, lane, my_info, column_scales);
     return;
   }
 
@@ -129,18 +144,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t r0 = m0 + 64 * wg + 16 * (warp % 4) + lane / 4, r1 = r0 + 8;
     const float* sa0 = p.sa + (r0 < p.M ? r0 : 0) * n_kb;  // rows past M read row 0's scales (not stored)
     const float* sa1 = p.sa + (r1 < p.M ? r1 : 0) * n_kb;
-    const float* swp = p.sw + (e * n_col_tiles + n0 / kBN) * n_kb;
+    const float* swp = kRowScales ? nullptr : p.sw + (e * n_col_tiles + n0 / kBN) * n_kb;
     float acc[64], part[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = part[i] = 0.0f;
-    float next_a0 = sa0[0], next_a1 = sa1[0], next_w = swp[0];
+    float next_a0 = sa0[0], next_a1 = sa1[0], next_w = kRowScales ? 1.0f : swp[0];
     for (int64_t kb = 0; kb < n_kb; ++kb, ++it) {
       const int s = static_cast<int>(it % kStages);
-      const float s0 = next_a0 * next_w, s1 = next_a1 * next_w;
+      const float a0 = next_a0, a1 = next_a1, s0 = next_a0 * next_w, s1 = next_a1 * next_w;
       if (kb + 1 < n_kb) {  // the next K block's scales, loaded a block ahead
         next_a0 = sa0[kb + 1];
         next_a1 = sa1[kb + 1];
-        next_w = swp[kb + 1];
+        if constexpr (!kRowScales) next_w = swp[kb + 1];
       }
       mbar_wait(&full[s], (it / kStages) & 1u);
       const uint8_t* stage = ring + s * kStageBytes;
@@ -154,14 +169,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < 64; ++i) fence_operand(part[i]);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[s]);  // the stage is read: the loader may refill it
+      if constexpr (kRowScales) {
+        const float* cs = ssw + s * kBN + 2 * (lane % 4);  // columns 8j + 2·(lane % 4), +1
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
-        acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
-        acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
-        acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+        for (int j = 0; j < 16; ++j) {
+          const float2 w2 = *reinterpret_cast<const float2*>(cs + 8 * j);
+          acc[4 * j + 0] = fmaf(part[4 * j + 0], a0 * w2.x, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(part[4 * j + 1], a0 * w2.y, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(part[4 * j + 2], a1 * w2.x, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(part[4 * j + 3], a1 * w2.y, acc[4 * j + 3]);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);  // MMAs and column scales read: the loader may refill
+      } else {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);  // the stage is read: the loader may refill it
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+        }
       }
     }
 
@@ -196,15 +225,21 @@ CUtensorMap e4m3_map(const uint8_t* base, int64_t rows, int64_t K) {
   return tensor_map_2d(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, rows, K, kBK, kBM);
 }
 
-template <bool kGrouped, typename OutT>
+template <bool kGrouped, typename OutT, bool kRowScales>
 void launch(const CUtensorMap& ma, const CUtensorMap& mw, const WgmmaParams& p, dim3 grid, cudaStream_t s) {
   static std::once_flag once;
   std::call_once(once, [] {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma_kernel<kGrouped, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kSmemBytes)));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma_kernel<kGrouped, OutT, kRowScales>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
   });
-  fp8_wgmma_kernel<kGrouped, OutT><<<grid, kThreads, kSmemBytes, s>>>(ma, mw, p);
+  fp8_wgmma_kernel<kGrouped, OutT, kRowScales><<<grid, kThreads, kSmemBytes, s>>>(ma, mw, p);
   DI_CUDA_LAUNCHED();
+}
+template <bool kGrouped, typename OutT>
+void launch_scales(bool row_scales, const CUtensorMap& ma, const CUtensorMap& mw, const WgmmaParams& p, dim3 grid,
+                   cudaStream_t s) {
+  if (row_scales) launch<kGrouped, OutT, true>(ma, mw, p, grid, s);
+  else launch<kGrouped, OutT, false>(ma, mw, p, grid, s);
 }
 
 }  // namespace
@@ -221,7 +256,7 @@ bool fp8_wgmma_available() {
 
 void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   DI_CUDA_REQUIRE_MSG(fp8_wgmma_available(), "fp8 wgmma GEMM: needs an sm_90 GPU");
-  DI_CUDA_REQUIRE_MSG(a.block_n == 128, "fp8 wgmma GEMM: needs 128×128 weight scale blocks");
+  DI_CUDA_REQUIRE_MSG(a.block_n == 128 || a.block_n == 1, "fp8 wgmma GEMM: block_n must be 128 or 1");
   DI_CUDA_REQUIRE(a.K % 16 == 0 && a.ldc >= a.N);
   const bool grouped = a.offsets != nullptr;
   if (a.M == 0 || a.N == 0 || a.K == 0) return;
@@ -243,13 +278,13 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   p.n_row_tiles = grouped ? (a.M + kBM - 1) / kBM + std::min(a.E, a.M) : (a.M + kBM - 1) / kBM;
   const int64_t n_tiles = p.n_row_tiles * ((a.N + kBN - 1) / kBN);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(n_tiles, sm_count())), 1, 1);  // persistent
-  const bool f32 = a.c_elem == Elem::kF32;
+  const bool f32 = a.c_elem == Elem::kF32, rows = a.block_n == 1;
   if (grouped) {
-    if (f32) launch<true, float>(ma, mw, p, grid, s);
-    else launch<true, bf16>(ma, mw, p, grid, s);
+    if (f32) launch_scales<true, float>(rows, ma, mw, p, grid, s);
+    else launch_scales<true, bf16>(rows, ma, mw, p, grid, s);
   } else {
-    if (f32) launch<false, float>(ma, mw, p, grid, s);
-    else launch<false, bf16>(ma, mw, p, grid, s);
+    if (f32) launch_scales<false, float>(rows, ma, mw, p, grid, s);
+    else launch_scales<false, bf16>(rows, ma, mw, p, grid, s);
   }
 }
 

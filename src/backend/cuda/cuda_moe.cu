@@ -18,7 +18,10 @@
 //  - small-M (batch-invariant mode, ≤ 512 routed rows): small_m_gemm (cuda_invariant_gemm.cu),
 //    bitwise equal to the tiled form with the invariant K structure.
 //  - wgmma (prefill, bf16 weights, sm_90): bf16_wgmma_grouped_gemm (cuda_bf16_wgmma.cu), 128×256
-//    tiles of each expert's rows fed by TMA, sync-free.
+//    tiles of each expert's rows fed by TMA, sync-free;
+//  - W8A8 (prefill, FP8 weights, sm_90): the gathered rows quantized per 1×128 group
+//    (quantize_fp8_rows), then the FP8 wgmma GEMM (cuda_fp8_wgmma.cu, per-row weight scales) —
+//    DeepSeek's "fp8" GEMM path: activations lose ~2^-4 per element, sync-free.
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ptx.cuh"
 
@@ -984,6 +987,10 @@ void tiled_gemm_for_test(int version, const bf16* A, int64_t M, int64_t K, const
   grouped_gemm<float>(A, M, K, W, scale, fp8, block_k, N, nullptr, nullptr, 0, C, ldc, s, invariant, version);
 }
 
+bool moe_w8a8_ok(int64_t D, int64_t I, bool fp8, int64_t block_k) {
+  return fp8 && block_k == kFp8GroupK && D % 16 == 0 && I % 16 == 0 && fp8_wgmma_available();
+}
+
 bool moe_skinny_ok(int64_t D, int64_t I, bool fp8, int64_t block_k) {
   return D % kGemvVec == 0 && I % kGemvVec == 0 && (!fp8 || block_k % kGemvVec == 0);
 }
@@ -1024,6 +1031,7 @@ void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void
   DI_CUDA_REQUIRE(a.form != 2 || a.blas != nullptr);
   DI_CUDA_REQUIRE(a.form != 3 || (small_m_gemm_ok(a.D, a.fp8, a.block_k) && small_m_gemm_ok(a.I, a.fp8, a.block_k)));
   DI_CUDA_REQUIRE(a.form != 4 || (!a.fp8 && bf16_wgmma_grouped_ok(a.D) && bf16_wgmma_grouped_ok(a.I)));
+  DI_CUDA_REQUIRE(a.form != 5 || moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k));
   std::vector<int32_t> host_offsets;
   bf16* wbuf = nullptr;  // form 2 with FP8 weights: one expert's weights dequantized
   if (a.form == 2) {
@@ -1040,6 +1048,20 @@ void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void
                           a.invariant);
     } else if (a.form == 4) {
       bf16_wgmma_grouped_gemm(A, R, K, static_cast<const bf16*>(W), N, offsets, a.E, C, N, s);
+    } else if (a.form == 5) {  // W8A8: A quantized per row and 1×128 group, then the FP8 wgmma GEMM
+      auto* q = static_cast<uint8_t*>(get(static_cast<size_t>(R * K)));                  // [R, K] e4m3
+      auto* sq = static_cast<float*>(get(sizeof(float) * R * ((K + kFp8GroupK - 1) / kFp8GroupK)));  // [R, n_kb]
+      quantize_fp8_rows(A, Elem::kBF16, R, K, q, sq, false, s);
+      Fp8GemmArgs g;
+      g.a = q;
+      g.a_scale = sq;
+      g.w = static_cast<const uint8_t*>(W);
+      g.w_scale = scale;
+      g.M = R, g.N = N, g.K = K, g.block_n = 1;
+      g.c = C, g.c_elem = Elem::kF32, g.ldc = N;
+      g.offsets = offsets, g.E = a.E;
+      g.variant = 3;
+      fp8_grouped_gemm(g, s);
     } else if (a.form == 3) {
       float* part = invariant_k_splits(K) > 1 ? static_cast<float*>(get(sizeof(float) * invariant_k_splits(K) * R * N))
                                               : nullptr;

@@ -75,12 +75,13 @@ __device__ __forceinline__ void tile_coords(int64_t tile, int64_t n_row_tiles, i
   *ct = in_group / rows;
 }
 
-// The ring's barriers: full[s] completes when the loader's arrival and its TMA bytes are in,
-// empty[s] when each of the n_consumers math warps has released the stage. Thread 0 initializes;
-// every thread of the block must then pass a __syncthreads before using them.
-__device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty, int stages, uint32_t n_consumers) {
+// The ring's barriers: full[s] completes when the loader's n_loads arrivals and its TMA bytes are
+// in, empty[s] when each of the n_consumers math warps has released the stage. Thread 0
+// initializes; every thread of the block must then pass a __syncthreads before using them.
+__device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty, int stages, uint32_t n_loads,
+                                          uint32_t n_consumers) {
   for (int s = 0; s < stages; ++s) {
-    mbar_init(&full[s], 1);
+    mbar_init(&full[s], n_loads);
     mbar_init(&empty[s], n_consumers);
   }
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -119,13 +120,15 @@ __device__ __forceinline__ bool resolve_tile(int64_t tile, int64_t n_row_tiles, 
 // The loader warp of a persistent GEMM: for each of this block's tiles (as resolve_tile sees
 // them) and each kBK-wide K block — the it-th overall, stage it % stages — lane 0 waits until
 // the stage is free, announces stage_bytes on full[s] and TMA-loads the A box at (kb·kBK, m0) and
-// the W box at (kb·kBK, e·N + n0) (w_offset bytes into the stage). The whole warp walks the tiles
-// (resolve_tile is warp-collective).
-template <int kBM, int kBN, int kBK>
+// the W box at (kb·kBK, e·N + n0) (w_offset bytes into the stage). Then the whole warp runs
+// extra(s, tile, kb) — more per-stage data, which must end with one more arrival on full[s]
+// when init_ring counted one — or nothing. The whole warp walks the tiles (resolve_tile is
+// warp-collective).
+template <int kBM, int kBN, int kBK, typename Extra>
 __device__ __forceinline__ void load_tiles(const CUtensorMap* map_a, const CUtensorMap* map_w, uint8_t* ring,
                                            uint64_t* full, uint64_t* empty, int stages, int stage_bytes, int w_offset,
                                            int64_t n_row_tiles, int64_t N, int64_t n_kb, const int32_t* offsets,
-                                           int64_t E, int64_t M, int lane, int64_t* scratch) {
+                                           int64_t E, int64_t M, int lane, int64_t* scratch, Extra&& extra) {
   const int64_t n_col_tiles = (N + kBN - 1) / kBN, n_tiles = n_row_tiles * n_col_tiles;
   uint32_t it = 0;
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
@@ -134,14 +137,16 @@ __device__ __forceinline__ void load_tiles(const CUtensorMap* map_a, const CUten
     const int32_t y_a = static_cast<int32_t>(v.m0), y_w = static_cast<int32_t>(v.e * N + v.n0);
     for (int64_t kb = 0; kb < n_kb; ++kb, ++it) {
       const int s = static_cast<int>(it % stages);
+      if (lane == 0) mbar_wait(&empty[s], ((it / stages) & 1u) ^ 1u);
+      __syncwarp();  // the stage is free for every lane
       if (lane == 0) {
-        mbar_wait(&empty[s], ((it / stages) & 1u) ^ 1u);
         mbar_arrive_expect_tx(&full[s], stage_bytes);
         uint8_t* stage = ring + s * stage_bytes;
         const int32_t x = static_cast<int32_t>(kb * kBK);
         tma_load_2d(stage, map_a, x, y_a, &full[s]);
         tma_load_2d(stage + w_offset, map_w, x, y_w, &full[s]);
       }
+      extra(s, v, kb);
     }
   }
 }
