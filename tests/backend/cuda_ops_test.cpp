@@ -315,6 +315,20 @@ TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
 }
 
 #ifdef DEEPINFER_HAVE_CUDA
+// Top-2 routing of T tokens over 8 experts with skewed loads: expert 7 gets no rows, expert 6
+// only every 50th token's, experts 0 and 1 most (tiles straddle experts). ids [T·2], w [T, 2]
+// (0.7, 0.3).
+void skewed_top2(int64_t T, std::vector<int32_t>* ids, Tensor* w) {
+  *w = Tensor::empty_host(DType::kF32, {T, 2});
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t a = t % 50 == 0 ? 6 : static_cast<int32_t>(t % 3 == 0 ? 0 : t % 6);
+    ids->push_back(a);
+    ids->push_back(a == 1 ? 0 : 1);
+    w->data<float>()[t * 2] = 0.7f;
+    w->data<float>()[t * 2 + 1] = 0.3f;
+  }
+}
+
 // The bf16 wgmma grouped form (MoeArgs::form 4) at prefill-like sizes, against the tiled form
 // (checked against the reference above): K = 1024 and 512 wrap the 4-stage ring several times,
 // experts get 0, a few and hundreds of rows (tiles straddle experts), N = 2I = 1024 and D = 1024
@@ -334,16 +348,8 @@ TEST_F(CudaOps, MoeWgmmaMatchesTiledAtPrefillSizes) {
     }
     const std::vector<MlpWeights> d_experts = place_experts(*gpu_, experts);
     std::vector<int32_t> ids;
-    Tensor w = Tensor::empty_host(DType::kF32, {T, k});
-    for (int64_t t = 0; t < T; ++t) {
-      // Expert 7 gets no rows, expert 6 only every 50th token's, experts 0 and 1 most.
-      const int32_t a = t % 50 == 0 ? 6 : static_cast<int32_t>(t % 3 == 0 ? 0 : t % 6);
-      const int32_t b = a == 1 ? 0 : 1;
-      ids.push_back(a);
-      ids.push_back(b);
-      w.data<float>()[t * k] = 0.7f;
-      w.data<float>()[t * k + 1] = 0.3f;
-    }
+    Tensor w;
+    skewed_top2(T, &ids, &w);
     Tensor x = up(randn({T, D}));
     Tensor t_ids = up(i32(ids).reshape({T, k}));
     Tensor d_w = up(w);
@@ -382,14 +388,8 @@ TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
   }
   const std::vector<MlpWeights> d_experts = place_experts(*gpu_, experts);
   std::vector<int32_t> ids;
-  Tensor w = Tensor::empty_host(DType::kF32, {T, k});
-  for (int64_t t = 0; t < T; ++t) {
-    const int32_t a = t % 50 == 0 ? 6 : static_cast<int32_t>(t % 3 == 0 ? 0 : t % 6);
-    ids.push_back(a);
-    ids.push_back(a == 1 ? 0 : 1);
-    w.data<float>()[t * k] = 0.7f;
-    w.data<float>()[t * k + 1] = 0.3f;
-  }
+  Tensor w;
+  skewed_top2(T, &ids, &w);
   const Tensor x = randn({T, D});
   // Host reference. quant(v): v rounded through e4m3 per 128-wide group, as the GPU does.
   auto quant = [](std::vector<float>& v) {
