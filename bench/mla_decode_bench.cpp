@@ -7,7 +7,7 @@
 // point 1: ≥ 0.8 of it at long context). Timing as bench/fp8_gemm_bench (cuda_timing.h): CUDA
 // graph replays, the median of --reps; when a case's latents fit twice in L2 they are rotated
 // through copies so every call reads them from HBM. Does not check results (CudaMlaTc tests do).
-// Usage: mla_decode_bench [--heads 16,128] [--cases 1:4096,1:32768,...] [--kernel -1|0|1]
+// Usage: mla_decode_bench [--heads 16,128] [--cases 1:4096,1:32768,...] [--kernel -1|0|1|2]
 //                         [--split-keys 0|256] [--reps 9]
 #include <algorithm>
 #include <cmath>
@@ -90,14 +90,14 @@ void bench_case(int64_t H, int64_t rows, int64_t context, int kernel, int64_t sp
   a.kv_len = static_cast<const int32_t*>(d_kv_len.p);
   a.block_indptr = static_cast<const int32_t*>(d_block_indptr.p);
   a.n_seqs = rows, a.T = rows, a.n_rows = rows, a.H = H;
-  a.r = kR, a.dr = kDr, a.dn = kDn, a.dv = kDv, a.block_size = kBlock;
+  a.r = kR, a.dr = kDr, a.dn = kDn, a.dv = kDv, a.block_size = kBlock, a.n_blocks = n_pages;
   a.scale = 1.0f / std::sqrt(static_cast<float>(kDn + kDr));
   a.out = static_cast<float*>(out.p);
   a.split_keys = split_keys;
   a.max_splits = split_keys > 0 ? 32 : 0;
   a.kernel = kernel;
   const size_t scratch_bytes =
-      static_cast<size_t>(rows * H * (4 * kR * (1 + kMlaMaxSplits) + 8 * kMlaMaxSplits) + 8 * rows) + 4096;
+      static_cast<size_t>(rows * H * (4 * kR * (1 + kMlaMaxSplits) + 2 * kR + 8 * kMlaMaxSplits) + 8 * rows) + 8192;
   Dev scratch_buf(scratch_bytes);
   Scratch scratch{static_cast<char*>(scratch_buf.p), 0, scratch_bytes};
   const double t = time_launches(
@@ -136,7 +136,9 @@ int main(int argc, char** argv) {
   int64_t split_keys = 0;
   app.add_option("--heads", heads, "query heads, comma-separated");
   app.add_option("--cases", cases, "rows:context pairs, comma-separated");
-  app.add_option("--kernel", kernel, "split kernel: -1 automatic, 0 fp32, 1 tensor cores");
+  app.add_option("--kernel", kernel,
+                 "split kernel: -1 automatic, 0 fp32, 1 tensor cores (warp-specialized where it applies), "
+                 "2 one-row mma.sync");
   app.add_option("--split-keys", split_keys, "0: split count by launch size; 256: the batch-invariant rule");
   app.add_option("--reps", reps, "timed batches (median)");
   CLI11_PARSE(app, argc, argv);

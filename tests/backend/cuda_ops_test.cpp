@@ -853,6 +853,7 @@ class CudaMlaTc : public CudaOps {
     a.dn = dn_;
     a.dv = dv_;
     a.block_size = bs_;
+    a.n_blocks = cache_.size(0);
     int64_t max_kv = 0, max_q_len = 0;
     for (int64_t b = 0; b < n_seqs(); ++b)
       if (pb.mask[static_cast<size_t>(b)] != 0) {
@@ -866,10 +867,11 @@ class CudaMlaTc : public CudaOps {
     a.max_splits = split_keys <= 0 ? 0 : max_splits > 0 ? max_splits : cuda::mla_row_splits(max_kv, split_keys, 32);
     a.max_q_len = multi_row ? max_q_len : 0;
     a.kernel = kernel;
-    // mla_decode's scratch (cuda_common.h) at most: q̃ and 64 splits' o_lat, states, row map,
-    // the multi-row kernel's tile map (≤ one 16-byte entry per row).
+    // mla_decode's scratch (cuda_common.h) at most: q̃, kMlaMaxSplits splits' o_lat and states,
+    // the merged bf16 o_lat, row map, the multi-row kernel's tile map (≤ one 16-byte entry per
+    // row), 256-byte alignment per piece.
     const int64_t scratch_bytes =
-        T() * H_ * (4 * r_ * (1 + cuda::kMlaMaxSplits) + 8 * cuda::kMlaMaxSplits) + 24 * T() + 4096;
+        T() * H_ * (4 * r_ * (1 + cuda::kMlaMaxSplits) + 2 * r_ + 8 * cuda::kMlaMaxSplits) + 24 * T() + 8192;
     TcScratch scratch{gpu_->allocate(DType::kU8, {scratch_bytes})};
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the backend's uploads are done
     cuda::mla_decode(a, tc_scratch_alloc, &scratch, nullptr);
@@ -908,7 +910,9 @@ class CudaMlaTc : public CudaOps {
   Tensor cache_, q_, d_kvb_, d_cache_, d_q_;
 };
 
-// The tensor-core kernel against the reference (and the fp32 kernel at 1e-4 on the same data):
+// The tensor-core kernels against the reference (and the fp32 kernel at 1e-4 on the same data);
+// under the default split rule both the automatic choice (kernel 1: warp-specialized at H = 16 on
+// sm_90a) and the one-row mma.sync kernel (kernel 2):
 // contexts of 1, 31, 300 and 5000 keys, 3 causal query rows over 300 keys, page-boundary ±1 and
 // a sequence left out; pages of 16 and 64 tokens; both split rules. Selections: all rows (no row
 // map); one sequence not selected; only the 5000-key row (one row: the most splits, a cluster of
@@ -926,6 +930,8 @@ TEST_F(CudaMlaTc, MatchesReference) {
           SCOPED_TRACE(::testing::Message() << "H " << H << " block_size " << bs << " selection " << sel
                                             << " split_keys " << split_keys);
           expect_rows(run(selections[sel], 1, split_keys), ref, selections[sel], 1e-2);
+          if (split_keys == 0)  // the one-row mma.sync kernel where kernel 1 takes the warp-specialized one
+            expect_rows(run(selections[sel], 2, split_keys), ref, selections[sel], 1e-2);
           if (sel < 2) expect_rows(run(selections[sel], 0, split_keys), ref, selections[sel], 1e-4);
           if (split_keys > 0)  // the multi-row kernel (H = 128: the one-row kernel, its fallback)
             expect_rows(run(selections[sel], 1, split_keys, cuda::kMlaMaxSplits, true), ref, selections[sel], 1e-2);
@@ -933,10 +939,10 @@ TEST_F(CudaMlaTc, MatchesReference) {
     }
 }
 
-// Bitwise determinism of the tensor-core kernel: the same launch twice gives identical outputs
-// (a mixed batch under both split rules; a lone long row, which takes the cluster path). Under
-// the batch-invariant rule (split_keys > 0) each sequence's rows are identical whether launched
-// alone (a row map of its rows) or with all the others.
+// Bitwise determinism of the tensor-core kernels: the same launch twice gives identical outputs
+// (a mixed batch under both split rules; a lone long row: 117 splits on an H200). Under the
+// batch-invariant rule (split_keys > 0) each sequence's rows are identical whether launched
+// alone (a row map of its rows) or with all the others, and whichever path merges its splits.
 TEST_F(CudaMlaTc, IsDeterministicAndBatchInvariant) {
   const std::vector<Seq> seqs = {{1, 5000}, {1, 300}, {3, 300}, {1, 31}, {1, 1}, {1, 1000}};
   for (int64_t H : {16, 128}) {
@@ -960,6 +966,14 @@ TEST_F(CudaMlaTc, IsDeterministicAndBatchInvariant) {
         EXPECT_EQ(std::memcmp(seq_rows(o, s), seq_rows(o1, s), seq_bytes(s)), 0)
             << "sequence " << s << " (kv_len " << seqs[static_cast<size_t>(s)].kv_len
             << "): alone differs from the full batch under the batch-invariant rule";
+      }
+      // Rows of ≤ 1024 keys have the same 256-key splits with 4 split slots as with 64, so only
+      // the merge path differs (inline in the W_UV kernel vs the merge kernel): same bits.
+      const Tensor o4 = run({}, 1, split_keys, 4), o64 = run({}, 1, split_keys, 64);
+      for (int64_t s = 0; s < n_seqs(); ++s) {
+        if (seqs[static_cast<size_t>(s)].kv_len > 1024) continue;
+        EXPECT_EQ(std::memcmp(seq_rows(o4, s), seq_rows(o64, s), seq_bytes(s)), 0)
+            << "sequence " << s << ": 4 split slots (inline merge) differ from 64 (merge kernel)";
       }
     }
   }

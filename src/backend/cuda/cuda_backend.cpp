@@ -121,8 +121,11 @@ struct CudaState {
 
 namespace {
 
-// MoE steps with at most this many routed rows (tokens × top_k) use the skinny grouped GEMM (a
-// few rows per expert: bandwidth-bound; decode up to batch 85 at top-6 of 64 experts). Beyond,
+// MoE steps with at most this many routed rows (tokens × top_k) use small_m_gemm (form 3: a few
+// rows per expert, 16-row tensor-core passes over each active expert's weights; decode up to
+// batch 85 at top-6 of 64 experts), or the skinny CUDA-core kernel where small_m_gemm does not
+// take the sizes (run s5-8, V2-Lite B = 32: moe_experts 16.1 ms per step skinny, 8.7 ms form 3
+// in bf16; FP8 24.0 vs 10.5 ms; B = 1 equal within 4 % bf16, form 3 15 % faster FP8). Beyond,
 // its CUDA-core math loses to tensor cores (V2-Lite batch 256: 83 ms skinny vs 60 ms tiled v1 per
 // step, 34 ms with tiled v2): the tiled kernel, or per-expert cuBLAS once the experts average
 // kMoePerExpertMinRows rows (prefill), where cuBLAS's tiles win and one host sync is cheap.
@@ -140,8 +143,11 @@ constexpr int64_t kInvariantRouterParallelRows = 16;
 // latency is its split's tile count (run s5-6: +17 % at B=1 with 256).
 constexpr int64_t kMlaInvariantSplitKeys = 128;
 constexpr int64_t kMlaInvariantMaxSplits = 32;
-// Dense FP8 linears with at most this many rows use the skinny kernel (no dequantized copy).
-constexpr int64_t kDenseSkinnyMaxRows = 64;
+// Dense FP8 linears at decode sizes read the FP8 bytes once (no dequantized copy): up to this many
+// rows the skinny CUDA-core kernel, up to kInvariantSmallRows small_m_gemm's tensor-core 16-row
+// passes (run s5-8, FP8 decode B = 32: the 5632×2048 MLP 6.57 ms per step with the skinny
+// kernel, 2.08 ms with small_m_gemm; B = 1: 1.15 vs 1.34 ms).
+constexpr int64_t kDenseSkinnyMaxRows = 4;
 
 Elem elem_of(DType t) {
   switch (t) {
@@ -565,6 +571,10 @@ void CudaBackend::linear(const void* xb, int64_t M, const LinearWeight& w, float
                      out, ldc, s_->stream);
     return;
   }
+  if (fp8 && M <= kInvariantSmallRows && w.block_n == 1) {
+    invariant_gemm(xb, M, w.weight.raw_data(), cdptr<float>(w.scale_inv), true, w.block_k, N, K, out, ldc);
+    return;
+  }
   const auto* wb = static_cast<const bf16*>(bf16_weight(w));
   cuda::gemm(s_->blas, M, N, K, static_cast<const bf16*>(xb), K, 0, wb, K, 0, true, out, Elem::kF32, ldc, 0, 1);
 }
@@ -686,6 +696,7 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
     a.dn = dn;
     a.dv = dv;
     a.block_size = batch.block_size;
+    a.n_blocks = cache.size(0);
     a.scale = p.softmax_scale;
     a.out = dptr<float>(out);
     // The selected rows, counted from the host's index arrays: a size, like T (a decode-only
@@ -875,7 +886,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     DI_CHECK(experts[0].gate_proj.dtype() == DType::kBF16);
   }
   a.out = dptr<float>(out);
-  // Decode-sized steps: the skinny kernel; larger ones the tiled kernel, or (prefill-sized: ≥ 64
+  // Decode-sized steps: small_m_gemm (else the skinny kernel); larger ones the tiled kernel, or (prefill-sized: ≥ 64
   // rows per expert on average) the wgmma grouped GEMMs on sm_90 — bf16 weights as they are, FP8
   // weights with the activations quantized per 1×128 group (W8A8, DeepSeek's "fp8" GEMM path) —
   // else a cuBLAS GEMM per expert after reading the row counts back (never while capturing).
@@ -889,7 +900,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
                        (s_->moe_gemm == 4 && !wgmma_ok) || (s_->moe_gemm == 5 && !w8a8_ok);
     a.form = unfit ? 0 : s_->moe_gemm;
   } else if (s_->batch_invariant) a.form = R <= kMoeSkinnyMaxRows && small_ok ? 3 : 0;  // bitwise-equal forms
-  else if (R <= kMoeSkinnyMaxRows) a.form = skinny_ok ? 1 : 0;
+  else if (R <= kMoeSkinnyMaxRows) a.form = small_ok ? 3 : skinny_ok ? 1 : 0;
   else if (R >= kMoePerExpertMinRows * a.E) a.form = wgmma_ok ? 4 : w8a8_ok ? 5 : !s_->capturing ? 2 : 0;
   else a.form = 0;
   if (a.form == 2 && s_->capturing) a.form = 0;

@@ -61,6 +61,19 @@ inline int sm_count() {
   return n;
 }
 
+// Whether the current device runs the sm_90a code of this build (compute capability 9.0: the
+// TMA/mbarrier/wgmma kernels; CMakeLists.txt compiles sm_90a and, compile-only, sm_100a).
+inline bool sm90a_device() {
+  static const bool ok = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
+    return major == 9 && minor == 0;
+  }();
+  return ok;
+}
+
 // ---- cuda_elementwise.cu ----
 void embedding(const void* table, Elem table_elem, const int32_t* ids, int64_t T, int64_t D, float* out, cudaStream_t s);
 void rms_norm(const float* x, int64_t x_stride, const void* w, Elem w_elem, int64_t D, float eps, float* out,
@@ -119,6 +132,9 @@ struct MlaDecodeArgs {
   const int32_t* block_ids;     // [block_indptr[n_seqs]]
   const uint8_t* seq_mask;      // [n_seqs] or null = all
   int64_t n_seqs, T, H, r, dr, dn, dv, block_size;
+  // Blocks in `cache` (the extent of the TMA map the warp-specialized split kernel reads it
+  // through); 0: unknown — that kernel is then not used.
+  int64_t n_blocks = 0;
   // Σ q_len over the selected sequences, counted on the host (T when every row is selected). It
   // sizes the grids and scratch, so it must be the same at every replay of a captured graph.
   int64_t n_rows;
@@ -139,13 +155,16 @@ struct MlaDecodeArgs {
   // kernel (several rows of a sequence per block, each row's bits unchanged); decode-shaped steps
   // (1) keep the one-row kernel and its graph-stable launch.
   int64_t max_q_len = 0;
-  // Split kernel: −1 automatic (the tensor-core kernel when r = 512 and dr = 64, else fp32),
-  // 0 the fp32 CUDA-core kernel, 1 the tensor-core kernel (bf16 q̃, q_pe and probabilities, fp32
-  // scores and accumulators; needs r = 512, dr = 64: checked).
+  // Split kernel: −1 automatic (the tensor-core kernels when r = 512 and dr = 64, else fp32),
+  // 0 the fp32 CUDA-core kernel, 1 the tensor-core kernels (bf16 q̃, q_pe and probabilities, fp32
+  // scores and accumulators; needs r = 512, dr = 64: checked) — with split_keys == 0 and H < 64
+  // on sm_90a the warp-specialized one (TMA ring, two consumer warp groups), else the one-row
+  // mma.sync kernel; 2 the one-row mma.sync kernel in every case (the previous default, kept
+  // for comparison and for GPUs without sm_90a).
   int64_t kernel = -1;
 };
-// Most split slots of an MLA decode launch.
-constexpr int64_t kMlaMaxSplits = 64;
+// Most split slots of an MLA decode launch (one row alone fills the 132 SMs of an H200 at H ≤ 16).
+constexpr int64_t kMlaMaxSplits = 128;
 // Split slots a row with n_keys keys needs under the batch-invariant rule: ceil(n_keys /
 // split_keys), clamped to [1, max_splits] (what a launch's max_splits must cover).
 __host__ __device__ inline int64_t mla_row_splits(int64_t n_keys, int64_t split_keys, int64_t max_splits) {
@@ -163,15 +182,17 @@ __host__ __device__ inline int64_t mla_split_span(int64_t n_keys, int64_t split_
   const int64_t c = (n_keys + period - 1) / period;
   return split_keys * (c < 1 ? 1 : c);
 }
-// Scratch (q̃, per-split partials: ~4·n_rows·H·r·(1 + n_splits) bytes) comes from `alloc`.
+// Scratch (q̃, per-split partials, merged o_lat: ~n_rows·H·r·(4·(1 + n_splits) + 2) bytes) comes
+// from `alloc`.
 // Launch shape depends only on the sizes above and the GPU's SM count (graph-safe); no atomics.
 // Supported: r ≤ 512, r + dr ≤ 576, dn ≤ 512 (checked).
 void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
-// The KV splits mla_decode uses per row (1..64) when split_keys == 0, a function of
+// The KV splits mla_decode uses per row (1..128) when split_keys == 0, a function of
 // n_rows · ceil(H / 16) split blocks per split and the SM count only: the fewest within 10% of the
-// least waves(s) / s. (The tensor-core kernel uses its own count for H ≥ 64, 64 heads per block,
-// and pairs two blocks per split in a cluster when there are more than 32 splits.) A row's result
-// is bitwise reproducible and independent of the other rows for a given split count.
+// least waves(s) / s. (The one-row mma.sync kernels use their own count, at most 64: for H ≥ 64,
+// 64 heads per block; for H < 64 off sm_90a or with kernel = 2, two blocks per split in a
+// cluster when there are more than 32 splits.) A row's result is bitwise reproducible and
+// independent of the other rows for a given split count.
 int mla_decode_splits(int64_t n_rows, int64_t H);
 // lat[i, :] = cache row of position i (< S) of the sequence whose page list starts at block_ids
 // (lat F32 or BF16: lat_elem).

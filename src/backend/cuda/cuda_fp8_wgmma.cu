@@ -244,15 +244,7 @@ void launch_scales(bool row_scales, const CUtensorMap& ma, const CUtensorMap& mw
 
 }  // namespace
 
-bool fp8_wgmma_available() {
-  static const bool ok = [] {
-    int dev = 0;
-    cudaDeviceProp prop{};
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return false;
-    return prop.major == 9 && prop.minor == 0;  // sm_90a code is in the binary (CMakeLists.txt)
-  }();
-  return ok;
-}
+bool fp8_wgmma_available() { return sm90a_device(); }
 
 void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   DI_CUDA_REQUIRE_MSG(fp8_wgmma_available(), "fp8 wgmma GEMM: needs an sm_90 GPU");

@@ -28,6 +28,7 @@
 //    kernel); causal_softmax serves its TF32 cuBLAS fallback for other head dims.
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ptx.cuh"
+#include "backend/cuda/cuda_sm90.cuh"
 
 #include <cooperative_groups.h>
 
@@ -1080,6 +1081,276 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_rows_kernel(DecodePlan 
   }
 }
 
+// ---- Warp-specialized tensor-core split kernel (default split rule, H < 64, sm_90a) -------------
+
+constexpr int kWsGroups = 2;                               // consumer warp groups (alternate tiles)
+constexpr int kWsGroupWarps = 4;                           // warps per consumer group
+constexpr int kWsGroupThreads = 32 * kWsGroupWarps;        // 128
+constexpr int kWsConsumers = kWsGroups * kWsGroupThreads;  // 256
+constexpr int kWsThreads = kWsConsumers + 32;              // + the producer warp
+constexpr int kWsStages = 5;                               // latent tiles in the ring
+constexpr int kWsBoxCols = 64;                             // channels per TMA box (128-byte rows)
+constexpr int kWsBoxes = kTcWidth / kWsBoxCols;            // boxes across a key row (9)
+constexpr int kWsSubBytes = kTcKeys * kWsBoxCols * 2;      // one 32-key × 64-channel swizzled sub-tile
+constexpr int kWsStageBytes = kWsBoxes * kWsSubBytes;      // a 32-key tile: 36,864 bytes
+// One consumer group's exchange area: partial scores, probabilities, rescale factors, final state.
+struct WsGroupSmem {
+  float red[kHeads][kTcRedStride];  // scores [head][key] fp32
+  bf16 p[kHeads][kTcPStride];       // probabilities [head][key] bf16
+  float corr[kHeads];
+  float2 ml[kHeads];                // (m, l) after the group's last tile
+};
+constexpr size_t kWsRingBytes = static_cast<size_t>(kWsStages) * kWsStageBytes;
+constexpr size_t kWsSmemBytes = 1024 /* alignment slack */ + kWsRingBytes + sizeof(bf16) * kHeads * kTcStride +
+                                kWsGroups * sizeof(WsGroupSmem) + 2 * kWsStages * sizeof(uint64_t);
+static_assert(kWsSmemBytes <= 227 * 1024, "one block per SM within sm_90's shared-memory opt-in limit");
+static_assert(kWsRingBytes >= sizeof(float) * kHeads * kTcXStride, "group 1's o_lat fits in the drained ring");
+static_assert(sizeof(WsGroupSmem) % 16 == 0 && kWsStageBytes % 1024 == 0, "aligned shared-memory pieces");
+static_assert(kTcWidth % kWsBoxCols == 0 && kTcKeys == 32, "whole boxes per tile");
+
+// Byte offset in a ring stage of (key k, channels c..c+7), c a multiple of 8: sub-tile c / 64,
+// row k of 128 bytes, 16-byte chunk (c % 64) / 8 XOR k % 8 — TMA's 128-byte swizzle (stage and
+// sub-tiles 1024-byte aligned), so the 8 rows of an ldmatrix 8×8 read hit 8 distinct bank groups.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ uint32_t ws_offset(int k, int c) {
+  return static_cast<uint32_t>((c / kWsBoxCols) * kWsSubBytes + k * 128 + ((((c % kWsBoxCols) / 8) ^ (k % 8)) * 16));
+}
+#endif
+
+// Split-KV attention over the latent pages for the 16 heads of one (row, head group): the same
+// inputs, key ranges (split_span, default rule, one part per split) and outputs (part_acc,
+// part_ml) as mla_split_tc_kernel<1>, FlashMLA's numerics (q̃, q_pe and P in bf16; scores, softmax
+// state and o_lat fp32), shaped for bandwidth: the threads that compute never wait for memory they
+// just asked for, the copies are few and large, and two tiles are in computation at once.
+// Block (x = i·n_hg + g, y = split), 288 threads = 2 consumer groups of 4 warps + 1 producer warp.
+//   producer (warp 8, lane 0): for the block's 32-key tiles in order, into a kWsStages-deep ring:
+//            waits until the slot is free (empty[s]: the 4 warps of the group that read it),
+//            announces the tile's bytes on full[s] and issues 9 TMA loads of [box_rows keys ×
+//            64 channels] boxes of the cache (as a [n_blocks·block_size, 576] bf16 matrix, `map`)
+//            per box_rows keys — a tile is one page run (block_size % box_rows == 0, box_rows 32
+//            or 16). Page ids are read a tile ahead. Boxes entirely past the range are skipped.
+//   consumer group c (warps 4c..4c+3) takes tiles c, c + 2, … with its own online softmax (m, l)
+//            and o_lat; per tile, between two named barriers of its 128 threads:
+//     scores:  warp w owns keys 8w..8w+7 over all 576 channels: 36 m16n8k16 MMAs in four
+//              interleaved chains (channel blocks of 16, taken cyclically), added in fixed order;
+//     softmax: thread j of the group owns head j / 8 and keys j % 8 + 8x (tc_softmax_update);
+//              keys past the range score −inf (P = 0);
+//     o_lat:   warp w owns channels 128w..128w+127 of all 16 heads (acc [16][4] fragments):
+//              acc = acc·corr + P·V (V = the tile's first 512 channels by ldmatrix.trans; in a
+//              partial last tile the V fragments of keys past the range are masked to +0: those
+//              rows hold whatever the page holds there); then the warp releases the slot.
+//   merge:   group 1 leaves its (m, l) and o_lat [16][520] fp32 in the drained ring; group 0 merges
+//            the two (weights e^{m_c − M}, an empty group weighs 0) and writes the split.
+// Deterministic (fixed tile-to-group assignment and merge order); a row's result depends on the
+// launch only through n_splits. Shared (dynamic): ring [5][9][32][64] bf16 (swizzled), q [16][584]
+// bf16, two WsGroupSmem, the full/empty barriers, 1 KB alignment slack: 211,664 bytes.
+// Preconditions: r = 512, dr = 64, cache 16-byte aligned, block_size % box_rows == 0,
+// kv_len ≥ q_len, split_keys == 0.
+__global__ void __launch_bounds__(kWsThreads, 1)
+    mla_split_ws_kernel(const __grid_constant__ CUtensorMap map, int box_rows, DecodePlan pl) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kWsTph = kWsGroupThreads / kHeads;      // softmax threads per head (8)
+  constexpr int kWsChannels = kTcRank / kWsGroupWarps;  // o_lat channels per consumer warp (128)
+  constexpr int kWsBarAll = 1;                          // named barriers: the 256 consumers,
+  constexpr int kWsBarGroup = 2;                        // group g's 128 threads (id 2 + g)
+  extern __shared__ __align__(16) unsigned char ws_smem[];
+  unsigned char* ring = ws_smem + ((1024 - smem_u32(ws_smem) % 1024) % 1024);  // [kWsStages][kWsStageBytes]
+  bf16* sq = reinterpret_cast<bf16*>(ring + kWsRingBytes);                     // [kHeads][kTcStride]
+  WsGroupSmem* gsm = reinterpret_cast<WsGroupSmem*>(sq + kHeads * kTcStride);   // [kWsGroups]
+  uint64_t* full = reinterpret_cast<uint64_t*>(gsm + kWsGroups);               // [kWsStages]
+  uint64_t* empty = full + kWsStages;                                          // [kWsStages]
+
+  const MlaDecodeArgs& a = pl.a;
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int64_t i = blockIdx.x / static_cast<unsigned>(pl.n_hg);
+  const int64_t h0 = static_cast<int64_t>(blockIdx.x % static_cast<unsigned>(pl.n_hg)) * kHeads;
+  const int split = blockIdx.y;
+  const auto [b, row, n_keys, per] = row_keys(pl, i, 1);
+  const int64_t k_begin = split * per, k_end = std::min(n_keys, k_begin + per);
+  const int64_t n_tiles = k_begin < k_end ? (k_end - k_begin + kTcKeys - 1) / kTcKeys : 0;
+  float2* ml_out = pl.part_ml + (static_cast<int64_t>(split) * a.n_rows + i) * a.H;
+  if (n_tiles == 0) {
+    if (t < kHeads && h0 + t < a.H) ml_out[h0 + t] = make_float2(-INFINITY, 0.0f);
+    return;
+  }
+  if (t == 0) init_ring(full, empty, kWsStages, 1, kWsGroupWarps);
+  __syncthreads();
+
+  if (warp == kWsConsumers / 32) {  // the producer warp: lane 0 issues everything
+    if (lane != 0) return;
+    const int32_t* pages = a.block_ids + a.block_indptr[b];
+    const int64_t bs = a.block_size;
+    const int n_box = kTcKeys / box_rows;  // box rows per tile: 1 or 2
+    const uint32_t box_bytes = static_cast<uint32_t>(box_rows) * kWsBoxCols * 2;
+    // Cache row of the first key of box run `r` of tile `it` (−1: past the range).
+    auto first_row = [&](int64_t it, int r) -> int64_t {
+      const int64_t key = k_begin + it * kTcKeys + r * box_rows;
+      return it < n_tiles && key < k_end ? static_cast<int64_t>(pages[key / bs]) * bs + key % bs : -1;
+    };
+    int64_t row0 = first_row(0, 0), row1 = n_box > 1 ? first_row(0, 1) : -1;
+    for (int64_t it = 0; it < n_tiles; ++it) {
+      // The next tile's page ids, in flight while this tile's slot frees up.
+      const int64_t next0 = first_row(it + 1, 0), next1 = n_box > 1 ? first_row(it + 1, 1) : -1;
+      const int s = static_cast<int>(it % kWsStages);
+      mbar_wait(&empty[s], static_cast<uint32_t>((it / kWsStages) & 1) ^ 1u);
+      mbar_arrive_expect_tx(&full[s], (row1 >= 0 ? 2u : 1u) * kWsBoxes * box_bytes);
+      unsigned char* stage = ring + s * kWsStageBytes;
+#pragma unroll
+      for (int x = 0; x < kWsBoxes; ++x) {
+        tma_load_2d(stage + x * kWsSubBytes, &map, x * kWsBoxCols, static_cast<int32_t>(row0), &full[s]);
+        if (row1 >= 0)
+          tma_load_2d(stage + x * kWsSubBytes + box_bytes, &map, x * kWsBoxCols, static_cast<int32_t>(row1), &full[s]);
+      }
+      row0 = next0;
+      row1 = next1;
+    }
+    return;
+  }
+
+  // Consumers. q tile: [q̃ | q_pe] per head in bf16, zero for heads ≥ H.
+  const int64_t dqk = a.dn + a.dr;
+  for (int e = t; e < kHeads * (kTcWidth / 4); e += kWsConsumers) {
+    const int qh = e / (kTcWidth / 4), c = 4 * (e % (kTcWidth / 4));
+    const int64_t h = h0 + qh;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (h < a.H) {
+      if (c < kTcRank) {
+        v = *reinterpret_cast<const float4*>(pl.q_lat + (i * a.H + h) * kTcRank + c);
+      } else {
+        const float* qp = a.q + (row * a.H + h) * dqk + a.dn + (c - kTcRank);
+        v = make_float4(qp[0], qp[1], qp[2], qp[3]);
+      }
+    }
+    *reinterpret_cast<uint2*>(sq + qh * kTcStride + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+  }
+  named_barrier(kWsBarAll, kWsConsumers);
+
+  const int grp = warp / kWsGroupWarps, wg = warp % kWsGroupWarps, tg = t % kWsGroupThreads;
+  WsGroupSmem& my = gsm[grp];
+  const int hh = tg / kWsTph, hj = tg % kWsTph;  // softmax: head hh, keys hj + 8x
+  const uint32_t q_addr = smem_u32(sq + (lane % 16) * kTcStride + 8 * (lane / 16));
+  float m_run = -INFINITY, l_run = 0.0f;  // head hh (all 8 of its threads hold it)
+  float acc[kWsChannels / 8][4] = {};     // o_lat [16 heads][channels 128·wg..+127]
+  for (int64_t it = grp; it < n_tiles; it += kWsGroups) {
+    const int s = static_cast<int>(it % kWsStages);
+    mbar_wait(&full[s], static_cast<uint32_t>((it / kWsStages) & 1));
+    const uint32_t lat = smem_u32(ring + s * kWsStageBytes);
+    const int64_t t0 = k_begin + it * kTcKeys;
+    const int n_valid = static_cast<int>(std::min<int64_t>(kTcKeys, k_end - t0));
+
+    {
+      float sc[4][4] = {};
+      const int k = 8 * wg + lane % 8;  // this lane's ldmatrix row: key k, channels kc + 8·(lane / 8)
+#pragma unroll
+      for (int kc = 0; kc < kTcWidth; kc += 32) {
+        uint32_t qa[4], qb[4], lb[4];
+        ldmatrix_x4(qa, q_addr + 2 * kc);
+        ldmatrix_x4(qb, q_addr + 2 * (kc + 16));
+        ldmatrix_x4(lb, lat + ws_offset(k, kc + 8 * (lane / 8)));
+        const int x = 2 * ((kc / 32) % 2);
+        mma_bf16_16816(sc[x], qa, lb[0], lb[1]);
+        mma_bf16_16816(sc[x + 1], qb, lb[2], lb[3]);
+      }
+      float v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = (sc[0][j] + sc[1][j]) + (sc[2][j] + sc[3][j]);
+      float* red = &my.red[lane / 4][8 * wg + 2 * (lane % 4)];
+      *reinterpret_cast<float2*>(red) = make_float2(v[0], v[1]);
+      *reinterpret_cast<float2*>(red + 8 * kTcRedStride) = make_float2(v[2], v[3]);
+    }
+    named_barrier(kWsBarGroup + grp, kWsGroupThreads);
+
+    {
+      // The tile holds a key of the range, so m_new is finite.
+      const float corr = tc_softmax_update<kWsTph, 1>(my.red[hh], 0, hj, n_valid, a.scale, my.p[hh], m_run, l_run);
+      if (hj == 0) my.corr[hh] = corr;
+    }
+    named_barrier(kWsBarGroup + grp, kWsGroupThreads);
+
+    const float c_lo = my.corr[lane / 4], c_hi = my.corr[lane / 4 + 8];
+#pragma unroll
+    for (int j = 0; j < kWsChannels / 8; ++j) {
+      acc[j][0] *= c_lo;
+      acc[j][1] *= c_lo;
+      acc[j][2] *= c_hi;
+      acc[j][3] *= c_hi;
+    }
+    const bool partial = n_valid < kTcKeys;
+#pragma unroll
+    for (int ks = 0; ks < kTcKeys / 16; ++ks) {
+      uint32_t pa[4];
+      ldmatrix_x4(pa, smem_u32(&my.p[lane % 16][16 * ks + 8 * (lane / 16)]));
+      const int k = 16 * ks + lane % 8 + 8 * ((lane / 8) % 2);  // this lane's ldmatrix row
+      const int k0 = 16 * ks + 2 * (lane % 4);                  // keys of fragment b0 (b1: + 8)
+#pragma unroll
+      for (int pr = 0; pr < kWsChannels / 16; ++pr) {
+        uint32_t vb[4];  // b0, b1 of channel tiles 128·wg + 16·pr and + 8
+        ldmatrix_x4_trans(vb, lat + ws_offset(k, kWsChannels * wg + 16 * pr + 8 * (lane / 16)));
+        if (partial) {
+          vb[0] = keep_keys(vb[0], k0, n_valid);
+          vb[1] = keep_keys(vb[1], k0 + 8, n_valid);
+          vb[2] = keep_keys(vb[2], k0, n_valid);
+          vb[3] = keep_keys(vb[3], k0 + 8, n_valid);
+        }
+        mma_bf16_16816(acc[2 * pr], pa, vb[0], vb[1]);
+        mma_bf16_16816(acc[2 * pr + 1], pa, vb[2], vb[3]);
+      }
+    }
+    __syncwarp();  // every lane's reads of the slot are done
+    if (lane == 0) mbar_arrive(&empty[s]);
+  }
+
+  // Merge the two groups: group 1's state and o_lat through the drained ring (every tile was
+  // waited for and read by now, so no copy is in flight and no warp reads the ring).
+  if (hj == 0) my.ml[hh] = make_float2(m_run, l_run);
+  named_barrier(kWsBarAll, kWsConsumers);
+  float* xacc = reinterpret_cast<float*>(ring);  // [kHeads][kTcXStride]
+  if (grp == 1)
+#pragma unroll
+    for (int j = 0; j < kWsChannels / 8; ++j) {
+      float* x = xacc + (lane / 4) * kTcXStride + kWsChannels * wg + 8 * j + 2 * (lane % 4);
+      *reinterpret_cast<float2*>(x) = make_float2(acc[j][0], acc[j][1]);
+      *reinterpret_cast<float2*>(x + 8 * kTcXStride) = make_float2(acc[j][2], acc[j][3]);
+    }
+  named_barrier(kWsBarAll, kWsConsumers);
+  if (grp == 1) return;
+  // Weights e^{m_c − M} of head h's two groups (0 for an empty one), M their max; returns M.
+  auto weights = [&](int h, float& w0, float& w1) {
+    const float2 s0 = gsm[0].ml[h], s1 = gsm[1].ml[h];
+    float m = -INFINITY;
+    if (s0.y > 0.0f) m = s0.x;
+    if (s1.y > 0.0f) m = fmaxf(m, s1.x);
+    w0 = s0.y > 0.0f ? __expf(s0.x - m) : 0.0f;
+    w1 = s1.y > 0.0f ? __expf(s1.x - m) : 0.0f;
+    return m;
+  };
+  float w0_lo, w1_lo, w0_hi, w1_hi;
+  weights(lane / 4, w0_lo, w1_lo);
+  weights(lane / 4 + 8, w0_hi, w1_hi);
+  float* acc_out = pl.part_acc + (static_cast<int64_t>(split) * a.n_rows + i) * a.H * kTcRank;
+  const int64_t h_lo = h0 + lane / 4, h_hi = h_lo + 8;
+#pragma unroll
+  for (int j = 0; j < kWsChannels / 8; ++j) {
+    const int c = kWsChannels * wg + 8 * j + 2 * (lane % 4);
+    const float* x = xacc + (lane / 4) * kTcXStride + c;
+    const float2 lo = *reinterpret_cast<const float2*>(x), hi = *reinterpret_cast<const float2*>(x + 8 * kTcXStride);
+    if (h_lo < a.H)
+      *reinterpret_cast<float2*>(acc_out + h_lo * kTcRank + c) =
+          make_float2(fmaf(w1_lo, lo.x, acc[j][0] * w0_lo), fmaf(w1_lo, lo.y, acc[j][1] * w0_lo));
+    if (h_hi < a.H)
+      *reinterpret_cast<float2*>(acc_out + h_hi * kTcRank + c) =
+          make_float2(fmaf(w1_hi, hi.x, acc[j][2] * w0_hi), fmaf(w1_hi, hi.y, acc[j][3] * w0_hi));
+  }
+  if (hj == 0 && h0 + hh < a.H) {
+    float w0, w1;
+    const float m = weights(hh, w0, w1);  // group 0 always has a tile (n_tiles ≥ 1): m is finite
+    ml_out[h0 + hh] = make_float2(m, fmaf(w1, gsm[1].ml[hh].y, w0 * gsm[0].ml[hh].y));
+  }
+#else
+  __trap();  // built for another architecture: mla_decode picks this kernel only on sm_90a
+#endif
+}
+
 // out[row(i), h, n] = Σ_c o_lat[i, h, c] · W_UV_h[n, c], with o_lat the merge of the splits:
 // o_lat = Σ_s w_s · acc_s, w_s = e^{m_s − M} / Σ_s' e^{m_s' − M} l_s' (M = max m_s over non-empty
 // splits; empty ones weigh 0 and are not read), summed in split order.
@@ -1087,8 +1358,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_rows_kernel(DecodePlan 
 // (kUvTileSmall / kUvTileLarge: few blocks at decode sizes spread W_UV over more SMs; many
 // rows merge each (row tile, head) once). Only the tile's valid rows (rows = min(16, n_rows − i0))
 // do any work:
-//   weights: warp w takes rows w and w + 8, lane l the splits l and l + 32: M by a warp max,
-//            Σ e^{m_s − M} l_s as the lane's two terms in split order then a butterfly;
+//   weights: warp w takes rows w and w + 8, lane l the splits l, l + 32, l + 64 and l + 96 (read
+//            straight from part_ml): M by a warp max, Σ e^{m_s − M} l_s as the lane's four terms
+//            in split order then a butterfly;
 //   merge:   the o_lat tile [16][r] into shared memory, each element's splits in split order
 //            (eight splits' loads issued together);
 //   W_UV:    per pass of 32 channels, warp w / lane group q = l / 8 owns channel n = 4w + q; lane
@@ -1096,14 +1368,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_rows_kernel(DecodePlan 
 //            (c in increasing order, all valid rows at once), and the 8 lanes are added by a
 //            butterfly (xor 4, 2, 1). An output's arithmetic depends only on r — not on n_tile or
 //            the rows around it — so a row's result is the same in every batch.
-// Shared: o_lat tile [16][r rounded to 4] fp32 (≤ 32 KB), split states [16][64] float2,
-// weights [16][64], row ids [16]. Preconditions: r ≤ 512.
+// Shared: o_lat tile [16][r rounded to 4] fp32 (≤ 32 KB), weights [16][128], row ids [16].
+// Preconditions: r ≤ 512.
 constexpr int kUvTileSmall = 32, kUvTileLarge = 128;
 __global__ void __launch_bounds__(kThreads) mla_apply_uv_kernel(DecodePlan pl, int n_tile) {
   const MlaDecodeArgs& a = pl.a;
   __shared__ __align__(16) float sm[kGemmRows * kMaxRank];
   __shared__ float swt[kGemmRows][kMaxSplits];
-  __shared__ float2 sml[kGemmRows][kMaxSplits];
   __shared__ int64_t srow[kGemmRows];
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * n_tile, h = blockIdx.y;
@@ -1111,32 +1382,28 @@ __global__ void __launch_bounds__(kThreads) mla_apply_uv_kernel(DecodePlan pl, i
   const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, a.n_rows - i0));
   const int64_t r4 = (a.r + 3) / 4 * 4;
   const int n_splits = pl.n_splits;
-  // The splits' softmax states, all loaded at once (one L2 round trip, not one per split).
-  for (int e = t; e < rows * n_splits; e += kThreads) {
-    const int ii = e / n_splits, sp = e % n_splits;
-    sml[ii][sp] = pl.part_ml[(static_cast<int64_t>(sp) * a.n_rows + i0 + ii) * a.H + h];
-  }
   if (t < kGemmRows) srow[t] = t < rows ? selected_row(pl, i0 + t) : -1;
-  __syncthreads();
+  constexpr int kSplitsPerLane = kMaxSplits / 32;
   for (int ii = warp; ii < rows; ii += kWarps) {
-    float2 st[2];
+    float2 st[kSplitsPerLane];  // the row's split states, all loaded at once (one L2 round trip)
     float m = -INFINITY;
 #pragma unroll
-    for (int x = 0; x < 2; ++x) {
+    for (int x = 0; x < kSplitsPerLane; ++x) {
       const int s = lane + 32 * x;
-      st[x] = s < n_splits ? sml[ii][s] : make_float2(-INFINITY, 0.0f);
+      st[x] = s < n_splits ? pl.part_ml[(static_cast<int64_t>(s) * a.n_rows + i0 + ii) * a.H + h]
+                           : make_float2(-INFINITY, 0.0f);
       if (st[x].y > 0.0f) m = fmaxf(m, st[x].x);
     }
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float e[2], l = 0.0f;
+    float e[kSplitsPerLane], l = 0.0f;
 #pragma unroll
-    for (int x = 0; x < 2; ++x) {
+    for (int x = 0; x < kSplitsPerLane; ++x) {
       e[x] = st[x].y > 0.0f ? __expf(st[x].x - m) : 0.0f;
       l = fmaf(e[x], st[x].y, l);
     }
     l = warp_sum(l);
 #pragma unroll
-    for (int x = 0; x < 2; ++x)
+    for (int x = 0; x < kSplitsPerLane; ++x)
       if (lane + 32 * x < n_splits) swt[ii][lane + 32 * x] = e[x] / l;
   }
   __syncthreads();
@@ -1206,6 +1473,247 @@ __global__ void __launch_bounds__(kThreads) mla_apply_uv_kernel(DecodePlan pl, i
   }
 }
 
+// ---- Tensor-core absorb / merge / W_UV (the tensor-core split kernels' companions) ------------
+// The split kernels round q̃ to bf16 and FlashMLA's recipe keeps o_lat in bf16 before W_UV, so
+// these two small per-head GEMMs run on bf16 mma.sync with fp32 accumulation (each output's chain
+// in channel order: a row's result does not depend on the rows around it). The fp32 CUDA-core
+// versions above stay for the fp32 split kernel (kernel 0) and other shapes.
+
+constexpr int kGemmThreads = 128;  // absorb / apply blocks: 4 warps × 16 rows
+constexpr int kGemmTileM = 64;     // selected rows per block
+constexpr int kAbsorbTileN = 128;  // q̃ channels per absorb block
+constexpr int kApplyTileN = 32;    // output channels per apply block
+constexpr int kMergeLanes = 16;    // split lanes of the merge (split s is lane s % 16)
+constexpr int kMergeInline = 4;    // at most this many splits: apply merges while loading its tile
+constexpr int kApplyStride = kTcRank + 8;  // bf16 row stride of the apply tiles (1,040 bytes: 65 units)
+constexpr int kAbsorbTcMaxDn = 192;
+
+size_t absorb_tc_smem_bytes(int64_t dn) {
+  return sizeof(bf16) * (static_cast<size_t>(kGemmTileM) * (dn + 8) + static_cast<size_t>(dn) * (kAbsorbTileN + 8));
+}
+constexpr size_t kApplyTcSmemBytes = sizeof(bf16) * (kGemmTileM + kApplyTileN) * kApplyStride;
+
+// q̃[i, h, n0..n0+127] = Σ_j bf16(q_nope[row(i), h, j]) · W_UK_h[j, n] for the 64 selected rows of
+// the block's tile. Block (128-channel tile, head h, 64-row tile), 128 threads. Shared: q_nope tile
+// [64][dn + 8] bf16 (zero past the rows), W_UK_h[:, n0..n0+127] [dn][136] bf16 by cp.async; warp w
+// owns rows 16w..16w+15 (skipped when past the tile's rows): acc [16 n8 tiles][4], per k16 step
+// an ldmatrix A fragment and ldmatrix.trans B pairs. Preconditions: r = 512, dn % 16 == 0,
+// dn ≤ 192, (dn + dr) % 4 == 0.
+__global__ void __launch_bounds__(kGemmThreads) mla_absorb_tc_kernel(DecodePlan pl) {
+  extern __shared__ __align__(16) unsigned char gemm_smem[];
+  const MlaDecodeArgs& a = pl.a;
+  const int dn = static_cast<int>(a.dn), sa = dn + 8, sb = kAbsorbTileN + 8;
+  bf16* s_a = reinterpret_cast<bf16*>(gemm_smem);  // [kGemmTileM][sa]
+  bf16* s_b = s_a + kGemmTileM * sa;                // [dn][sb]
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kAbsorbTileN, h = blockIdx.y;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.z) * kGemmTileM;
+  const int rows = static_cast<int>(std::min<int64_t>(kGemmTileM, a.n_rows - i0));
+  const bf16* w_uk = a.kv_b + h * (a.dn + a.dv) * kTcRank;  // [dn, r]
+  for (int e = t; e < dn * (kAbsorbTileN / 8); e += kGemmThreads) {
+    const int j = e / (kAbsorbTileN / 8), c8 = e % (kAbsorbTileN / 8);
+    cp_async16(smem_u32(s_b + j * sb + 8 * c8), w_uk + j * kTcRank + n0 + 8 * c8, true);
+  }
+  cp_async_commit();
+  const int64_t dqk = a.dn + a.dr;
+  for (int e = t; e < kGemmTileM * (dn / 4); e += kGemmThreads) {
+    const int ii = e / (dn / 4), c = 4 * (e % (dn / 4));
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (ii < rows) v = *reinterpret_cast<const float4*>(a.q + (selected_row(pl, i0 + ii) * a.H + h) * dqk + c);
+    *reinterpret_cast<uint2*>(s_a + ii * sa + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  if (16 * warp >= rows) return;
+  float acc[kAbsorbTileN / 8][4] = {};
+  for (int ks = 0; ks < dn / 16; ++ks) {
+    uint32_t af[4];
+    ldmatrix_x4(af, smem_u32(s_a + (16 * warp + lane % 16) * sa + 16 * ks + 8 * (lane / 16)));
+#pragma unroll
+    for (int np = 0; np < kAbsorbTileN / 16; ++np) {
+      uint32_t bf[4];
+      ldmatrix_x4_trans(bf, smem_u32(s_b + (16 * ks + lane % 8 + 8 * ((lane / 8) % 2)) * sb + 16 * np + 8 * (lane / 16)));
+      mma_bf16_16816(acc[2 * np], af, bf[0], bf[1]);
+      mma_bf16_16816(acc[2 * np + 1], af, bf[2], bf[3]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kAbsorbTileN / 8; ++j)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int ii = 16 * warp + lane / 4 + 8 * half;
+      if (ii < rows)
+        *reinterpret_cast<float2*>(pl.q_lat + ((i0 + ii) * a.H + h) * kTcRank + n0 + 8 * j + 2 * (lane % 4)) =
+            make_float2(acc[j][2 * half], acc[j][2 * half + 1]);
+    }
+}
+
+// The weights w_s = e^{m_s − M} / Σ_s' e^{m_s' − M} l_s' of (selected row i, head h)'s splits into
+// w[0..n_splits) (M = max m_s over non-empty splits; empty ones weigh 0), by one warp: lane l
+// takes splits l + 32x, Σ as the lane's terms in split order then a butterfly — mla_apply_uv's
+// arithmetic, so a row's weights do not depend on the launch beyond n_splits (and not on it at
+// all when the extra splits are empty: they add exact zeros).
+__device__ __forceinline__ void merge_weights(const DecodePlan& pl, int64_t i, int64_t h, int lane, float* w) {
+  constexpr int kSplitsPerLane = kMaxSplits / 32;
+  const int n_splits = pl.n_splits;
+  float2 st[kSplitsPerLane];
+  float m = -INFINITY;
+#pragma unroll
+  for (int x = 0; x < kSplitsPerLane; ++x) {
+    const int s = lane + 32 * x;
+    st[x] = s < n_splits ? pl.part_ml[(static_cast<int64_t>(s) * pl.a.n_rows + i) * pl.a.H + h]
+                         : make_float2(-INFINITY, 0.0f);
+    if (st[x].y > 0.0f) m = fmaxf(m, st[x].x);
+  }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float e[kSplitsPerLane], l = 0.0f;
+#pragma unroll
+  for (int x = 0; x < kSplitsPerLane; ++x) {
+    e[x] = st[x].y > 0.0f ? __expf(st[x].x - m) : 0.0f;
+    l = fmaf(e[x], st[x].y, l);
+  }
+  l = warp_sum(l);
+#pragma unroll
+  for (int x = 0; x < kSplitsPerLane; ++x)
+    if (lane + 32 * x < n_splits) w[lane + 32 * x] = e[x] / l;
+}
+
+// The merged o_lat of 4 channels: Σ over split lanes L = 0..15 in order of (Σ over the splits
+// s ≡ L mod 16 in increasing order of w_s · acc_s, an fmaf chain from 0), splits with w_s = 0
+// skipped (never read). Both merge paths (mla_merge_kernel's lanes, apply's inline loop over
+// ≤ kMergeInline splits: one split per lane) compute exactly this, so a row's bits do not depend
+// on which path its launch took.
+__device__ __forceinline__ float4 fma4(float w, float4 x, float4 acc) {
+  return make_float4(fmaf(w, x.x, acc.x), fmaf(w, x.y, acc.y), fmaf(w, x.z, acc.z), fmaf(w, x.w, acc.w));
+}
+__device__ __forceinline__ float4 add4(float4 x, float4 y) {
+  return make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+}
+
+// o_lat[i, h, c0..c0+63] in bf16 for many splits (> kMergeInline: few rows). Block (selected row
+// i, head h, 64-channel tile), 256 threads: thread t = 16·L + q owns channel quad q and split lane
+// L, issues all its ≤ 8 float4 loads at once (one L2 round trip), then the 16 lanes' partials are
+// added in lane order through shared memory.
+__global__ void __launch_bounds__(kThreads) mla_merge_kernel(DecodePlan pl, bf16* o_lat) {
+  constexpr int kQuads = kThreads / kMergeLanes, kPer = kMaxSplits / kMergeLanes;
+  __shared__ float sw[kMaxSplits];
+  __shared__ float4 spart[kMergeLanes][kQuads];
+  const MlaDecodeArgs& a = pl.a;
+  const int t = threadIdx.x, lane = t % 32;
+  const int64_t i = blockIdx.x, h = blockIdx.y, c = static_cast<int64_t>(blockIdx.z) * 4 * kQuads + 4 * (t % kQuads);
+  const int L = t / kQuads;
+  if (t < 32) merge_weights(pl, i, h, lane, sw);
+  __syncthreads();
+  const float* src = pl.part_acc + (i * a.H + h) * kTcRank + c;
+  const int64_t stride = a.n_rows * a.H * kTcRank;
+  float4 x[kPer];
+  float w[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int s = L + kMergeLanes * j;
+    w[j] = s < pl.n_splits ? sw[s] : 0.0f;
+    x[j] = w[j] != 0.0f ? *reinterpret_cast<const float4*>(src + s * stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  float4 p = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int j = 0; j < kPer; ++j)
+    if (w[j] != 0.0f) p = fma4(w[j], x[j], p);
+  spart[L][t % kQuads] = p;
+  __syncthreads();
+  if (t < kQuads) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // from +0, as the inline merge (never −0)
+#pragma unroll
+    for (int l = 0; l < kMergeLanes; ++l) v = add4(v, spart[l][t]);
+    *reinterpret_cast<uint2*>(o_lat + (i * a.H + h) * kTcRank + c) =
+        make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+  }
+}
+
+// out[row(i), h, n0..n0+31] = Σ_c o_lat[i, h, c] · W_UV_h[n, c] for the block's 64 selected rows.
+// Block (32-output tile, head h, 64-row tile), 128 threads. Shared: the o_lat tile [64][520] bf16
+// — copied from mla_merge_kernel's output (o_lat non-null), else merged here from ≤ kMergeInline
+// splits (the same arithmetic, one split per lane) — and W_UV_h[n0..n0+31, :] [32][520] bf16 by
+// cp.async. Warp w owns rows 16w..16w+15 (skipped past the rows): 4 n8 tiles over 32 k16 steps
+// (ldmatrix A fragments; B = W_UV rows, channel-contiguous, by ldmatrix). Preconditions: r = 512,
+// dv % 8 == 0.
+__global__ void __launch_bounds__(kGemmThreads) mla_apply_tc_kernel(DecodePlan pl, const bf16* o_lat) {
+  extern __shared__ __align__(16) unsigned char gemm_smem[];
+  __shared__ float sw[kGemmTileM][kMergeInline];
+  const MlaDecodeArgs& a = pl.a;
+  bf16* s_a = reinterpret_cast<bf16*>(gemm_smem);  // [kGemmTileM][kApplyStride]
+  bf16* s_b = s_a + kGemmTileM * kApplyStride;      // [kApplyTileN][kApplyStride]
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kApplyTileN, h = blockIdx.y;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.z) * kGemmTileM;
+  const int rows = static_cast<int>(std::min<int64_t>(kGemmTileM, a.n_rows - i0));
+  const bf16* w_uv = a.kv_b + (h * (a.dn + a.dv) + a.dn) * kTcRank;  // [dv, r]
+  for (int e = t; e < kApplyTileN * (kTcRank / 8); e += kGemmThreads) {
+    const int n = e / (kTcRank / 8), c8 = e % (kTcRank / 8);
+    const bool ok = n0 + n < a.dv;
+    cp_async16(smem_u32(s_b + n * kApplyStride + 8 * c8), ok ? w_uv + (n0 + n) * kTcRank + 8 * c8 : w_uv, ok);
+  }
+  if (o_lat != nullptr) {
+    for (int e = t; e < kGemmTileM * (kTcRank / 8); e += kGemmThreads) {
+      const int ii = e / (kTcRank / 8), c8 = e % (kTcRank / 8);
+      const bf16* src = ii < rows ? o_lat + ((i0 + ii) * a.H + h) * kTcRank + 8 * c8 : o_lat;
+      cp_async16(smem_u32(s_a + ii * kApplyStride + 8 * c8), src, ii < rows);
+    }
+  }
+  cp_async_commit();
+  if (o_lat == nullptr) {
+    for (int ii = warp; ii < rows; ii += kGemmThreads / 32) merge_weights(pl, i0 + ii, h, lane, sw[ii]);
+    __syncthreads();
+    const int64_t stride = a.n_rows * a.H * kTcRank;
+    for (int e = t; e < kGemmTileM * (kTcRank / 4); e += kGemmThreads) {
+      const int ii = e / (kTcRank / 4), c = 4 * (e % (kTcRank / 4));
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (ii < rows) {
+        const float* src = pl.part_acc + ((i0 + ii) * a.H + h) * kTcRank + c;
+        float4 x[kMergeInline];
+        float w[kMergeInline];
+#pragma unroll
+        for (int s = 0; s < kMergeInline; ++s) {
+          w[s] = s < pl.n_splits ? sw[ii][s] : 0.0f;
+          x[s] = w[s] != 0.0f ? *reinterpret_cast<const float4*>(src + s * stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        // One split per lane: lane s's partial is fmaf(w_s, x_s, 0); the lanes add in order.
+#pragma unroll
+        for (int s = 0; s < kMergeInline; ++s)
+          if (w[s] != 0.0f) v = add4(v, fma4(w[s], x[s], make_float4(0.0f, 0.0f, 0.0f, 0.0f)));
+      }
+      *reinterpret_cast<uint2*>(s_a + ii * kApplyStride + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  if (16 * warp >= rows) return;
+  float acc[kApplyTileN / 8][4] = {};
+  const uint32_t a_addr = smem_u32(s_a + (16 * warp + lane % 16) * kApplyStride + 8 * (lane / 16));
+#pragma unroll 4
+  for (int kc = 0; kc < kTcRank; kc += 32) {
+    uint32_t af[4], ag[4];
+    ldmatrix_x4(af, a_addr + 2 * kc);
+    ldmatrix_x4(ag, a_addr + 2 * (kc + 16));
+#pragma unroll
+    for (int nt = 0; nt < kApplyTileN / 8; ++nt) {
+      uint32_t bf[4];  // b0, b1 of k-steps kc and kc + 16
+      ldmatrix_x4(bf, smem_u32(s_b + (8 * nt + lane % 8) * kApplyStride + kc + 8 * (lane / 8)));
+      mma_bf16_16816(acc[nt], af, bf[0], bf[1]);
+      mma_bf16_16816(acc[nt], ag, bf[2], bf[3]);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < kApplyTileN / 8; ++nt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int ii = 16 * warp + lane / 4 + 8 * half;
+      const int64_t n = n0 + 8 * nt + 2 * (lane % 4);
+      if (ii < rows && n < a.dv)
+        *reinterpret_cast<float2*>(a.out + (selected_row(pl, i0 + ii) * a.H + h) * a.dv + n) =
+            make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
+    }
+}
+
 // ---- Naive form helpers -------------------------------------------------------------------------
 
 template <typename Out>
@@ -1254,28 +1762,38 @@ namespace {
 // Splits for `blocks` split blocks per split, one block per SM. With s splits they take
 // ceil(blocks·s / SMs) waves of 1/s of a row's keys each: time ∝ waves(s) / s. The fewest splits
 // within 10% of the best, since every split also costs a q̃ tile load and a partial state to merge.
-int least_waves_splits(int64_t blocks) {
+int least_waves_splits(int64_t blocks, int max_splits = kMaxSplits) {
   const int n_sm = sm_count();
   blocks = std::max<int64_t>(1, blocks);
   auto cost = [&](int64_t s) { return static_cast<double>((blocks * s + n_sm - 1) / n_sm) / static_cast<double>(s); };
   double best = cost(1);
-  for (int64_t s = 2; s <= kMaxSplits; ++s) best = std::min(best, cost(s));
+  for (int64_t s = 2; s <= max_splits; ++s) best = std::min(best, cost(s));
   int splits = 1;
   while (cost(splits) > 1.1 * best) ++splits;
   return splits;
 }
 
-// The tensor-core kernel's launch: m-tiles per block, head groups, splits and cluster size.
-//  - H < 64: 16 heads per block (the fp32 kernel's head groups), mla_decode_splits' split count;
-//    when that count is above kMaxSplits / 2 (a few rows: the splits alone cannot fill the SMs,
-//    capped at kMaxSplits by apply_uv), each split is shared by a cluster of 2 CTAs. The cluster
-//    size is a function of the split count alone, so a row's result still depends on the launch
-//    only through mla_decode_splits(n_rows, H) (B = 1, H = 16: 59 splits × 2 = 118 CTAs).
+// The one-row mma.sync kernels' split cap (their launch shapes predate kMlaMaxSplits = 128).
+constexpr int kTcMaxSplits = 64;
+
+// The tensor-core kernels' launch: m-tiles per block, head groups, splits, cluster size, and
+// whether the warp-specialized kernel runs.
+//  - H < 64, default rule, sm_90a, kernel ≠ 2, n_blocks known, block_size % 16 == 0:
+//    mla_split_ws_kernel, 16 heads per block, mla_decode_splits' split count (B = 1: 117
+//    splits, one block per SM).
+//  - H < 64 otherwise: the one-row kernel at 16 heads per block, least_waves_splits capped at 64;
+//    when that count is above 32 (a few rows: the splits alone cannot fill the SMs), each split
+//    is shared by a cluster of 2 CTAs. The cluster size is a function of the split count alone,
+//    so a row's result still depends on the launch only through the split count (B = 1,
+//    H = 16: 59 splits × 2 = 118 CTAs).
 //  - H ≥ 64: 64 heads per block (latents read once per 64 heads), splits by least_waves_splits
-//    over its own head groups (B = 1, H = 128: 2 head groups × 59 splits = 118 CTAs), no cluster.
-//  - batch-invariant rule (split_keys > 0): the launch's max_splits slots, no cluster.
+//    over its own head groups, capped at 64 (B = 1, H = 128: 2 head groups × 59 splits = 118
+//    CTAs), no cluster.
+//  - batch-invariant rule (split_keys > 0): the launch's max_splits slots, no cluster, never
+//    the warp-specialized kernel (the multi-row kernel is bitwise the one-row kernel).
 struct TcLaunch {
   int mt, n_hg, n_splits, cluster;
+  bool ws;
 };
 TcLaunch tc_launch(const MlaDecodeArgs& a) {
   static const bool clusters = [] {
@@ -1288,13 +1806,15 @@ TcLaunch tc_launch(const MlaDecodeArgs& a) {
   l.mt = a.H >= 64 ? 4 : 1;
   l.n_hg = static_cast<int>((a.H + 16 * l.mt - 1) / (16 * l.mt));
   l.cluster = 1;
+  l.ws = l.mt == 1 && a.split_keys == 0 && a.kernel != 2 && a.n_blocks > 0 && a.block_size % 16 == 0 &&
+         sm90a_device();
   if (a.split_keys > 0) {
     l.n_splits = static_cast<int>(a.max_splits);
-  } else if (l.mt == 4) {
-    l.n_splits = least_waves_splits(a.n_rows * l.n_hg);
-  } else {
+  } else if (l.ws) {
     l.n_splits = mla_decode_splits(a.n_rows, a.H);
-    if (clusters && l.n_splits > kMaxSplits / 2) l.cluster = kTcMaxCluster;
+  } else {
+    l.n_splits = least_waves_splits(a.n_rows * l.n_hg, kTcMaxSplits);
+    if (l.mt == 1 && clusters && l.n_splits > kTcMaxSplits / 2) l.cluster = kTcMaxCluster;
   }
   return l;
 }
@@ -1311,9 +1831,34 @@ void set_split_smem() {
                                        static_cast<int>(TcShape<4>::kSmemBytes)));
     DI_CUDA_CHECK(cudaFuncSetAttribute(mla_split_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(kRowsSmemBytes)));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_split_ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kWsSmemBytes)));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_absorb_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(absorb_tc_smem_bytes(kAbsorbTcMaxDn))));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_apply_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kApplyTcSmemBytes)));
     return true;
   }();
   (void)done;
+}
+
+// The latent cache as a [n_blocks·block_size, 576] bf16 TMA map of [box_rows × 64] boxes with the
+// 128-byte swizzle (mla_split_ws_kernel). The last map is kept: a model's layers share one pool
+// layout, so decode steps re-encode only when the cache pointer changes (one per layer).
+CUtensorMap cache_map(const MlaDecodeArgs& a, int box_rows) {
+  struct Key {
+    const void* p;
+    int64_t rows;
+    int box;
+  };
+  static thread_local Key key{nullptr, 0, 0};
+  static thread_local CUtensorMap map{};
+  const int64_t rows = a.n_blocks * a.block_size;
+  if (key.p != a.cache || key.rows != rows || key.box != box_rows) {
+    map = tensor_map_2d(a.cache, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, rows, kTcWidth, kWsBoxCols, box_rows);
+    key = Key{a.cache, rows, box_rows};
+  }
+  return map;
 }
 
 template <int MT>
@@ -1347,11 +1892,11 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
   DI_CUDA_REQUIRE_MSG(a.n_rows <= a.T, "mla_decode: more selected rows than query rows");
   const int64_t n_hg = (a.H + kHeads - 1) / kHeads, row_tiles = (a.n_rows + kGemmRows - 1) / kGemmRows;
   DI_CUDA_REQUIRE_MSG(a.n_rows * n_hg <= INT32_MAX && row_tiles <= 65535, "mla_decode: too many decode rows");
-  DI_CUDA_REQUIRE_MSG(a.kernel >= -1 && a.kernel <= 1, "mla_decode: kernel is -1 (automatic), 0 or 1");
+  DI_CUDA_REQUIRE_MSG(a.kernel >= -1 && a.kernel <= 2, "mla_decode: kernel is -1 (automatic), 0, 1 or 2");
   DI_CUDA_REQUIRE_MSG(a.max_q_len >= 0, "mla_decode: max_q_len is a row count");
   const bool tc_shape = a.r == kTcRank && a.r + a.dr == kTcWidth;
-  DI_CUDA_REQUIRE_MSG(a.kernel != 1 || tc_shape, "mla_decode: the tensor-core kernel needs r = 512 and dr = 64");
-  const bool use_tc = a.kernel == 1 || (a.kernel == -1 && tc_shape);
+  DI_CUDA_REQUIRE_MSG(a.kernel < 1 || tc_shape, "mla_decode: the tensor-core kernels need r = 512 and dr = 64");
+  const bool use_tc = a.kernel >= 1 || (a.kernel == -1 && tc_shape);
   DecodePlan pl{};
   pl.a = a;
   if (a.split_keys > 0) {
@@ -1364,9 +1909,11 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
   pl.wq = tile_stride(a.r + a.dr);
   pl.cluster = 1;
   int tc_mt = 0;
+  bool ws = false;
   if (use_tc) {
     const TcLaunch tl = tc_launch(a);
     tc_mt = tl.mt;
+    ws = tl.ws;
     pl.n_hg = tl.n_hg;
     pl.n_splits = tl.n_splits;
     pl.cluster = tl.cluster;
@@ -1387,8 +1934,17 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
   }
   set_split_smem();
   const unsigned tiles = static_cast<unsigned>(row_tiles), heads = static_cast<unsigned>(a.H);
-  mla_absorb_q_kernel<<<dim3(static_cast<unsigned>((a.r + kAbsorbCols - 1) / kAbsorbCols), heads, tiles), kThreads, 0,
-                        s>>>(pl);
+  // With the tensor-core split kernels, q̃ and W_UV on tensor cores too (bf16 operands, fp32
+  // accumulation) where the head dims allow; the fp32 CUDA-core kernels otherwise.
+  const bool tc_gemms = use_tc && a.dn % 16 == 0 && a.dn <= kAbsorbTcMaxDn && (a.dn + a.dr) % 4 == 0 && a.dv % 8 == 0;
+  const unsigned gemm_tiles = static_cast<unsigned>((a.n_rows + kGemmTileM - 1) / kGemmTileM);
+  if (tc_gemms) {
+    mla_absorb_tc_kernel<<<dim3(static_cast<unsigned>(kTcRank / kAbsorbTileN), heads, gemm_tiles), kGemmThreads,
+                           absorb_tc_smem_bytes(a.dn), s>>>(pl);
+  } else {
+    mla_absorb_q_kernel<<<dim3(static_cast<unsigned>((a.r + kAbsorbCols - 1) / kAbsorbCols), heads, tiles), kThreads, 0,
+                          s>>>(pl);
+  }
   DI_CUDA_LAUNCHED();
   if (multi_row) {
     // Tiles ≤ Σ_seq (q_len / R + classes), classes ≤ q_len / period + 2 (mla_row_tiles_kernel),
@@ -1402,6 +1958,11 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
     mla_split_rows_kernel<<<dim3(static_cast<unsigned>(n_bound * pl.n_hg), static_cast<unsigned>(pl.n_splits)),
                             kThreads, kRowsSmemBytes, s>>>(pl, tiles);
     DI_CUDA_LAUNCHED();
+  } else if (ws) {
+    const int box_rows = a.block_size % 32 == 0 ? 32 : 16;
+    mla_split_ws_kernel<<<dim3(static_cast<unsigned>(a.n_rows * pl.n_hg), static_cast<unsigned>(pl.n_splits)),
+                          kWsThreads, kWsSmemBytes, s>>>(cache_map(a, box_rows), box_rows, pl);
+    DI_CUDA_LAUNCHED();
   } else if (tc_mt == 1) {
     launch_split_tc<1>(pl, s);
   } else if (tc_mt == 4) {
@@ -1410,6 +1971,20 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
     mla_split_kernel<<<dim3(static_cast<unsigned>(a.n_rows * n_hg), static_cast<unsigned>(pl.n_splits)), kThreads,
                        split_smem_bytes(pl.wq), s>>>(pl);
     DI_CUDA_LAUNCHED();
+  }
+  if (tc_gemms) {
+    bf16* o_lat = nullptr;  // merged by its own kernel beyond kMergeInline splits
+    if (pl.n_splits > kMergeInline) {
+      o_lat = static_cast<bf16*>(get(sizeof(bf16) * lat));
+      mla_merge_kernel<<<dim3(static_cast<unsigned>(a.n_rows), heads,
+                              static_cast<unsigned>(kTcRank / (4 * (kThreads / kMergeLanes)))),
+                         kThreads, 0, s>>>(pl, o_lat);
+      DI_CUDA_LAUNCHED();
+    }
+    mla_apply_tc_kernel<<<dim3(static_cast<unsigned>((a.dv + kApplyTileN - 1) / kApplyTileN), heads, gemm_tiles),
+                          kGemmThreads, kApplyTcSmemBytes, s>>>(pl, o_lat);
+    DI_CUDA_LAUNCHED();
+    return;
   }
   // Wide channel tiles (each (row tile, head) merged once) when that still gives two blocks per SM.
   const int n_tile = row_tiles * a.H >= 2 * sm_count() ? kUvTileLarge : kUvTileSmall;
