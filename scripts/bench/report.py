@@ -74,8 +74,10 @@ def limits_line(doc: dict) -> str:
     copy, gemm = lim.get("copy_bytes_per_s"), lim.get("bf16_flops_per_s")
     if not copy or not gemm:
         return f"{run_label(doc)} ({doc['_file']}): no limits measured (no floors)"
+    fp8 = lim.get("fp8_flops_per_s")
+    fp8_part = f", FP8 GEMM {fp8 / 1e12:.1f} TFLOP/s" if fp8 else ""
     return (f"{run_label(doc)} ({doc['_file']}): copy {copy / 1e12:.3f} TB/s (read + write), "
-            f"bf16 GEMM {gemm / 1e12:.1f} TFLOP/s")
+            f"bf16 GEMM {gemm / 1e12:.1f} TFLOP/s{fp8_part}")
 
 
 def table(config: str, runs: list[dict]) -> str:

@@ -98,9 +98,10 @@ Status write_json(const std::string& path, const json& doc) {
 class BenchRun {
  public:
   BenchRun(const BenchCommand& cmd, const DeepseekModel& model, Backend& backend,
-           std::optional<double> copy_bytes_per_s, std::optional<double> flops_per_s, DType weight_dtype)
+           std::optional<double> copy_bytes_per_s, std::optional<double> flops_per_s,
+           std::optional<double> fp8_flops_per_s, DType weight_dtype)
       : cmd_(cmd), model_(model), backend_(backend), copy_bytes_per_s_(copy_bytes_per_s), flops_per_s_(flops_per_s),
-        weight_dtype_(weight_dtype), rng_(static_cast<uint64_t>(cmd.seed) + 1) {}
+        fp8_flops_per_s_(fp8_flops_per_s), weight_dtype_(weight_dtype), rng_(static_cast<uint64_t>(cmd.seed) + 1) {}
 
   MlaPolicy policy() const { return cmd_.batch_invariant ? MlaPolicy::kAbsorbed : MlaPolicy::kAuto; }
 
@@ -110,8 +111,14 @@ class BenchRun {
     const DeepseekConfig& c = model_.config();
     const double flops = prefill_flops(c, n);
     json res = {{"phase", "prefill"}, {"tokens", n}, {"batch", 1}, {"flops", flops}};
-    const std::optional<double> floor =
-        flops_per_s_ ? std::optional<double>(floor_ms(flops, *flops_per_s_)) : std::nullopt;
+    // FP8 checkpoints: the linear layers' FLOPs (2·active_params·n) at the FP8 rate, attention's
+    // at the bf16 rate.
+    const double linear = 2.0 * static_cast<double>(deepseek_cost(c).active_params) * static_cast<double>(n);
+    std::optional<double> floor;
+    if (flops_per_s_ && weight_dtype_ == DType::kF8E4M3 && fp8_flops_per_s_)
+      floor = floor_ms(linear, *fp8_flops_per_s_) + floor_ms(flops - linear, *flops_per_s_);
+    else if (flops_per_s_)
+      floor = floor_ms(flops, *flops_per_s_);
     res["floor_ms"] = or_null(floor);
     const int64_t bs = cmd_.block_size, n_blocks = (n + bs - 1) / bs;
     if (Status s = check_kv_fits(n_blocks); !s.is_ok()) return failed(res, s);
@@ -267,7 +274,7 @@ class BenchRun {
   const BenchCommand& cmd_;
   const DeepseekModel& model_;
   Backend& backend_;
-  std::optional<double> copy_bytes_per_s_, flops_per_s_;
+  std::optional<double> copy_bytes_per_s_, flops_per_s_, fp8_flops_per_s_;
   DType weight_dtype_;
   std::mt19937_64 rng_;
 };
@@ -351,16 +358,17 @@ int BenchCommand::run() const {
   backend.set_batch_invariant(batch_invariant);
 
   // Limits first, on an empty device (they need ~4.4 GiB for a moment).
-  std::optional<double> copy_bytes_per_s, flops_per_s;
+  std::optional<double> copy_bytes_per_s, flops_per_s, fp8_flops_per_s;
   std::string gpu = "none (" + backend.name() + " backend)";
 #ifdef DEEPINFER_HAVE_CUDA
   if (backend.device().kind == DeviceKind::kCuda) {
     const DeviceLimits limits = measure_device_limits(backend);
     copy_bytes_per_s = limits.copy_bytes_per_s;
     flops_per_s = limits.bf16_flops_per_s;
+    if (limits.fp8_flops_per_s > 0.0) fp8_flops_per_s = limits.fp8_flops_per_s;
     gpu = limits.gpu_name;
-    std::printf("limits: copy %.3f TB/s (read+write), bf16 GEMM %.1f TFLOP/s on %s\n", *copy_bytes_per_s / 1e12,
-                *flops_per_s / 1e12, gpu.c_str());
+    std::printf("limits: copy %.3f TB/s (read+write), bf16 GEMM %.1f TFLOP/s, FP8 GEMM %.1f TFLOP/s on %s\n",
+                *copy_bytes_per_s / 1e12, *flops_per_s / 1e12, limits.fp8_flops_per_s / 1e12, gpu.c_str());
   }
 #endif
 
@@ -385,7 +393,10 @@ int BenchCommand::run() const {
       {"dtype", dtype},
       {"device", device},
       {"load_format", load_format},
-      {"limits", {{"copy_bytes_per_s", or_null(copy_bytes_per_s)}, {"bf16_flops_per_s", or_null(flops_per_s)}}},
+      {"limits",
+       {{"copy_bytes_per_s", or_null(copy_bytes_per_s)},
+        {"bf16_flops_per_s", or_null(flops_per_s)},
+        {"fp8_flops_per_s", or_null(fp8_flops_per_s)}}},
       {"model",
        {{"total_params", cost.total_params},
         {"active_params", cost.active_params},
@@ -405,7 +416,9 @@ int BenchCommand::run() const {
                    "steps"},
         {"prefill", "floor_ms = flops / limits.bf16_flops_per_s: 2*active_params*N + "
                     "2*N(N+1)/2*layers*heads*(qk_head_dim+v_head_dim)"},
-        {"prefill_rate", fp8 ? "bf16_flops_per_s: no FP8 GEMM rate is measured" : "bf16_flops_per_s"},
+        {"prefill_rate", fp8 ? "fp8 weights: 2*active_params*N / limits.fp8_flops_per_s + the attention term / "
+                               "limits.bf16_flops_per_s (bf16_flops_per_s for all when no FP8 rate was measured)"
+                             : "bf16_flops_per_s"},
         {"ratio_to_floor", "floor_ms / measured ms (1.0 = at the floor)"},
         {"timing", "host steady clock around each step, device synchronized before and after (host overhead "
                    "included); no sampling"}}},
@@ -419,7 +432,7 @@ int BenchCommand::run() const {
   if (Status s = emit(); !s.is_ok()) return fail(s);
 
   std::printf("%-8s %6s %6s %10s %11s %9s %7s  note\n", "phase", "N/B", "ctx", "ms", "tok/s", "floor_ms", "ratio");
-  BenchRun bench(*this, *model, backend, copy_bytes_per_s, flops_per_s, weight_dtype);
+  BenchRun bench(*this, *model, backend, copy_bytes_per_s, flops_per_s, fp8_flops_per_s, weight_dtype);
   int n_failed = 0;
   auto record = [&](const json& res, const std::string& label) -> Status {
     doc["results"].push_back(res);

@@ -12,10 +12,12 @@
 // the K/V bits: key tiles past a row's causal limit add exact zeros, so the row tile (chunk) a row
 // falls in does not change it.
 // Cost (V2-Lite, 4096-token prefill, dqk 192, dv 128): 87 GFLOP per layer incl. the diagonal
-// tiles. Each warp's 16 rows re-read the whole 64-key K and V tiles from shared memory by
-// ldmatrix (40 KB per 655 KFLOP = 16 FLOP/B); at 128 B/clk/SM that caps the kernel near
-// 390 TFLOP/s, below mma.sync's ~600. The next step is 32 rows per warp (2 m-tiles, Q read
-// from shared memory per k-step, 128-row blocks), as FlashAttention-2 does for head dim 128.
+// tiles. With 16 rows per warp each warp re-reads the whole 64-key K and V tiles from shared
+// memory by ldmatrix (40 KB per 655 KFLOP = 16 FLOP/B), which caps it near 390 TFLOP/s at
+// 128 B/clk/SM. So the DeepSeek instance gives each warp 32 rows (two m16 tiles sharing every K
+// and V fragment), 128-row blocks, as FlashAttention-2 does for head dim 128; Q's fragments are
+// then read from shared memory per k-step and the key tiles are 32 wide, so that S and P fit in
+// registers beside O (255 registers, no spills): 32 KB per 655 KFLOP = 20 FLOP/B.
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ptx.cuh"
 
@@ -25,23 +27,27 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kThreads = 128;  // 4 warps
-constexpr int kRows = 64;      // query rows per block: 16 per warp (one m16 tile)
-constexpr int kKeys = 64;      // keys per K/V tile
 constexpr int kStages = 2;     // K/V tiles in shared memory: the one computed on, the one loading
 
-// Shared-memory geometry of the <DQK, DV> instance. Rows are padded by 8 bf16 (16 bytes), so a
-// row stride is an odd number of 16-byte units and the 8 row addresses of one ldmatrix matrix
-// fall in 8 distinct bank groups (conflict-free).
-template <int DQK, int DV>
+// Shared-memory geometry of the <DQK, DV, MT> instance (MT m16 tiles per warp: 16·MT query rows
+// per warp, 64·MT per block). Rows are padded by 8 bf16 (16 bytes), so a row stride is an odd
+// number of 16-byte units and the 8 row addresses of one ldmatrix matrix fall in 8 distinct bank
+// groups (conflict-free).
+template <int DQK, int DV, int MT>
 struct PrefillShape {
   static_assert(DQK % 32 == 0, "scores take 32 qk channels per ldmatrix_x4 of K");
   static_assert(DV % 16 == 0, "P·V takes 16 value channels per ldmatrix_x4_trans");
+  static_assert(MT == 1 || MT == 2, "one or two m16 tiles per warp");
+  static constexpr int kRows = 64 * MT;      // query rows per block
+  static constexpr int kKeys = 64 / MT;      // keys per K/V tile (MT = 2: 32, so S and P fit beside O)
   static constexpr int kQkStride = DQK + 8;  // bf16 per K (and Q) row
   static constexpr int kVStride = DV + 8;    // bf16 per V row
   static constexpr int kKTile = kKeys * kQkStride;
   static constexpr int kVTile = kKeys * kVStride;
-  // K ring [2][64][DQK + 8], V ring [2][64][DV + 8] bf16; Q [64][DQK + 8] bf16 aliases K stage 1.
-  static constexpr size_t kSmemBytes = sizeof(bf16) * kStages * (kKTile + kVTile);
+  // K ring [2][kKeys][DQK + 8], V ring [2][kKeys][DV + 8] bf16; Q [kRows][DQK + 8] bf16: MT = 1 aliases
+  // K stage 1 (its fragments move to registers before tile 1 loads), MT = 2 has its own.
+  static constexpr size_t kSmemBytes =
+      sizeof(bf16) * (kStages * (kKTile + kVTile) + (MT == 1 ? 0 : static_cast<size_t>(kRows) * kQkStride));
   static_assert((kQkStride / 8) % 2 == 1 && (kVStride / 8) % 2 == 1, "odd 16-byte row strides");
   static_assert(kKeys * (DQK / 8) % kThreads == 0 && kKeys * (DV / 8) % kThreads == 0, "whole chunks per thread");
 };
@@ -76,42 +82,43 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// Causal attention for one (sequence, head, 64-row query tile), FlashAttention-2 style.
+// Causal attention for one (sequence, head, 64·MT-row query tile), FlashAttention-2 style.
 // Grid (H, Σ row tiles): blockIdx.x = head h (fastest: a row tile's heads run together, so the
 // shared k_pe rows and the key rows of kv, whose heads are adjacent, are read from L2 once),
 // blockIdx.y = row tile, numbered per sequence from its LAST (most keys) tile first, so the
-// heaviest blocks start in the first wave. 128 threads: warp w owns query rows i0 + 16w .. +15
-// of the tile; lane l holds, in every m16n8 accumulator, rows g = l/4 and g + 8 and columns
-// 2(l%4), +1.
-// Per 64-key tile j = 0 .. (the tile's last row's causal limit)/64:
+// heaviest blocks start in the first wave. 128 threads: warp w owns query rows
+// i0 + 16·MT·w .. +16·MT − 1 of the tile as MT m16 tiles; lane l holds, in every m16n8
+// accumulator, rows g = l/4 and g + 8 of its m-tile and columns 2(l%4), +1.
+// Per key tile j = 0 .. (the tile's last row's causal limit)/kKeys (64 keys, or 32 at MT = 2):
 //   load:    cp.async 16-byte chunks of K rows [k_nope_h (from kv) | k_pe (from lat) | zeros to
 //            DQK] and V rows [v_h | zeros to DV] into stage j % 2, issued one tile ahead; keys
 //            ≥ kv_len are zero-filled (and masked);
-//   scores:  S[16 rows][64 keys] per warp = Q·Kᵀ by m16n8k16 MMAs, Q's A fragments held in
-//            registers for the whole block, K's B fragments by ldmatrix (K rows are key-major,
-//            channel-contiguous = the "col" operand);
+//   scores:  S[16·MT rows][kKeys keys] per warp = Q·Kᵀ by m16n8k16 MMAs, Q's A fragments held in
+//            registers for the whole block (MT = 1) or read by ldmatrix per k-step (MT = 2), K's B
+//            fragments by ldmatrix (K rows are key-major, channel-contiguous = the "col" operand),
+//            each used by the MT m-tiles;
 //   softmax: per row, the running max m (raw score units) and a per-thread partial row sum l;
 //            p = 2^(s·scale_log2 − m·scale_log2), rounded to bf16 and packed straight into the
 //            A fragments of P (an m16n8 accumulator pair is an m16k16 A fragment); l adds the
 //            rounded p (exactly the weights P·V applies), so Σ weights / l = 1 up to fp32;
-//   P·V:     O[16][DV] += P·V, V's B fragments by ldmatrix.trans (V rows are key-major).
+//   P·V:     O[16·MT][DV] += P·V, V's B fragments by ldmatrix.trans (V rows are key-major).
 // The causal mask (key > kv_len − q_len + row, or key ≥ kv_len) is applied only on tiles that
 // reach past the tile's first row's limit. Finally O / l (l reduced over the 4 lanes of a row)
 // is written as fp32 for rows < q_len and channels < dv.
-// Shared (dynamic): PrefillShape<DQK, DV>::kSmemBytes = 2·64·(DQK+8 + DV+8)·2 bytes (DeepSeek's
-// 192/128: 86,016 bytes, two blocks per SM; 64/64: 36,864 bytes); Q [64][DQK+8] bf16 is staged
-// in K stage 1 before tile 1's copies are issued.
+// Shared (dynamic): PrefillShape<DQK, DV, MT>::kSmemBytes: 64/64/1 36,864 bytes (64-key tiles, Q
+// staged in K stage 1 before tile 1's copies are issued); DeepSeek's 192/128/2 94,208 bytes
+// (32-key tiles, Q [128][200] bf16 of its own); two blocks per SM either way.
 // Preconditions (mla_prefill checks them): dn, dr, dv, r multiples of 8, dn + dr ≤ DQK, dv ≤ DV,
 // kv / lat / q / out rows as documented in MlaPrefillArgs with 16-byte aligned bases, q_len ≥ 1,
 // kv_len ≥ q_len, softmax scale > 0.
-template <int DQK, int DV>
+template <int DQK, int DV, int MT>
 __global__ void __launch_bounds__(kThreads, 2) mla_prefill_kernel(const __grid_constant__ PrefillParams p) {
-  using Shape = PrefillShape<DQK, DV>;
-  constexpr int kQkStride = Shape::kQkStride, kVStride = Shape::kVStride;
+  using Shape = PrefillShape<DQK, DV, MT>;
+  constexpr int kQkStride = Shape::kQkStride, kVStride = Shape::kVStride, kRows = Shape::kRows, kKeys = Shape::kKeys;
   extern __shared__ __align__(16) unsigned char prefill_smem[];
   bf16* sk = reinterpret_cast<bf16*>(prefill_smem);  // [2][64][kQkStride] K ring
   bf16* sv = sk + kStages * Shape::kKTile;            // [2][64][kVStride] V ring
-  bf16* sq = sk + Shape::kKTile;                      // [64][kQkStride] Q, until tile 1 loads
+  bf16* sq = MT == 1 ? sk + Shape::kKTile : sv + kStages * Shape::kVTile;  // [kRows][kQkStride] Q
 
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int h = blockIdx.x, tile = blockIdx.y;
@@ -162,8 +169,8 @@ __global__ void __launch_bounds__(kThreads, 2) mla_prefill_kernel(const __grid_c
   };
   load_kv(0);
 
-  // Q tile → bf16 in shared memory (rows ≥ q_len and channels ≥ dn + dr as zeros), then each
-  // warp's 16 rows into A fragments: qf[k] covers channels 16k .. 16k + 15.
+  // Q tile → bf16 in shared memory (rows ≥ q_len and channels ≥ dn + dr as zeros); MT = 1 then
+  // moves each warp's 16 rows into A fragments: qf[k] covers channels 16k .. 16k + 15.
   {
     const int64_t q_ld = static_cast<int64_t>(p.H) * dqk;
     const float* qh = p.q + static_cast<int64_t>(sq_info.q_row0 + i0) * q_ld + static_cast<int64_t>(h) * dqk;
@@ -175,96 +182,126 @@ __global__ void __launch_bounds__(kThreads, 2) mla_prefill_kernel(const __grid_c
     }
   }
   __syncthreads();
-  uint32_t qf[DQK / 16][4];  // [k-step][a0..a3] Q fragments of rows 16·warp .. +15
+  uint32_t qf[MT == 1 ? DQK / 16 : 1][4];  // MT = 1: [k-step][a0..a3] Q fragments of rows 16·warp .. +15
+  if constexpr (MT == 1) {
 #pragma unroll
-  for (int k = 0; k < DQK / 16; ++k)
-    ldmatrix_x4<true>(qf[k], smem_u32(sq + (16 * warp + lane % 16) * kQkStride + 16 * k + 8 * (lane / 16)));
+    for (int k = 0; k < DQK / 16; ++k)
+      ldmatrix_x4<true>(qf[k], smem_u32(sq + (16 * warp + lane % 16) * kQkStride + 16 * k + 8 * (lane / 16)));
+  }
+  // MT = 2: this lane's ldmatrix row address of m-tile 0 (m-tile 1: 16 rows further).
+  const uint32_t q_addr = smem_u32(sq + (16 * MT * warp + lane % 16) * kQkStride + 8 * (lane / 16));
 
   const int g = lane / 4, qd = lane % 4;
-  const int row_lo = i0 + 16 * warp + g, row_hi = row_lo + 8;
-  // Last visible key of rows g and g + 8 (rows past q_len: the last key, so nothing is NaN).
-  const int lim_lo = min(first_pos + row_lo, kv_len - 1), lim_hi = min(first_pos + row_hi, kv_len - 1);
   const float sl2 = p.scale_log2;
-  float m_lo = -INFINITY, m_hi = -INFINITY;  // running max (raw scores) of rows g, g + 8
-  float l_lo = 0.0f, l_hi = 0.0f;            // this thread's partial Σ p of rows g, g + 8
-  float o[DV / 8][4] = {};                   // O [16 rows][DV] accumulator fragments
+  int lim_lo[MT], lim_hi[MT], row_lo[MT];
+  float m_lo[MT], m_hi[MT], l_lo[MT], l_hi[MT];  // running max (raw scores), this thread's partial Σ p
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    row_lo[mt] = i0 + 16 * (MT * warp + mt) + g;
+    // Last visible key of rows g and g + 8 (rows past q_len: the last key, so nothing is NaN).
+    lim_lo[mt] = min(first_pos + row_lo[mt], kv_len - 1);
+    lim_hi[mt] = min(first_pos + row_lo[mt] + 8, kv_len - 1);
+    m_lo[mt] = m_hi[mt] = -INFINITY;
+    l_lo[mt] = l_hi[mt] = 0.0f;
+  }
+  float o[MT][DV / 8][4] = {};  // O [16·MT rows][DV] accumulator fragments
 
   for (int j = 0; j < n_tiles; ++j) {
     cp_async_wait<0>();  // this thread's copies of tile j have landed
-    __syncthreads();     // everyone's have; stage (j + 1) % 2 (and Q, at j = 0) is no longer read
+    __syncthreads();     // everyone's have; stage (j + 1) % 2 (and Q, at j = 0, MT = 1) is no longer read
     if (j + 1 < n_tiles) load_kv(j + 1);
     const bf16* kt = sk + (j % kStages) * Shape::kKTile;
     const bf16* vt = sv + (j % kStages) * Shape::kVTile;
 
-    float s[kKeys / 8][4] = {};  // S [16 rows][64 keys]: n-tile n = keys 8n .. 8n + 7
+    float s[MT][kKeys / 8][4] = {};  // S [16·MT rows][kKeys keys]: n-tile n = keys 8n .. 8n + 7
 #pragma unroll
     for (int kc = 0; kc < DQK; kc += 32) {
+      uint32_t qa[MT][2][4];  // A fragments of channels kc .. kc + 15 and kc + 16 .. kc + 31
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          if constexpr (MT == 1) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) qa[mt][x][e] = qf[kc / 16 + x][e];
+          } else {
+            ldmatrix_x4(qa[mt][x], q_addr + 2 * (16 * mt * kQkStride + kc + 16 * x));
+          }
+        }
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n) {
         uint32_t kb[4];  // b0, b1 of channels kc .. kc + 15, then of kc + 16 .. kc + 31
         ldmatrix_x4(kb, smem_u32(kt + (8 * n + lane % 8) * kQkStride + kc + 8 * (lane / 8)));
-        mma_bf16_16816(s[n], qf[kc / 16], kb[0], kb[1]);
-        mma_bf16_16816(s[n], qf[kc / 16 + 1], kb[2], kb[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_bf16_16816(s[mt][n], qa[mt][0], kb[0], kb[1]);
+          mma_bf16_16816(s[mt][n], qa[mt][1], kb[2], kb[3]);
+        }
       }
     }
 
     const int key0 = j * kKeys;
-    if (key0 + kKeys - 1 > first_pos + i0) {  // the tile reaches past some row's last key
+    uint32_t pa[MT][kKeys / 16][4];  // P as A fragments: k-step kk = keys 16kk .. 16kk + 15
 #pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n)
+    for (int mt = 0; mt < MT; ++mt) {
+      if (key0 + kKeys - 1 > first_pos + i0) {  // the tile reaches past some row's last key
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key0 + 8 * n + 2 * qd + (e & 1);
-          if (key > (e < 2 ? lim_lo : lim_hi)) s[n][e] = -INFINITY;
-        }
-    }
+        for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key0 + 8 * n + 2 * qd + (e & 1);
+            if (key > (e < 2 ? lim_lo[mt] : lim_hi[mt])) s[mt][n][e] = -INFINITY;
+          }
+      }
 
-    float mx_lo = m_lo, mx_hi = m_hi;
+      float mx_lo = m_lo[mt], mx_hi = m_hi[mt];
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
-      mx_lo = fmaxf(mx_lo, fmaxf(s[n][0], s[n][1]));
-      mx_hi = fmaxf(mx_hi, fmaxf(s[n][2], s[n][3]));
-    }
+      for (int n = 0; n < kKeys / 8; ++n) {
+        mx_lo = fmaxf(mx_lo, fmaxf(s[mt][n][0], s[mt][n][1]));
+        mx_hi = fmaxf(mx_hi, fmaxf(s[mt][n][2], s[mt][n][3]));
+      }
 #pragma unroll
-    for (int x = 1; x < 4; x <<= 1) {  // the 4 lanes of a row
-      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, x));
-      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, x));
-    }
-    // The subtracted max in exp2 units; a row with no visible key yet (max −inf, which cannot
-    // happen since key 0 is in tile 0 and every row sees it) subtracts 0 rather than −inf, so
-    // e^(−inf − m) = 0 and never −inf − (−inf) = NaN.
-    const float ms_lo = mx_lo == -INFINITY ? 0.0f : mx_lo * sl2;
-    const float ms_hi = mx_hi == -INFINITY ? 0.0f : mx_hi * sl2;
-    // Rescale of the old state: 0 on the first tile (m = −inf); exactly 1 when the max is
-    // unchanged (selected, not left to ex2.approx), so a tile wholly past a row's limit (p = +0,
-    // adding exact zeros) leaves its O and l bit-identical: chunk invariance.
-    const float corr_lo = mx_lo == m_lo ? 1.0f : fast_exp2(m_lo * sl2 - ms_lo);
-    const float corr_hi = mx_hi == m_hi ? 1.0f : fast_exp2(m_hi * sl2 - ms_hi);
-    m_lo = mx_lo;
-    m_hi = mx_hi;
+      for (int x = 1; x < 4; x <<= 1) {  // the 4 lanes of a row
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, x));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, x));
+      }
+      // The subtracted max in exp2 units; a row with no visible key yet (max −inf, which cannot
+      // happen since key 0 is in tile 0 and every row sees it) subtracts 0 rather than −inf, so
+      // e^(−inf − m) = 0 and never −inf − (−inf) = NaN.
+      const float ms_lo = mx_lo == -INFINITY ? 0.0f : mx_lo * sl2;
+      const float ms_hi = mx_hi == -INFINITY ? 0.0f : mx_hi * sl2;
+      // Rescale of the old state: 0 on the first tile (m = −inf); exactly 1 when the max is
+      // unchanged (selected, not left to ex2.approx), so a tile wholly past a row's limit (p = +0,
+      // adding exact zeros) leaves its O and l bit-identical: chunk invariance.
+      const float corr_lo = mx_lo == m_lo[mt] ? 1.0f : fast_exp2(m_lo[mt] * sl2 - ms_lo);
+      const float corr_hi = mx_hi == m_hi[mt] ? 1.0f : fast_exp2(m_hi[mt] * sl2 - ms_hi);
+      m_lo[mt] = mx_lo;
+      m_hi[mt] = mx_hi;
 
-    uint32_t pa[kKeys / 16][4];  // P as A fragments: k-step kk = keys 16kk .. 16kk + 15
-    float ps_lo = 0.0f, ps_hi = 0.0f;
+      float ps_lo = 0.0f, ps_hi = 0.0f;
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
-      const uint32_t lo = pack_bf16x2(fast_exp2(fmaf(s[n][0], sl2, -ms_lo)), fast_exp2(fmaf(s[n][1], sl2, -ms_lo)));
-      const uint32_t hi = pack_bf16x2(fast_exp2(fmaf(s[n][2], sl2, -ms_hi)), fast_exp2(fmaf(s[n][3], sl2, -ms_hi)));
-      const float2 flo = unpack_bf16x2(lo), fhi = unpack_bf16x2(hi);
-      ps_lo += flo.x + flo.y;
-      ps_hi += fhi.x + fhi.y;
-      // m16n8 C (rows g / g+8, keys 2qd, +1 of n-tile n) → m16k16 A: a0/a1 = n-tile 2kk's rows
-      // g / g+8, a2/a3 = n-tile 2kk + 1's.
-      pa[n / 2][2 * (n % 2)] = lo;
-      pa[n / 2][2 * (n % 2) + 1] = hi;
-    }
-    l_lo = l_lo * corr_lo + ps_lo;
-    l_hi = l_hi * corr_hi + ps_hi;
+      for (int n = 0; n < kKeys / 8; ++n) {
+        const uint32_t lo =
+            pack_bf16x2(fast_exp2(fmaf(s[mt][n][0], sl2, -ms_lo)), fast_exp2(fmaf(s[mt][n][1], sl2, -ms_lo)));
+        const uint32_t hi =
+            pack_bf16x2(fast_exp2(fmaf(s[mt][n][2], sl2, -ms_hi)), fast_exp2(fmaf(s[mt][n][3], sl2, -ms_hi)));
+        const float2 flo = unpack_bf16x2(lo), fhi = unpack_bf16x2(hi);
+        ps_lo += flo.x + flo.y;
+        ps_hi += fhi.x + fhi.y;
+        // m16n8 C (rows g / g+8, keys 2qd, +1 of n-tile n) → m16k16 A: a0/a1 = n-tile 2kk's rows
+        // g / g+8, a2/a3 = n-tile 2kk + 1's.
+        pa[mt][n / 2][2 * (n % 2)] = lo;
+        pa[mt][n / 2][2 * (n % 2) + 1] = hi;
+      }
+      l_lo[mt] = l_lo[mt] * corr_lo + ps_lo;
+      l_hi[mt] = l_hi[mt] * corr_hi + ps_hi;
 #pragma unroll
-    for (int d = 0; d < DV / 8; ++d) {
-      o[d][0] *= corr_lo;
-      o[d][1] *= corr_lo;
-      o[d][2] *= corr_hi;
-      o[d][3] *= corr_hi;
+      for (int d = 0; d < DV / 8; ++d) {
+        o[mt][d][0] *= corr_lo;
+        o[mt][d][1] *= corr_lo;
+        o[mt][d][2] *= corr_hi;
+        o[mt][d][3] *= corr_hi;
+      }
     }
 
 #pragma unroll
@@ -274,29 +311,37 @@ __global__ void __launch_bounds__(kThreads, 2) mla_prefill_kernel(const __grid_c
         uint32_t vb[4];  // b0, b1 of value channels 16pr .. +7, then of 16pr + 8 .. +15
         ldmatrix_x4_trans(vb, smem_u32(vt + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * kVStride + 16 * pr +
                                        8 * (lane / 16)));
-        mma_bf16_16816(o[2 * pr], pa[kk], vb[0], vb[1]);
-        mma_bf16_16816(o[2 * pr + 1], pa[kk], vb[2], vb[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_bf16_16816(o[mt][2 * pr], pa[mt][kk], vb[0], vb[1]);
+          mma_bf16_16816(o[mt][2 * pr + 1], pa[mt][kk], vb[2], vb[3]);
+        }
       }
     }
   }
 
-#pragma unroll
-  for (int x = 1; x < 4; x <<= 1) {
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, x);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, x);
-  }
-  // l ≥ the bf16 of e^0 = 1 (the row's max key), so the division is safe for real rows.
-  const float inv_lo = l_lo > 0.0f ? 1.0f / l_lo : 0.0f, inv_hi = l_hi > 0.0f ? 1.0f / l_hi : 0.0f;
   const int64_t o_ld = static_cast<int64_t>(p.H) * dv;
   float* out_h = p.out + static_cast<int64_t>(sq_info.q_row0) * o_ld + static_cast<int64_t>(h) * dv;
 #pragma unroll
-  for (int d = 0; d < DV / 8; ++d) {
-    const int c = 8 * d + 2 * qd;
-    if (8 * d >= dv) break;  // dv is a multiple of 8: n-tile d is all in or all out
-    if (row_lo < q_len)
-      *reinterpret_cast<float2*>(out_h + row_lo * o_ld + c) = make_float2(o[d][0] * inv_lo, o[d][1] * inv_lo);
-    if (row_hi < q_len)
-      *reinterpret_cast<float2*>(out_h + row_hi * o_ld + c) = make_float2(o[d][2] * inv_hi, o[d][3] * inv_hi);
+  for (int mt = 0; mt < MT; ++mt) {
+    float ll = l_lo[mt], lh = l_hi[mt];
+#pragma unroll
+    for (int x = 1; x < 4; x <<= 1) {
+      ll += __shfl_xor_sync(0xffffffffu, ll, x);
+      lh += __shfl_xor_sync(0xffffffffu, lh, x);
+    }
+    // l ≥ the bf16 of e^0 = 1 (the row's max key), so the division is safe for real rows.
+    const float inv_lo = ll > 0.0f ? 1.0f / ll : 0.0f, inv_hi = lh > 0.0f ? 1.0f / lh : 0.0f;
+    const int rlo = row_lo[mt], rhi = rlo + 8;
+#pragma unroll
+    for (int d = 0; d < DV / 8; ++d) {
+      const int c = 8 * d + 2 * qd;
+      if (8 * d >= dv) break;  // dv is a multiple of 8: n-tile d is all in or all out
+      if (rlo < q_len)
+        *reinterpret_cast<float2*>(out_h + rlo * o_ld + c) = make_float2(o[mt][d][0] * inv_lo, o[mt][d][1] * inv_lo);
+      if (rhi < q_len)
+        *reinterpret_cast<float2*>(out_h + rhi * o_ld + c) = make_float2(o[mt][d][2] * inv_hi, o[mt][d][3] * inv_hi);
+    }
   }
 }
 
@@ -308,20 +353,23 @@ int prefill_instance(int64_t dqk, int64_t dv) {
   return 0;
 }
 
-template <int DQK, int DV>
+template <int DQK, int DV, int MT>
 void launch_prefill(const PrefillParams& pp, int64_t n_tiles, cudaStream_t s) {
   // Once per process (the attribute is the function's; the first call is a prefill step, never
   // inside a graph capture).
   static const bool attr_set = [] {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_prefill_kernel<DQK, DV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(PrefillShape<DQK, DV>::kSmemBytes)));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_prefill_kernel<DQK, DV, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(PrefillShape<DQK, DV, MT>::kSmemBytes)));
     return true;
   }();
   (void)attr_set;
-  mla_prefill_kernel<DQK, DV><<<dim3(static_cast<unsigned>(pp.H), static_cast<unsigned>(n_tiles)), kThreads,
-                                PrefillShape<DQK, DV>::kSmemBytes, s>>>(pp);
+  mla_prefill_kernel<DQK, DV, MT><<<dim3(static_cast<unsigned>(pp.H), static_cast<unsigned>(n_tiles)), kThreads,
+                                    PrefillShape<DQK, DV, MT>::kSmemBytes, s>>>(pp);
   DI_CUDA_LAUNCHED();
 }
+
+// Query rows per block of the instance for these head dims.
+int64_t prefill_rows(int instance) { return instance == 1 ? PrefillShape<64, 64, 1>::kRows : PrefillShape<192, 128, 2>::kRows; }
 
 }  // namespace
 
@@ -349,6 +397,8 @@ void mla_prefill(const MlaPrefillArgs& a, cudaStream_t s) {
   pp.r = static_cast<int32_t>(a.r);
   pp.ld_lat = static_cast<int32_t>(a.ld_lat);
   pp.scale_log2 = a.scale * 1.4426950408889634f;  // log2(e)
+  const int instance = prefill_instance(a.dn + a.dr, a.dv);
+  const int64_t rows_per_tile = prefill_rows(instance);
   int64_t n_tiles = 0;
   for (int64_t i = 0; i < a.n_seqs; ++i) {
     const MlaPrefillSeq& q = a.seqs[i];
@@ -357,14 +407,14 @@ void mla_prefill(const MlaPrefillArgs& a, cudaStream_t s) {
     pp.seqs[pp.n_seqs] = q;
     pp.tile0[pp.n_seqs] = static_cast<int32_t>(n_tiles);
     ++pp.n_seqs;
-    n_tiles += (q.q_len + kRows - 1) / kRows;
+    n_tiles += (q.q_len + rows_per_tile - 1) / rows_per_tile;
   }
   if (n_tiles == 0) return;
   DI_CUDA_REQUIRE_MSG(n_tiles <= 65535, "MLA prefill: more than 65535 row tiles in one launch");
-  if (prefill_instance(a.dn + a.dr, a.dv) == 1)
-    launch_prefill<64, 64>(pp, n_tiles, s);
+  if (instance == 1)
+    launch_prefill<64, 64, 1>(pp, n_tiles, s);
   else
-    launch_prefill<192, 128>(pp, n_tiles, s);
+    launch_prefill<192, 128, 2>(pp, n_tiles, s);
 }
 
 }  // namespace deepinfer::cuda
