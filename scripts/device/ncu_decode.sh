@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: builds `deepinfer` and profiles the decode kernels of one V2-Lite step with
 # Nsight Compute (per-kernel duration, DRAM and SM throughput), eager (no graphs).
-# Usage: bash scripts/device/ncu_decode.sh [KERNEL_REGEX] [BATCHES]   (defaults: "mla|gemv|route", "1 256")
+# Usage: bash scripts/device/ncu_decode.sh [KERNEL_REGEX] [BATCHES] [DTYPE] [COUNT] [SKIP]
+#        (defaults: "mla|gemv|route", "1 256", bf16, 60 launches after skipping 200)
 set -uo pipefail
 source "$(dirname "$0")/build_device.sh"
 device_build deepinfer
@@ -9,13 +10,14 @@ regex=${1:-mla|gemv|route}
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 echo "ncu: $NCU"
 for b in ${2:-1 256}; do
-  # Skip the first 200 matching launches (limits measurement and warm-up), profile 60.
-  timeout 240 "$NCU" --clock-control none -k "regex:$regex" --launch-skip 200 --launch-count 60 \
+  # Skip the first SKIP matching launches (limits measurement and warm-up), profile COUNT.
+  timeout 240 "$NCU" --clock-control none -k "regex:$regex" --launch-skip 200 --launch-count "${4:-60}" \
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread \
-    build-device/src/tools/deepinfer bench --config bench/configs/deepseek_v2_lite.json --prefill "" \
-    --decode-batch "$b" --steps 2 --warmup 2 --no-graphs > "$OUT/ncu_b$b.log" 2>&1
+    build-device/src/tools/deepinfer bench --config bench/configs/deepseek_v2_lite.json --dtype "${3:-bf16}" \
+    --prefill "" \
+    --decode-batch "$b" --steps 2 --warmup 2 --no-graphs > "$OUT/ncu_${3:-bf16}_b$b.log" 2>&1
   echo "== B=$b rc=$?"
-  python3 - "$OUT/ncu_b$b.log" <<'PY'
+  python3 - "$OUT/ncu_${3:-bf16}_b$b.log" <<'PY'
 import re, sys, collections
 txt = open(sys.argv[1]).read()
 blocks = re.split(r'\n  (?=\S.*\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\))', txt)

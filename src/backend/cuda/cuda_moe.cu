@@ -337,11 +337,49 @@ __global__ void permute_kernel(const float* x, const int32_t* perm, int64_t k, i
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) xa[i * D + j] = __float2bfloat16(x[t * D + j]);
 }
 
-__global__ void combine_kernel(const float* y, const int32_t* inv, const float* w, int64_t k, int64_t D, float* out) {
+// out[t] = Σ_s w[t, s] · y[inv[t, s]] in slot order s = 0 .. k−1 (deterministic). For k ≤
+// kCombineMaxK the token's k weights and rows are read once into shared memory (the output
+// cannot alias them, so nothing is re-read per column), then float4 columns (vec);
+// larger k reads them per column. vec: D % 4 == 0 and y, out 16-byte aligned. The same
+// per-element arithmetic on every path.
+constexpr int kCombineMaxK = 16;
+__global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ inv,
+                               const float* __restrict__ w, int64_t k, int64_t D, bool vec,
+                               float* __restrict__ out) {
+  __shared__ float sw[kCombineMaxK];
+  __shared__ int64_t srow[kCombineMaxK];
   const int64_t t = blockIdx.x;
+  if (k > kCombineMaxK) {
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+      float acc = 0;
+      for (int64_t s = 0; s < k; ++s) acc += w[t * k + s] * y[static_cast<int64_t>(inv[t * k + s]) * D + j];
+      out[t * D + j] = acc;
+    }
+    return;
+  }
+  if (threadIdx.x < k) {
+    sw[threadIdx.x] = w[t * k + threadIdx.x];
+    srow[threadIdx.x] = static_cast<int64_t>(inv[t * k + threadIdx.x]) * D;
+  }
+  __syncthreads();
+  if (vec) {
+    for (int64_t j = 4 * threadIdx.x; j < D; j += 4 * blockDim.x) {
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+      for (int64_t s = 0; s < k; ++s) {
+        const float4 v = *reinterpret_cast<const float4*>(y + srow[s] + j);
+        acc.x += sw[s] * v.x;
+        acc.y += sw[s] * v.y;
+        acc.z += sw[s] * v.z;
+        acc.w += sw[s] * v.w;
+      }
+      *reinterpret_cast<float4*>(out + t * D + j) = acc;
+    }
+    return;
+  }
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
     float acc = 0;
-    for (int64_t s = 0; s < k; ++s) acc += w[t * k + s] * y[static_cast<int64_t>(inv[t * k + s]) * D + j];
+    for (int64_t s = 0; s < k; ++s) acc += sw[s] * y[srow[s] + j];
     out[t * D + j] = acc;
   }
 }
@@ -1086,7 +1124,9 @@ void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void
   silu_mul(h13, R, a.I, act, Elem::kBF16, s);
   auto* y = static_cast<float*>(get(sizeof(float) * R * a.D));
   gemm(act, a.I, a.w2, a.w2_scale, a.D, y);
-  combine_kernel<<<static_cast<unsigned>(a.T), 256, 0, s>>>(y, inv, a.weights, a.k, a.D, a.out);
+  const bool vec =
+      a.D % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+  combine_kernel<<<static_cast<unsigned>(a.T), 256, 0, s>>>(y, inv, a.weights, a.k, a.D, vec, a.out);
   DI_CUDA_LAUNCHED();
 }
 
