@@ -1351,6 +1351,37 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #endif
 }
 
+// The weights w_s = e^{m_s − M} / Σ_s' e^{m_s' − M} l_s' of (selected row i, head h)'s splits into
+// w[0..n_splits) (M = max m_s over non-empty splits; empty ones weigh 0), by one warp: lane l
+// takes splits l + 32x, Σ as the lane's terms in split order then a butterfly — the one weight
+// rule of every merge (mla_apply_uv_kernel, mla_merge_kernel, mla_apply_tc_kernel), so a row's
+// weights do not depend on the launch beyond n_splits (and not on it at all when the extra
+// splits are empty: they add exact zeros).
+__device__ __forceinline__ void merge_weights(const DecodePlan& pl, int64_t i, int64_t h, int lane, float* w) {
+  constexpr int kSplitsPerLane = kMaxSplits / 32;
+  const int n_splits = pl.n_splits;
+  float2 st[kSplitsPerLane];
+  float m = -INFINITY;
+#pragma unroll
+  for (int x = 0; x < kSplitsPerLane; ++x) {
+    const int s = lane + 32 * x;
+    st[x] = s < n_splits ? pl.part_ml[(static_cast<int64_t>(s) * pl.a.n_rows + i) * pl.a.H + h]
+                         : make_float2(-INFINITY, 0.0f);
+    if (st[x].y > 0.0f) m = fmaxf(m, st[x].x);
+  }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float e[kSplitsPerLane], l = 0.0f;
+#pragma unroll
+  for (int x = 0; x < kSplitsPerLane; ++x) {
+    e[x] = st[x].y > 0.0f ? __expf(st[x].x - m) : 0.0f;
+    l = fmaf(e[x], st[x].y, l);
+  }
+  l = warp_sum(l);
+#pragma unroll
+  for (int x = 0; x < kSplitsPerLane; ++x)
+    if (lane + 32 * x < n_splits) w[lane + 32 * x] = e[x] / l;
+}
+
 // out[row(i), h, n] = Σ_c o_lat[i, h, c] · W_UV_h[n, c], with o_lat the merge of the splits:
 // o_lat = Σ_s w_s · acc_s, w_s = e^{m_s − M} / Σ_s' e^{m_s' − M} l_s' (M = max m_s over non-empty
 // splits; empty ones weigh 0 and are not read), summed in split order.
@@ -1383,29 +1414,7 @@ __global__ void __launch_bounds__(kThreads) mla_apply_uv_kernel(DecodePlan pl, i
   const int64_t r4 = (a.r + 3) / 4 * 4;
   const int n_splits = pl.n_splits;
   if (t < kGemmRows) srow[t] = t < rows ? selected_row(pl, i0 + t) : -1;
-  constexpr int kSplitsPerLane = kMaxSplits / 32;
-  for (int ii = warp; ii < rows; ii += kWarps) {
-    float2 st[kSplitsPerLane];  // the row's split states, all loaded at once (one L2 round trip)
-    float m = -INFINITY;
-#pragma unroll
-    for (int x = 0; x < kSplitsPerLane; ++x) {
-      const int s = lane + 32 * x;
-      st[x] = s < n_splits ? pl.part_ml[(static_cast<int64_t>(s) * a.n_rows + i0 + ii) * a.H + h]
-                           : make_float2(-INFINITY, 0.0f);
-      if (st[x].y > 0.0f) m = fmaxf(m, st[x].x);
-    }
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float e[kSplitsPerLane], l = 0.0f;
-#pragma unroll
-    for (int x = 0; x < kSplitsPerLane; ++x) {
-      e[x] = st[x].y > 0.0f ? __expf(st[x].x - m) : 0.0f;
-      l = fmaf(e[x], st[x].y, l);
-    }
-    l = warp_sum(l);
-#pragma unroll
-    for (int x = 0; x < kSplitsPerLane; ++x)
-      if (lane + 32 * x < n_splits) swt[ii][lane + 32 * x] = e[x] / l;
-  }
+  for (int ii = warp; ii < rows; ii += kWarps) merge_weights(pl, i0 + ii, h, lane, swt[ii]);
   __syncthreads();
   for (int64_t e = t; e < rows * r4; e += kThreads) {
     const int64_t ii = e / r4, c = e % r4;
@@ -1546,36 +1555,6 @@ __global__ void __launch_bounds__(kGemmThreads) mla_absorb_tc_kernel(DecodePlan 
         *reinterpret_cast<float2*>(pl.q_lat + ((i0 + ii) * a.H + h) * kTcRank + n0 + 8 * j + 2 * (lane % 4)) =
             make_float2(acc[j][2 * half], acc[j][2 * half + 1]);
     }
-}
-
-// The weights w_s = e^{m_s − M} / Σ_s' e^{m_s' − M} l_s' of (selected row i, head h)'s splits into
-// w[0..n_splits) (M = max m_s over non-empty splits; empty ones weigh 0), by one warp: lane l
-// takes splits l + 32x, Σ as the lane's terms in split order then a butterfly — mla_apply_uv's
-// arithmetic, so a row's weights do not depend on the launch beyond n_splits (and not on it at
-// all when the extra splits are empty: they add exact zeros).
-__device__ __forceinline__ void merge_weights(const DecodePlan& pl, int64_t i, int64_t h, int lane, float* w) {
-  constexpr int kSplitsPerLane = kMaxSplits / 32;
-  const int n_splits = pl.n_splits;
-  float2 st[kSplitsPerLane];
-  float m = -INFINITY;
-#pragma unroll
-  for (int x = 0; x < kSplitsPerLane; ++x) {
-    const int s = lane + 32 * x;
-    st[x] = s < n_splits ? pl.part_ml[(static_cast<int64_t>(s) * pl.a.n_rows + i) * pl.a.H + h]
-                         : make_float2(-INFINITY, 0.0f);
-    if (st[x].y > 0.0f) m = fmaxf(m, st[x].x);
-  }
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  float e[kSplitsPerLane], l = 0.0f;
-#pragma unroll
-  for (int x = 0; x < kSplitsPerLane; ++x) {
-    e[x] = st[x].y > 0.0f ? __expf(st[x].x - m) : 0.0f;
-    l = fmaf(e[x], st[x].y, l);
-  }
-  l = warp_sum(l);
-#pragma unroll
-  for (int x = 0; x < kSplitsPerLane; ++x)
-    if (lane + 32 * x < n_splits) w[lane + 32 * x] = e[x] / l;
 }
 
 // The merged o_lat of 4 channels: Σ over split lanes L = 0..15 in order of (Σ over the splits
