@@ -11,9 +11,14 @@
 //                 the softmax state (max, sum);
 //      apply_uv:  merges the splits in split order (exact online-softmax merge) and writes
 //                 out = W_UV · o_lat to the selected rows only.
-//    For r = 512, dr = 64 (DeepSeek) the split step is by default mla_split_tc_kernel instead: the
-//    same outputs from bf16 mma.sync tiles (bf16 q̃, q_pe and P; fp32 scores, state and o_lat),
-//    16 or 64 heads per block, a cp.async latent pipeline (MlaDecodeArgs::kernel forces either).
+//    For r = 512, dr = 64 (DeepSeek) the split step is by default a tensor-core kernel instead:
+//    the same outputs from bf16 mma.sync tiles (bf16 q̃, q_pe and P; fp32 scores, state and
+//    o_lat) — mla_split_ws_kernel (default split rule, H < 64, sm_90a: a TMA producer warp and
+//    two consumer warp groups over a 5-deep ring of swizzled 32-key tiles) or
+//    mla_split_tc_kernel (16 or 64 heads per block, a cp.async latent pipeline); with them,
+//    absorb and W_UV are per-head bf16 mma.sync GEMMs (mla_absorb_tc_kernel, mla_apply_tc_kernel)
+//    and more than 4 splits are merged by mla_merge_kernel first (MlaDecodeArgs::kernel forces
+//    a family).
 //    Graph-safe: grids, n_splits and scratch sizes depend only on (n_rows, H, r, dn, dv, SM
 //    count), fixed per batch size of decode-only steps; each split's key range is computed on the
 //    device from kv_len. Deterministic: no atomics, every reduction in a fixed order; a row's
