@@ -469,6 +469,27 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// Channels c .. c + 3 of [q̃ | q_pe] (r = 512, dr = 64) of head h for selected row i, whose row of
+// q is `row`: q̃ from the absorb step's scratch, q_pe from q.
+__device__ __forceinline__ float4 q_chunk(const DecodePlan& pl, int64_t i, int64_t row, int64_t h, int c) {
+  const MlaDecodeArgs& a = pl.a;
+  if (c < kTcRank) return *reinterpret_cast<const float4*>(pl.q_lat + (i * a.H + h) * kTcRank + c);
+  const float* qp = a.q + (row * a.H + h) * (a.dn + a.dr) + a.dn + (c - kTcRank);
+  return make_float4(qp[0], qp[1], qp[2], qp[3]);
+}
+
+// The one-row split kernels' q tile: sq [n_heads][kTcStride] bf16, row qh = [q̃ | q_pe] of head
+// h0 + qh (zero for heads ≥ H: their scores are 0 and unused), by threads t = 0 .. n_threads − 1.
+__device__ __forceinline__ void stage_q_tile(const DecodePlan& pl, int64_t i, int64_t row, int64_t h0, int n_heads,
+                                             bf16* sq, int t, int n_threads) {
+  for (int e = t; e < n_heads * (kTcWidth / 4); e += n_threads) {
+    const int qh = e / (kTcWidth / 4), c = 4 * (e % (kTcWidth / 4));
+    const int64_t h = h0 + qh;
+    const float4 v = h < pl.a.H ? q_chunk(pl, i, row, h, c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    *reinterpret_cast<uint2*>(sq + qh * kTcStride + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+  }
+}
+
 // One (row, head)'s online-softmax step over a 32-key tile, by the kTph consecutive lanes that own
 // it (hj = its lane % kTph; thread hj takes keys hj + kTph·x). Key k's score is its kSplitK
 // partials red[kh·red_split + k] added in kh order from 0, times scale; keys k ≥ n_valid score
@@ -592,22 +613,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_tc_kernel(DecodePlan pl
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) load_tile(st);
 
-  // q tile: [q̃ | q_pe] per head in bf16, zero for heads ≥ H (their scores are 0 and unused).
-  const int64_t dqk = a.dn + a.dr;
-  for (int e = t; e < HB * (kTcWidth / 4); e += kThreads) {
-    const int qh = e / (kTcWidth / 4), c = 4 * (e % (kTcWidth / 4));
-    const int64_t h = h0 + qh;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (h < a.H) {
-      if (c < kTcRank) {
-        v = *reinterpret_cast<const float4*>(pl.q_lat + (i * a.H + h) * kTcRank + c);
-      } else {
-        const float* qp = a.q + (row * a.H + h) * dqk + a.dn + (c - kTcRank);
-        v = make_float4(qp[0], qp[1], qp[2], qp[3]);
-      }
-    }
-    *reinterpret_cast<uint2*>(sq + qh * kTcStride + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
-  }
+  stage_q_tile(pl, i, row, h0, HB, sq, t, kThreads);
 
   // Scores: this warp's m-tile, key tiles and channel range; ldmatrix row addresses per lane.
   const int s_mt = MT == 1 ? 0 : warp / 2, s_nt = MT == 1 ? warp % 4 : 2 * (warp % 2);
@@ -950,19 +956,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_rows_kernel(DecodePlan 
   for (int st = 0; st < kRowsStages - 1; ++st) load_tile(st);
 
   // q tile: MMA row 16q + hh = [q̃ | q_pe] of row q, head h0 + hh in bf16 (zero past n_rows or H).
-  const int64_t dqk = a.dn + a.dr;
   for (int e = t; e < kRowsMma * (kTcWidth / 4); e += kThreads) {
     const int m = e / (kTcWidth / 4), c = 4 * (e % (kTcWidth / 4)), q = m / kHeads;
     const int64_t h = h0 + m % kHeads;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (q < n_rows && h < a.H) {
-      if (c < kTcRank) {
-        v = *reinterpret_cast<const float4*>(pl.q_lat + ((i0 + q) * a.H + h) * kTcRank + c);
-      } else {
-        const float* qp = a.q + ((row0 + q) * a.H + h) * dqk + a.dn + (c - kTcRank);
-        v = make_float4(qp[0], qp[1], qp[2], qp[3]);
-      }
-    }
+    const float4 v = q < n_rows && h < a.H ? q_chunk(pl, i0 + q, row0 + q, h, c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     *reinterpret_cast<uint2*>(sq + m * kTcStride + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
   }
 
@@ -1212,22 +1209,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     return;
   }
 
-  // Consumers. q tile: [q̃ | q_pe] per head in bf16, zero for heads ≥ H.
-  const int64_t dqk = a.dn + a.dr;
-  for (int e = t; e < kHeads * (kTcWidth / 4); e += kWsConsumers) {
-    const int qh = e / (kTcWidth / 4), c = 4 * (e % (kTcWidth / 4));
-    const int64_t h = h0 + qh;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (h < a.H) {
-      if (c < kTcRank) {
-        v = *reinterpret_cast<const float4*>(pl.q_lat + (i * a.H + h) * kTcRank + c);
-      } else {
-        const float* qp = a.q + (row * a.H + h) * dqk + a.dn + (c - kTcRank);
-        v = make_float4(qp[0], qp[1], qp[2], qp[3]);
-      }
-    }
-    *reinterpret_cast<uint2*>(sq + qh * kTcStride + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
-  }
+  // Consumers: the q tile, then the tiles.
+  stage_q_tile(pl, i, row, h0, kHeads, sq, t, kWsConsumers);
   named_barrier(kWsBarAll, kWsConsumers);
 
   const int grp = warp / kWsGroupWarps, wg = warp % kWsGroupWarps, tg = t % kWsGroupThreads;
