@@ -39,6 +39,8 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <map>
+#include <tuple>
 
 namespace deepinfer::cuda {
 namespace {
@@ -1810,22 +1812,18 @@ void set_split_smem() {
 }
 
 // The latent cache as a [n_blocks·block_size, 576] bf16 TMA map of [box_rows × 64] boxes with the
-// 128-byte swizzle (mla_split_ws_kernel). The last map is kept: a model's layers share one pool
-// layout, so decode steps re-encode only when the cache pointer changes (one per layer).
+// 128-byte swizzle (mla_split_ws_kernel), encoded once per (cache, rows, box_rows): each layer's
+// cache keeps its map, so eager steps make no driver call per layer (graph replays carry theirs).
 CUtensorMap cache_map(const MlaDecodeArgs& a, int box_rows) {
-  struct Key {
-    const void* p;
-    int64_t rows;
-    int box;
-  };
-  static thread_local Key key{nullptr, 0, 0};
-  static thread_local CUtensorMap map{};
+  using Key = std::tuple<const void*, int64_t, int>;
+  static thread_local std::map<Key, CUtensorMap> maps;
   const int64_t rows = a.n_blocks * a.block_size;
-  if (key.p != a.cache || key.rows != rows || key.box != box_rows) {
-    map = tensor_map_2d(a.cache, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, rows, kTcWidth, kWsBoxCols, box_rows);
-    key = Key{a.cache, rows, box_rows};
-  }
-  return map;
+  const Key key{a.cache, rows, box_rows};
+  auto it = maps.find(key);
+  if (it == maps.end())
+    it = maps.emplace(key, tensor_map_2d(a.cache, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, rows, kTcWidth, kWsBoxCols,
+                                         box_rows)).first;
+  return it->second;
 }
 
 template <int MT>
