@@ -67,6 +67,15 @@ void Backend::copy_to_host_async(const Tensor& src, Tensor& host_dst) {
   std::memcpy(host_dst.raw_data(), src.raw_data(), src.n_bytes());
 }
 
+void Backend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
+                      const SharedExperts& shared, Tensor& out) {
+  moe_experts(x, ids, weights, experts, out);
+  if (shared.mlp == nullptr) return;
+  Tensor s = empty(DType::kF32, {x.size(0), out.size(1)});  // [T, D]
+  mlp(x, *shared.mlp, s);
+  add(out, s);
+}
+
 void Backend::resolve_tokens(Tensor& ids, const Tensor& pending) {
   DI_CHECK(on_host());
   int32_t* id = ids.data<int32_t>();

@@ -179,6 +179,14 @@ class Backend {
   virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const std::vector<MlpWeights>& experts, Tensor& out) = 0;
 
+  // A MoE block's experts: out = moe_experts(x, ids, weights, experts) + mlp(x, *shared.mlp),
+  // the shared term absent when shared.mlp is null. shared.slices, when not empty, hold the same
+  // shared weights cut into experts of the routed width, stacked right after `experts` (device
+  // placements, see deepseek_placement.h): a backend may run them in the routed experts' launch
+  // as extra slots of weight 1 (the same sum up to rounding order). Default: the three ops.
+  virtual void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
+                       const SharedExperts& shared, Tensor& out);
+
   // out = down(silu(gate(x)) * up(x)). x [T, D] F32; out [T, D] F32.
   virtual void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) = 0;
 

@@ -92,4 +92,62 @@ LinearWeight LinearWeight::rows(int64_t n0, int64_t n_rows) const {
   return out;
 }
 
+LinearWeight LinearWeight::columns(int64_t k0, int64_t n_cols) const {
+  DI_CHECK(k0 >= 0 && n_cols >= 0 && k0 + n_cols <= n_in());
+  LinearWeight out = *this;
+  const int64_t n = n_out(), esize = static_cast<int64_t>(dtype_size(dtype()));
+  out.weight = Tensor::empty_host(dtype(), {n, n_cols});
+  const auto* src = static_cast<const uint8_t*>(weight.raw_data());
+  auto* dst = static_cast<uint8_t*>(out.weight.raw_data());
+  for (int64_t r = 0; r < n; ++r)
+    std::memcpy(dst + r * n_cols * esize, src + (r * n_in() + k0) * esize, static_cast<size_t>(n_cols * esize));
+  if (dtype() == DType::kF8E4M3) {
+    DI_CHECK_EQ(k0 % block_k, 0);
+    DI_CHECK(n_cols % block_k == 0 || k0 + n_cols == n_in());
+    const int64_t s_rows = scale_inv.size(0), s_cols = scale_inv.size(1);
+    const int64_t c0 = k0 / block_k, nc = (n_cols + block_k - 1) / block_k;
+    out.scale_inv = Tensor::empty_host(DType::kF32, {s_rows, nc});
+    for (int64_t r = 0; r < s_rows; ++r)
+      std::memcpy(out.scale_inv.data<float>() + r * nc, scale_inv.data<float>() + r * s_cols + c0,
+                  sizeof(float) * static_cast<size_t>(nc));
+  }
+  return out;
+}
+
+LinearWeight concat_columns(const std::vector<const LinearWeight*>& parts) {
+  DI_CHECK(!parts.empty());
+  const LinearWeight& first = *parts[0];
+  const int64_t n = first.n_out(), esize = static_cast<int64_t>(dtype_size(first.dtype()));
+  const bool fp8 = first.dtype() == DType::kF8E4M3;
+  int64_t K = 0, kb = 0;
+  for (const LinearWeight* p : parts) {
+    DI_CHECK(p->n_out() == n && p->dtype() == first.dtype());
+    if (fp8) {
+      DI_CHECK(p->block_n == first.block_n && p->block_k == first.block_k && K % first.block_k == 0);
+      kb += p->scale_inv.size(1);
+    }
+    K += p->n_in();
+  }
+  LinearWeight out = first;
+  out.weight = Tensor::empty_host(first.dtype(), {n, K});
+  if (fp8) out.scale_inv = Tensor::empty_host(DType::kF32, {first.scale_inv.size(0), kb});
+  int64_t k0 = 0, c0 = 0;
+  for (const LinearWeight* p : parts) {
+    const int64_t w = p->n_in();
+    const auto* src = static_cast<const uint8_t*>(p->weight.raw_data());
+    auto* dst = static_cast<uint8_t*>(out.weight.raw_data());
+    for (int64_t r = 0; r < n; ++r)
+      std::memcpy(dst + (r * K + k0) * esize, src + r * w * esize, static_cast<size_t>(w * esize));
+    if (fp8) {
+      const int64_t nc = p->scale_inv.size(1);
+      for (int64_t r = 0; r < out.scale_inv.size(0); ++r)
+        std::memcpy(out.scale_inv.data<float>() + r * kb + c0, p->scale_inv.data<float>() + r * nc,
+                    sizeof(float) * static_cast<size_t>(nc));
+      c0 += nc;
+    }
+    k0 += w;
+  }
+  return out;
+}
+
 }  // namespace deepinfer

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -28,6 +29,15 @@ struct LinearWeight {
   // Rows [n0, n0 + n_rows) as a LinearWeight view (FP8: n0 and, unless it ends the tensor,
   // n_rows must be multiples of block_n, so scale rows stay aligned).
   LinearWeight rows(int64_t n0, int64_t n_rows) const;
+
+  // Columns [k0, k0 + n_cols) as a copy in host memory (the bytes must be readable here; FP8: k0
+  // and, unless they end the tensor, n_cols multiples of block_k, so scale columns stay aligned).
+  LinearWeight columns(int64_t k0, int64_t n_cols) const;
 };
+
+// The parts side by side, [n_out, Σ n_in], as a copy in host memory: the inverse of columns().
+// Preconditions: equal n_out, dtype and block shape; FP8: every part but the last n_in a
+// multiple of block_k.
+LinearWeight concat_columns(const std::vector<const LinearWeight*>& parts);
 
 }  // namespace deepinfer

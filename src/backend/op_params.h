@@ -80,4 +80,10 @@ struct MlpWeights {
   LinearWeight down_proj;  // [hidden, intermediate]
 };
 
+// A MoE block's shared experts (always active, weight 1), see Backend::moe_ffn.
+struct SharedExperts {
+  const MlpWeights* mlp = nullptr;                         // one MLP [n_shared · I wide]; null: none
+  const std::vector<MlpWeights>* slices = nullptr;         // the same as I-wide experts, or null / empty
+};
+
 }  // namespace deepinfer

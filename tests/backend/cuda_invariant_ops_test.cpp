@@ -93,7 +93,10 @@ TEST_F(CudaInvariantOps, MatmulRowsAreBatchInvariant) {
 // MoE experts: every token alone (small kernel, form 3) against the same token among 200
 // (600 routed rows: the tiled kernel), and the two forms forced on one batch.
 TEST_F(CudaInvariantOps, MoeExpertsRowsAreBatchInvariant) {
-  const int64_t E = 9, k = 3, D = 256, I = 192, T = 200;
+  const int64_t E = 9, k = 3, T = 200;
+  // D = 1088, I = 576: K splits in both GEMMs (small_m_gemm's partials then go straight to the
+  // SiLU·mul and the combine, which add them in split order).
+  for (const auto& [D, I] : {std::pair<int64_t, int64_t>{256, 192}, std::pair<int64_t, int64_t>{1088, 576}})
   for (DType dt : {DType::kF32, DType::kF8E4M3}) {
     std::vector<MlpWeights> experts(E);
     std::vector<const LinearWeight*> gu, dn;

@@ -314,6 +314,71 @@ TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
   }
 }
 
+// A MoE block's shared experts run as extra experts of the routed launch (Backend::moe_ffn with
+// the shared MLP's I-wide slices stacked after the routed experts, as place_deepseek_weights
+// lays them out), against the reference's moe_experts + mlp + add, bf16 and FP8: up to 16 tokens
+// (fused: op timing shows the one launch), past them (default mode: the shared MLP on its own)
+// and in the batch-invariant mode (fused at every size; 130 tokens · 5 slots take the radix-sort
+// path with the shared ids appended). Bound 1e-2 as for the MoE experts: bf16 operands (the
+// fused sum adds the slices' down projections as separate terms: fp32 reordering only).
+TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
+  const int64_t D = 256, I = 128, E = 9, k = 3, S = 2;
+  for (DType dt : {DType::kF32, DType::kF8E4M3}) {
+    std::vector<MlpWeights> all(E);
+    for (auto& m : all) {
+      m.gate_proj = host_linear(I, D, dt);
+      m.up_proj = host_linear(I, D, dt);
+      m.down_proj = host_linear(D, I, dt);
+    }
+    const std::vector<MlpWeights> experts(all.begin(), all.end());
+    MlpWeights shared;
+    shared.gate_proj = host_linear(S * I, D, dt);
+    shared.up_proj = host_linear(S * I, D, dt);
+    shared.down_proj = host_linear(D, S * I, dt);
+    for (int64_t s = 0; s < S; ++s)
+      all.push_back({shared.gate_proj.rows(s * I, I), shared.up_proj.rows(s * I, I), shared.down_proj.columns(s * I, I)});
+    const std::vector<MlpWeights> d_all = place_experts(*gpu_, all);
+    const std::vector<MlpWeights> d_routed(d_all.begin(), d_all.begin() + E), d_slices(d_all.begin() + E, d_all.end());
+    MlpWeights d_shared;
+    const LinearWeight gu = gpu_->place_linear({&shared.gate_proj, &shared.up_proj});
+    d_shared.gate_proj = gu.rows(0, S * I);
+    d_shared.up_proj = gu.rows(S * I, S * I);
+    d_shared.down_proj = gpu_->place_linear({&shared.down_proj});
+    for (bool invariant : {false, true}) {
+      gpu_->set_batch_invariant(invariant);
+      for (int64_t T : {1, 2, 31, 130}) {
+        Tensor x = randn({T, D});
+        std::vector<int32_t> ids;
+        Tensor w = Tensor::empty_host(DType::kF32, {T, k});
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t j = 0; j < k; ++j) {
+            ids.push_back(static_cast<int32_t>((t * 5 + j * 3) % E));
+            w.data<float>()[t * k + j] = 0.2f + 0.3f * static_cast<float>(j);
+          }
+        Tensor t_ids = i32(ids).reshape({T, k});
+        Tensor ref_o = Tensor::empty_host(DType::kF32, {T, D});
+        SharedExperts ref_shared;
+        ref_shared.mlp = &shared;
+        ref_.moe_ffn(x, t_ids, w, experts, ref_shared, ref_o);
+        SharedExperts d_sh;
+        d_sh.mlp = &d_shared;
+        d_sh.slices = &d_slices;
+        Tensor d_x = up(x), d_ids = up(t_ids), d_w = up(w), d_o = dev_empty(DType::kF32, {T, D});
+        gpu_->set_op_timing(true);
+        gpu_->moe_ffn(d_x, d_ids, d_w, d_routed, d_sh, d_o);
+        const std::vector<OpTime> times = gpu_->take_op_times();
+        gpu_->set_op_timing(false);
+        const bool fused = std::any_of(times.begin(), times.end(),
+                                       [](const OpTime& o) { return o.op == "moe_experts+shared"; });
+        EXPECT_EQ(fused, invariant || T <= 16) << "T=" << T << " invariant " << invariant;
+        EXPECT_LT(rel_err(down(d_o), ref_o), 1e-2)
+            << "moe_ffn " << dtype_name(dt) << " T=" << T << " invariant " << invariant;
+      }
+    }
+    gpu_->set_batch_invariant(false);
+  }
+}
+
 #ifdef DEEPINFER_HAVE_CUDA
 // Top-2 routing of T tokens over 8 experts with skewed loads: expert 7 gets no rows, expert 6
 // only every 50th token's, experts 0 and 1 most (tiles straddle experts). ids [T·2], w [T, 2]

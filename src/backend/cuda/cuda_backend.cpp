@@ -131,6 +131,11 @@ namespace {
 // kMoePerExpertMinRows rows (prefill), where cuBLAS's tiles win and one host sync is cheap.
 constexpr int64_t kMoeSkinnyMaxRows = 512;
 constexpr int64_t kMoePerExpertMinRows = 64;
+// Default mode: steps of at most this many tokens run the shared experts in the routed experts'
+// launch (moe_ffn), one 16-row pass over their slices. Run s7-2, V2-Lite bf16 decode: B = 1
+// 4.05 → 3.86 ms per step fused; B = 32 11.65 → 11.84 ms (two passes over the slices lose to
+// cuBLAS's one GEMM).
+constexpr int64_t kMoeFusedSharedMaxTokens = 16;
 // Batch-invariant mode: GEMMs of at most this many rows use small_m_gemm (16-row passes over
 // the weights), larger ones the tiled kernel; both fold K identically (bitwise-equal results).
 constexpr int64_t kInvariantSmallRows = 64;
@@ -856,17 +861,42 @@ bool stacked(const std::vector<const LinearWeight*>& parts) {
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                               const std::vector<MlpWeights>& experts, Tensor& out) {
   OpTimer timer(*this, "moe_experts");
+  run_moe(x, ids, weights, experts, nullptr, out);
+}
 
+void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                          const std::vector<MlpWeights>& experts, const SharedExperts& shared, Tensor& out) {
+  const int64_t S = shared.mlp != nullptr && shared.slices != nullptr ? static_cast<int64_t>(shared.slices->size()) : 0;
+  // The shared slices as extra experts of the routed launch (combined after each token's routed
+  // slots) for steps of up to kMoeFusedSharedMaxTokens tokens, where the separate shared MLP is
+  // ~6 latency-bound launches (conversion, two GEMMs, split-K reduce, SiLU·mul, add), and in the
+  // batch-invariant mode at every size, so that a row's arithmetic never depends on its batch.
+  // Larger default-mode steps keep the shared MLP on cuBLAS.
+  if (S > 0 && (s_->batch_invariant || x.size(0) <= kMoeFusedSharedMaxTokens)) {
+    OpTimer timer(*this, "moe_experts+shared");
+    run_moe(x, ids, weights, experts, shared.slices, out);
+    return;
+  }
+  Backend::moe_ffn(x, ids, weights, experts, shared, out);
+}
+
+void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                          const std::vector<MlpWeights>& experts, const std::vector<MlpWeights>* shared_slices,
+                          Tensor& out) {
   const int64_t E = static_cast<int64_t>(experts.size());
   DI_CHECK_GT(E, 0);
   std::vector<const LinearWeight*> w13, w2;
-  for (const MlpWeights& m : experts) {
-    w13.push_back(&m.gate_proj);
-    w13.push_back(&m.up_proj);
-    w2.push_back(&m.down_proj);
+  for (const std::vector<MlpWeights>* list : {&experts, shared_slices}) {
+    if (list == nullptr) continue;
+    for (const MlpWeights& m : *list) {
+      w13.push_back(&m.gate_proj);
+      w13.push_back(&m.up_proj);
+      w2.push_back(&m.down_proj);
+    }
   }
   DI_CHECK(stacked(w13) && stacked(w2) && "experts must be placed by place_deepseek_weights (stacked layout)");
   cuda::MoeArgs a{};
+  a.n_shared = shared_slices != nullptr ? static_cast<int64_t>(shared_slices->size()) : 0;
   a.x = cdptr<float>(x);
   a.ids = cdptr<int32_t>(ids);
   a.weights = cdptr<float>(weights);
@@ -891,7 +921,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
   // weights with the activations quantized per 1×128 group (W8A8, DeepSeek's "fp8" GEMM path) —
   // else a cuBLAS GEMM per expert after reading the row counts back (never while capturing).
   const bool skinny_ok = cuda::moe_skinny_ok(a.D, a.I, a.fp8, a.block_k);
-  const int64_t R = a.T * a.k;
+  const int64_t R = a.T * (a.k + a.n_shared);
   const bool small_ok = cuda::small_m_gemm_ok(a.D, a.fp8, a.block_k) && cuda::small_m_gemm_ok(a.I, a.fp8, a.block_k);
   const bool wgmma_ok = !a.fp8 && cuda::bf16_wgmma_grouped_ok(a.D) && cuda::bf16_wgmma_grouped_ok(a.I);
   const bool w8a8_ok = cuda::moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k);
@@ -901,7 +931,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     a.form = unfit ? 0 : s_->moe_gemm;
   } else if (s_->batch_invariant) a.form = R <= kMoeSkinnyMaxRows && small_ok ? 3 : 0;  // bitwise-equal forms
   else if (R <= kMoeSkinnyMaxRows) a.form = small_ok ? 3 : skinny_ok ? 1 : 0;
-  else if (R >= kMoePerExpertMinRows * a.E) a.form = wgmma_ok ? 4 : w8a8_ok ? 5 : !s_->capturing ? 2 : 0;
+  else if (R >= kMoePerExpertMinRows * (a.E + a.n_shared)) a.form = wgmma_ok ? 4 : w8a8_ok ? 5 : !s_->capturing ? 2 : 0;
   else a.form = 0;
   if (a.form == 2 && s_->capturing) a.form = 0;
   a.blas = s_->blas;

@@ -61,6 +61,8 @@ class CudaBackend : public Backend {
   void moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const std::vector<MlpWeights>& experts, Tensor& out) override;
+  void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
+               const SharedExperts& shared, Tensor& out) override;
   void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void add(Tensor& out, const Tensor& x) override;
@@ -103,6 +105,10 @@ class CudaBackend : public Backend {
   void* stream() const;
 
  private:
+  // moe_experts over `experts`, plus (non-null) the shared slices stacked after them as extra
+  // experts of weight 1 in every token's last slots (cuda::MoeArgs::n_shared).
+  void run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
+               const std::vector<MlpWeights>* shared_slices, Tensor& out);
   // Weight w as a bf16 [n_out, n_in] device pointer: the weight itself, or (FP8) a step-memory
   // dequantized copy.
   const void* bf16_weight(const LinearWeight& w);

@@ -257,10 +257,14 @@ struct MoeArgs {
   const int32_t* ids;      // [T, k]
   const float* weights;    // [T, k]
   int64_t T, D, k, E, I;
-  const void* w13;         // [E·2I, D] (gate_e; up_e) bf16 | fp8
-  const float* w13_scale;  // fp8: [E·2I, ceil(D / block_k)]
-  const void* w2;          // [E·D, I]
-  const float* w2_scale;   // fp8: [E·D, ceil(I / block_k)]
+  // Shared experts run as n_shared extra experts E .. E + n_shared − 1 (the shared MLP cut into
+  // I-wide slices, stacked after the routed experts in w13 and w2): every token gets them as
+  // slots k .. k + n_shared − 1 of weight 1, combined after its routed slots. 0: none here.
+  int64_t n_shared = 0;
+  const void* w13;         // [(E + n_shared)·2I, D] (gate_e; up_e) bf16 | fp8
+  const float* w13_scale;  // fp8: [(E + n_shared)·2I, ceil(D / block_k)]
+  const void* w2;          // [(E + n_shared)·D, I]
+  const float* w2_scale;   // fp8: [(E + n_shared)·D, ceil(I / block_k)]
   bool fp8;
   int64_t block_k;
   float* out;              // [T, D]
@@ -383,7 +387,9 @@ bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k);
 // kInvariantSplitK (dense_gemm_tiled, MoE form 0 with `invariant`) for every row, whatever the
 // launch. Shaped for few rows: 16-row tiles, a 4-stage cp.async pipeline, one block per
 // (64 columns, expert, K split). With more than one K split, `partials` holds
-// [invariant_k_splits(K), rows, N] fp32 (else unused). Graph-safe, no sync.
+// [invariant_k_splits(K), rows, N] fp32 (else unused); C null then leaves them for the caller
+// to add in split order (a fused consumer: the first term as is, then + each next). Graph-safe,
+// no sync.
 void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
                   const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, float* C,
                   int64_t ldc, float* partials, cudaStream_t s);

@@ -1,5 +1,6 @@
 // Element-wise and row-wise kernels of the CUDA backend: one thread block per row for the
 // reductions (RMSNorm), grid-stride loops elsewhere. All fp32 math; bf16 only in storage.
+#include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
 
 #include <cuda_fp8.h>
@@ -103,8 +104,7 @@ __global__ void silu_mul_kernel(const float* g, int64_t T, int64_t I, void* out,
   const int64_t n = T * I;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / I, c = i % I;
-    const float a = g[t * 2 * I + c];
-    const float v = a / (1.0f + expf(-a)) * g[t * 2 * I + I + c];
+    const float v = silu_times(g[t * 2 * I + c], g[t * 2 * I + I + c]);
     if (oe == Elem::kBF16) static_cast<bf16*>(out)[i] = __float2bfloat16(v);
     else static_cast<float*>(out)[i] = v;
   }

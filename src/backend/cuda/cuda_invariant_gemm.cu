@@ -253,6 +253,7 @@ void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, b
   if (rows == 0) return;
   const int64_t n_splits = invariant_k_splits(K);
   DI_CUDA_REQUIRE(n_splits == 1 || partials != nullptr);
+  DI_CUDA_REQUIRE(n_splits > 1 || C != nullptr);
   const dim3 grid(grid_for(N, kSmCols), static_cast<unsigned>(n_active), static_cast<unsigned>(n_splits));
   const int64_t n_kb = fp8 ? (K + block_k - 1) / block_k : 0;
   const int64_t dense_rows = active == nullptr ? rows : 0;
@@ -263,7 +264,7 @@ void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, b
     small_m_gemm_kernel<false><<<grid, kSmThreads, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, active,
                                                            dense_rows, C, ldc, partials, rows);
   DI_CUDA_LAUNCHED();
-  if (n_splits > 1) {
+  if (n_splits > 1 && C != nullptr) {
     sum_splits_kernel<<<grid_for(rows * N, 256), 256, 0, s>>>(partials, n_splits, rows, N, C, ldc);
     DI_CUDA_LAUNCHED();
   }

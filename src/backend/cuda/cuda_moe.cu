@@ -22,6 +22,7 @@
 //  - W8A8 (prefill, FP8 weights, sm_90): the gathered rows quantized per 1×128 group
 //    (quantize_fp8_rows), then the FP8 wgmma GEMM (cuda_fp8_wgmma.cu, per-row weight scales) —
 //    DeepSeek's "fp8" GEMM path: activations lose ~2^-4 per element, sync-free.
+#include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ptx.cuh"
 
@@ -34,7 +35,8 @@
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kMaxExperts = 256;
+constexpr int kMaxExperts = 256;         // routed experts (the router's limit)
+constexpr int kMaxSharedExperts = 16;    // shared-expert slices run as extra experts (MoeArgs::n_shared)
 constexpr int kMaxGroups = 64;
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -292,15 +294,21 @@ constexpr int64_t kSmallSortMax = 512;  // routed rows sorted by small_sort_kern
 // in entry order (an entry's rank is the number of earlier entries of its expert: O(R²/1024)
 // compares, ≤ 256 per thread), plus offsets, tile offsets and the active-expert list. Counts
 // use shared-memory atomics (exact integers: order-free). Shared: ids [512], starts [E + 1].
+// Entries: token t's slots j < k are its routed experts ids[t·k + j]; slots k .. kt − 1 the
+// shared experts E_routed + (j − k) (kt = k + n_shared; E counts both).
 template <int kBM>
-__global__ void __launch_bounds__(1024) small_sort_kernel(const int32_t* ids, int64_t R, int64_t E, int32_t* perm,
-                                                          int32_t* offsets, int32_t* tiles, int32_t* active,
-                                                          int64_t n_active) {
+__global__ void __launch_bounds__(1024) small_sort_kernel(const int32_t* ids, int64_t k, int64_t kt, int64_t R,
+                                                          int64_t E, int32_t* perm, int32_t* offsets, int32_t* tiles,
+                                                          int32_t* active, int64_t n_active) {
   __shared__ int32_t s_ids[kSmallSortMax];
-  __shared__ int32_t s_start[kMaxExperts + 1];
+  __shared__ int32_t s_start[kMaxExperts + kMaxSharedExperts + 1];
   const int t = threadIdx.x;
+  const int64_t e_routed = E - (kt - k);
   for (int e = t; e <= E; e += blockDim.x) s_start[e] = 0;
-  for (int i = t; i < R; i += blockDim.x) s_ids[i] = ids[i];
+  for (int i = t; i < R; i += blockDim.x) {
+    const int64_t tok = i / kt, j = i % kt;
+    s_ids[i] = j < k ? ids[tok * k + j] : static_cast<int32_t>(e_routed + j - k);
+  }
   __syncthreads();
   for (int i = t; i < R; i += blockDim.x) atomicAdd(&s_start[s_ids[i]], 1);
   __syncthreads();
@@ -337,28 +345,60 @@ __global__ void permute_kernel(const float* x, const int32_t* perm, int64_t k, i
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) xa[i * D + j] = __float2bfloat16(x[t * D + j]);
 }
 
-// out[t] = Σ_s w[t, s] · y[inv[t, s]] in slot order s = 0 .. k−1 (deterministic). For k ≤
+// [T, kt] expert ids: the routed ones [T, k], then the shared experts e_routed .. (see MoeArgs).
+__global__ void extend_ids_kernel(const int32_t* ids, int64_t T, int64_t k, int64_t kt, int64_t e_routed,
+                                  int32_t* out) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= T * kt) return;
+  const int64_t tok = i / kt, j = i % kt;
+  out[i] = j < k ? ids[tok * k + j] : static_cast<int32_t>(e_routed + j - k);
+}
+
+// act[r, c] = bf16(silu(g) · u) with g = h[r, c], u = h[r, I + c] (h [R, 2I]), each the sum of
+// n_parts partials h_p = h + p · stride added in order (the first as is): sum_splits then
+// silu_mul in one pass, the same arithmetic.
+__global__ void sum_silu_mul_kernel(const float* h, int64_t n_parts, int64_t stride, int64_t R, int64_t I, bf16* act) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= R * I) return;
+  const int64_t g_at = (i / I) * 2 * I + i % I;
+  float g = h[g_at], u = h[g_at + I];
+  for (int64_t p = 1; p < n_parts; ++p) {
+    g = g + h[p * stride + g_at];
+    u = u + h[p * stride + g_at + I];
+  }
+  act[i] = __float2bfloat16(silu_times(g, u));
+}
+
+// out[t] = Σ_s w[t, s] · y[inv[t, s]] in slot order s = 0 .. k−1 (deterministic); w has kw ≤ k
+// columns, the shared slots s ≥ kw weigh 1 (an exact product); y's rows are each the sum of
+// n_parts partials y + p · stride, added in order first (sum_splits' arithmetic). For k ≤
 // kCombineMaxK the token's k weights and rows are read once into shared memory (the output
 // cannot alias them, so nothing is re-read per column), then float4 columns (vec);
 // larger k reads them per column. vec: D % 4 == 0 and y, out 16-byte aligned. The same
 // per-element arithmetic on every path.
 constexpr int kCombineMaxK = 16;
-__global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ inv,
-                               const float* __restrict__ w, int64_t k, int64_t D, bool vec,
-                               float* __restrict__ out) {
+__global__ void combine_kernel(const float* __restrict__ y, int64_t n_parts, int64_t stride,
+                               const int32_t* __restrict__ inv, const float* __restrict__ w, int64_t kw, int64_t k,
+                               int64_t D, bool vec, float* __restrict__ out) {
   __shared__ float sw[kCombineMaxK];
   __shared__ int64_t srow[kCombineMaxK];
   const int64_t t = blockIdx.x;
+  auto weight = [&](int64_t s) { return s < kw ? w[t * kw + s] : 1.0f; };
+  auto y_at = [&](int64_t at) {
+    float v = y[at];
+    for (int64_t p = 1; p < n_parts; ++p) v = v + y[p * stride + at];
+    return v;
+  };
   if (k > kCombineMaxK) {
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
       float acc = 0;
-      for (int64_t s = 0; s < k; ++s) acc += w[t * k + s] * y[static_cast<int64_t>(inv[t * k + s]) * D + j];
+      for (int64_t s = 0; s < k; ++s) acc += weight(s) * y_at(static_cast<int64_t>(inv[t * k + s]) * D + j);
       out[t * D + j] = acc;
     }
     return;
   }
   if (threadIdx.x < k) {
-    sw[threadIdx.x] = w[t * k + threadIdx.x];
+    sw[threadIdx.x] = weight(threadIdx.x);
     srow[threadIdx.x] = static_cast<int64_t>(inv[t * k + threadIdx.x]) * D;
   }
   __syncthreads();
@@ -367,7 +407,14 @@ __global__ void combine_kernel(const float* __restrict__ y, const int32_t* __res
       float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
       for (int64_t s = 0; s < k; ++s) {
-        const float4 v = *reinterpret_cast<const float4*>(y + srow[s] + j);
+        float4 v = *reinterpret_cast<const float4*>(y + srow[s] + j);
+        for (int64_t p = 1; p < n_parts; ++p) {
+          const float4 q = *reinterpret_cast<const float4*>(y + p * stride + srow[s] + j);
+          v.x = v.x + q.x;
+          v.y = v.y + q.y;
+          v.z = v.z + q.z;
+          v.w = v.w + q.w;
+        }
         acc.x += sw[s] * v.x;
         acc.y += sw[s] * v.y;
         acc.z += sw[s] * v.z;
@@ -379,7 +426,7 @@ __global__ void combine_kernel(const float* __restrict__ y, const int32_t* __res
   }
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
     float acc = 0;
-    for (int64_t s = 0; s < k; ++s) acc += sw[s] * y[srow[s] + j];
+    for (int64_t s = 0; s < k; ++s) acc += sw[s] * y_at(srow[s] + j);
     out[t * D + j] = acc;
   }
 }
@@ -1033,8 +1080,14 @@ bool moe_skinny_ok(int64_t D, int64_t I, bool fp8, int64_t block_k) {
   return D % kGemvVec == 0 && I % kGemvVec == 0 && (!fp8 || block_k % kGemvVec == 0);
 }
 
-void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s) {
-  if (a.T == 0) return;
+void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s) {
+  if (a_in.T == 0) return;
+  // From here E and k count the shared experts too (every token's slots k_routed .. k − 1).
+  MoeArgs a = a_in;
+  const int64_t k_routed = a.k, e_routed = a.E;
+  a.E += a.n_shared;
+  a.k += a.n_shared;
+  DI_CUDA_REQUIRE(e_routed <= kMaxExperts && a.n_shared <= kMaxSharedExperts);
   const int64_t R = a.T * a.k;
   auto get = [&](size_t bytes) { return alloc(ctx, bytes == 0 ? 16 : bytes); };
   auto* keys_sorted = static_cast<int32_t*>(get(sizeof(int32_t) * R));
@@ -1046,18 +1099,25 @@ void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void
   const int64_t n_active = std::min(a.E, R);
   auto* active = static_cast<int32_t*>(get(sizeof(int32_t) * n_active));
   if (R <= kSmallSortMax) {  // decode: one block instead of iota + radix sort + offsets
-    small_sort_kernel<kBM><<<1, 1024, 0, s>>>(a.ids, R, a.E, perm, offsets, tiles, active, n_active);
+    small_sort_kernel<kBM><<<1, 1024, 0, s>>>(a.ids, k_routed, a.k, R, a.E, perm, offsets, tiles, active, n_active);
     DI_CUDA_LAUNCHED();
   } else {
+    const int32_t* ids = a.ids;
+    if (a.n_shared > 0) {
+      auto* ext = static_cast<int32_t*>(get(sizeof(int32_t) * R));
+      extend_ids_kernel<<<grid_for(R, 256), 256, 0, s>>>(a.ids, a.T, k_routed, a.k, e_routed, ext);
+      DI_CUDA_LAUNCHED();
+      ids = ext;
+    }
     iota_kernel<<<grid_for(R, 256), 256, 0, s>>>(entries, R);
     DI_CUDA_LAUNCHED();
     int end_bit = 1;
     while ((int64_t{1} << end_bit) < a.E) ++end_bit;
     size_t temp_bytes = 0;
-    DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, a.ids, keys_sorted, entries, perm,
+    DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, ids, keys_sorted, entries, perm,
                                                   static_cast<int>(R), 0, end_bit, s));
     void* temp = get(temp_bytes);
-    DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, a.ids, keys_sorted, entries, perm,
+    DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids, keys_sorted, entries, perm,
                                                   static_cast<int>(R), 0, end_bit, s));
     offsets_kernel<kBM><<<1, 256, 0, s>>>(keys_sorted, R, a.E, offsets, tiles, active, n_active);
     DI_CUDA_LAUNCHED();
@@ -1100,10 +1160,9 @@ void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void
       g.offsets = offsets, g.E = a.E;
       g.variant = 3;
       fp8_grouped_gemm(g, s);
-    } else if (a.form == 3) {
-      float* part = invariant_k_splits(K) > 1 ? static_cast<float*>(get(sizeof(float) * invariant_k_splits(K) * R * N))
-                                              : nullptr;
-      small_m_gemm(A, K, W, scale, a.fp8, a.block_k, N, offsets, active, n_active, R, C, N, part, s);
+    } else if (a.form == 3) {  // K splits: C holds the partials, added by the consumer (below)
+      small_m_gemm(A, K, W, scale, a.fp8, a.block_k, N, offsets, active, n_active, R,
+                   invariant_k_splits(K) > 1 ? nullptr : C, N, C, s);
     } else {  // C rows of expert e = A rows of e · W_eᵀ, one cuBLAS GEMM each (stream-ordered wbuf reuse)
       const int64_t n_kb = a.fp8 ? (K + a.block_k - 1) / a.block_k : 0;
       for (int64_t e = 0; e < a.E; ++e) {
@@ -1118,15 +1177,20 @@ void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void
       }
     }
   };
-  auto* h13 = static_cast<float*>(get(sizeof(float) * R * 2 * a.I));
+  // Form 3 leaves its K splits' partial sums [parts, R, N] to the next kernel, which adds them in
+  // split order as sum_splits would (the same bits, one launch fewer per GEMM).
+  const int64_t parts13 = a.form == 3 ? invariant_k_splits(a.D) : 1, parts2 = a.form == 3 ? invariant_k_splits(a.I) : 1;
+  auto* h13 = static_cast<float*>(get(sizeof(float) * parts13 * R * 2 * a.I));
   gemm(xa, a.D, a.w13, a.w13_scale, 2 * a.I, h13);
   auto* act = static_cast<bf16*>(get(sizeof(bf16) * R * a.I));
-  silu_mul(h13, R, a.I, act, Elem::kBF16, s);
-  auto* y = static_cast<float*>(get(sizeof(float) * R * a.D));
+  sum_silu_mul_kernel<<<grid_for(R * a.I, 256), 256, 0, s>>>(h13, parts13, R * 2 * a.I, R, a.I, act);
+  DI_CUDA_LAUNCHED();
+  auto* y = static_cast<float*>(get(sizeof(float) * parts2 * R * a.D));
   gemm(act, a.I, a.w2, a.w2_scale, a.D, y);
   const bool vec =
       a.D % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
-  combine_kernel<<<static_cast<unsigned>(a.T), 256, 0, s>>>(y, inv, a.weights, a.k, a.D, vec, a.out);
+  combine_kernel<<<static_cast<unsigned>(a.T), 256, 0, s>>>(y, parts2, R * a.D, inv, a.weights, k_routed, a.k, a.D,
+                                                            vec, a.out);
   DI_CUDA_LAUNCHED();
 }
 

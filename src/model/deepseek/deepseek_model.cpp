@@ -49,12 +49,17 @@ Status DeepseekModel::place(Backend& backend) {
   if (backend.device() == placed_on_) return Status::ok();
   DI_CHECK(placed_on_ == Device::cpu());
   // Placed size: bf16 weights (FP8 ones at a byte plus a per-row scale per 128 columns), the
-  // embedding as loaded (fp32 tables stay fp32), a tied lm_head copied: within a few percent.
+  // embedding as loaded (fp32 tables stay fp32), a tied lm_head copied, the shared experts
+  // twice (DeepseekLayerWeights::shared_slices): within a few percent.
   const DeepseekCost cost = deepseek_cost(config_);
   const double per_param = config_.fp8 ? 1.0 + 4.0 / 128.0 : 2.0;
   const double table_extra = static_cast<double>(weights_.embed_tokens.numel()) *
                              (static_cast<double>(dtype_size(weights_.embed_tokens.dtype())) - per_param);
-  const auto need = static_cast<int64_t>(static_cast<double>(cost.total_params) * per_param + std::max(0.0, table_extra));
+  int64_t shared_params = 0;
+  for (const DeepseekLayerWeights& l : weights_.layers)
+    if (l.has_shared_experts) shared_params += 3 * config_.hidden_size * l.shared_experts.down_proj.n_in();
+  const auto need = static_cast<int64_t>(static_cast<double>(cost.total_params + shared_params) * per_param +
+                                         std::max(0.0, table_extra));
   const auto [free_bytes, total_bytes] = backend.memory_info();
   if (total_bytes > 0 && need > free_bytes)
     return make_error(StatusCode::kResourceExhausted,
@@ -140,12 +145,12 @@ void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, const T
     std::copy(h.data<int32_t>(), h.data<int32_t>() + h.numel(), copy.data<int32_t>());
     routing_trace_->push_back(copy);
   }
-  backend.moe_experts(x, ids, weights, w.experts, out);
+  SharedExperts shared;
   if (w.has_shared_experts) {
-    Tensor shared = backend.empty(DType::kF32, {T, c.hidden_size});
-    backend.mlp(x, w.shared_experts, shared);
-    backend.add(out, shared);
+    shared.mlp = &w.shared_experts;
+    shared.slices = &w.shared_slices;
   }
+  backend.moe_ffn(x, ids, weights, w.experts, shared, out);
 }
 
 Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, PagedKvCache& cache, MlaPolicy policy,

@@ -127,10 +127,19 @@ class Placer {
       out->e_score_correction_bias = b_.allocate(DType::kF32, {E});
       b_.fill_random(out->e_score_correction_bias, next_seed(), false, 0.0f, 0.2f);
     }
+    // Device placements stack the shared MLP a second time, as S = n_shared_experts experts of
+    // width I after the routed ones (shared_slices: decode steps run them in the routed
+    // experts' launch), where FP8 blocks allow the cut. Loaded weights: the slices are cut from
+    // the host tensors. Random ones: the slices are drawn with the routed experts and the shared
+    // MLP is assembled from them (below), so both hold the same weights.
+    const int64_t S = c_.n_shared_experts;
+    out->has_shared_experts = h ? h->has_shared_experts : S > 0;
+    const bool slice = out->has_shared_experts && !b_.on_host() && slices_fit(h ? &h->shared_experts : nullptr, I);
+    std::vector<LinearWeight> cut;  // host slices of loaded weights: gate_s, up_s, down_s per s
     std::vector<const LinearWeight*> gu, down;
     std::vector<int64_t> gu_rows, down_rows;
-    for (int64_t e = 0; e < E; ++e) {
-      if (h) {
+    for (int64_t e = 0; e < E + (slice ? S : 0); ++e) {
+      if (h && e < E) {
         gu.push_back(&h->experts[static_cast<size_t>(e)].gate_proj);
         gu.push_back(&h->experts[static_cast<size_t>(e)].up_proj);
         down.push_back(&h->experts[static_cast<size_t>(e)].down_proj);
@@ -138,17 +147,56 @@ class Placer {
       gu_rows.insert(gu_rows.end(), {I, I});
       down_rows.push_back(d);
     }
+    if (h && slice) {
+      cut.reserve(static_cast<size_t>(3 * S));  // no reallocation: gu and down point into it
+      for (int64_t s = 0; s < S; ++s) {
+        cut.push_back(h->shared_experts.gate_proj.rows(s * I, I));
+        cut.push_back(h->shared_experts.up_proj.rows(s * I, I));
+        cut.push_back(h->shared_experts.down_proj.columns(s * I, I));
+        gu.insert(gu.end(), {&cut[cut.size() - 3], &cut[cut.size() - 2]});
+        down.push_back(&cut.back());
+      }
+    }
     const std::vector<LinearWeight> gu_parts = stack(gu, gu_rows, d), down_parts = stack(down, down_rows, I);
     out->experts.resize(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) {
-      MlpWeights& m = out->experts[static_cast<size_t>(e)];
+    for (int64_t e = 0; e < E + (slice ? S : 0); ++e) {
+      MlpWeights& m = e < E ? out->experts[static_cast<size_t>(e)] : out->shared_slices.emplace_back();
       m.gate_proj = gu_parts[static_cast<size_t>(2 * e)];
       m.up_proj = gu_parts[static_cast<size_t>(2 * e + 1)];
       m.down_proj = down_parts[static_cast<size_t>(e)];
     }
-    out->has_shared_experts = h ? h->has_shared_experts : c_.n_shared_experts > 0;
-    if (out->has_shared_experts)
-      mlp(h ? &h->shared_experts : nullptr, I * c_.n_shared_experts, &out->shared_experts);
+    if (!out->has_shared_experts) return;
+    if (h || !slice) {
+      mlp(h ? &h->shared_experts : nullptr, I * S, &out->shared_experts);
+      return;
+    }
+    // Random: the shared MLP from its slices' bytes ([gate_0 … gate_S−1 ; up_0 … up_S−1] stacked,
+    // down = [down_0 | … | down_S−1]).
+    std::vector<LinearWeight> host;  // gate_s, up_s, down_s per s
+    for (const MlpWeights& m : out->shared_slices)
+      for (const LinearWeight* w : {&m.gate_proj, &m.up_proj, &m.down_proj}) host.push_back(to_host(*w));
+    std::vector<const LinearWeight*> parts, downs;
+    for (int half = 0; half < 2; ++half)
+      for (int64_t s = 0; s < S; ++s) parts.push_back(&host[static_cast<size_t>(3 * s + half)]);
+    for (int64_t s = 0; s < S; ++s) downs.push_back(&host[static_cast<size_t>(3 * s + 2)]);
+    const LinearWeight all = b_.place_linear(parts), down_all = concat_columns(downs);
+    out->shared_experts.gate_proj = all.rows(0, S * I);
+    out->shared_experts.up_proj = all.rows(S * I, S * I);
+    out->shared_experts.down_proj = b_.place_linear({&down_all});
+  }
+
+  // Whether the shared MLP (host weights, or null: random ones in this placement's layout)
+  // can be cut into experts of width I: FP8 block rows and columns must not straddle a cut.
+  bool slices_fit(const MlpWeights* h, int64_t I) const {
+    if (h == nullptr) return dtype_ != DType::kF8E4M3 || I % 128 == 0;  // allocate_linear's 128-wide K blocks
+    if (h->gate_proj.dtype() != DType::kF8E4M3) return true;
+    return I % h->gate_proj.block_n == 0 && I % h->up_proj.block_n == 0 && I % h->down_proj.block_k == 0;
+  }
+  LinearWeight to_host(const LinearWeight& w) {
+    LinearWeight out = w;
+    out.weight = b_.to_host(w.weight);
+    if (w.scale_inv.defined()) out.scale_inv = b_.to_host(w.scale_inv);
+    return out;
   }
 
   Backend& b_;

@@ -34,6 +34,10 @@ struct DeepseekLayerWeights {
   std::vector<MlpWeights> experts;      // [n_routed_experts], each moe_intermediate_size wide
   bool has_shared_experts = false;
   MlpWeights shared_experts;            // moe_intermediate_size * n_shared_experts wide
+  // Device placements: shared_experts again, cut into n_shared_experts experts of
+  // moe_intermediate_size, stacked right after `experts` (Backend::moe_ffn runs them in the
+  // routed experts' launch at decode sizes). Empty on the host.
+  std::vector<MlpWeights> shared_slices;
 };
 
 // One multi-token-prediction module (layer index num_hidden_layers + i in the checkpoint).
