@@ -422,6 +422,14 @@ TEST(DeepseekConfigErrors, ExpertsPerTokenAboveRoutedExperts) {
   // Reachable experts: topk_group (2) groups of 4 = 8 < 9.
   j["num_experts_per_tok"] = 9;
   expect_rejected(j, StatusCode::kInvalidArgument, "num_experts_per_tok");
+  // More than 32 picks (the GPU router's lanes), with enough experts to reach them.
+  j["n_routed_experts"] = 64;
+  j["n_group"] = 1;
+  j["topk_group"] = 1;
+  j["num_experts_per_tok"] = 33;
+  expect_rejected(j, StatusCode::kInvalidArgument, "num_experts_per_tok");
+  j["num_experts_per_tok"] = 32;
+  EXPECT_EQ(parse_ok(j).num_experts_per_tok, 32);
 }
 
 TEST(DeepseekConfigErrors, GroupCountMustDivideExperts) {

@@ -131,10 +131,12 @@ namespace {
 // kMoePerExpertMinRows rows (prefill), where cuBLAS's tiles win and one host sync is cheap.
 constexpr int64_t kMoeSkinnyMaxRows = 512;
 constexpr int64_t kMoePerExpertMinRows = 64;
-// Default mode: steps of at most this many tokens run the shared experts in the routed experts'
-// launch (moe_ffn), one 16-row pass over their slices. Run s7-2, V2-Lite bf16 decode: B = 1
-// 4.05 → 3.86 ms per step fused; B = 32 11.65 → 11.84 ms (two passes over the slices lose to
-// cuBLAS's one GEMM).
+// Default mode: the shared experts run in the routed experts' launch (moe_ffn) for steps of at
+// most this many tokens (one 16-row pass over their slices) — and, with FP8 weights, for every
+// decode-sized step (≤ kMoeSkinnyMaxRows routed rows), whose separate shared MLP would run on
+// the same small-M kernel anyway. V2-Lite decode, ms per step: bf16 B = 1 4.05 → 3.86 fused,
+// B = 32 11.65 → 11.84 (two passes over the slices lose to cuBLAS's one GEMM; run s7-2); FP8
+// B = 32 16.35 → 15.60 (runs s6-10, s7-1).
 constexpr int64_t kMoeFusedSharedMaxTokens = 16;
 // Batch-invariant mode: GEMMs of at most this many rows use small_m_gemm (16-row passes over
 // the weights), larger ones the tiled kernel; both fold K identically (bitwise-equal results).
@@ -868,11 +870,14 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
                           const std::vector<MlpWeights>& experts, const SharedExperts& shared, Tensor& out) {
   const int64_t S = shared.mlp != nullptr && shared.slices != nullptr ? static_cast<int64_t>(shared.slices->size()) : 0;
   // The shared slices as extra experts of the routed launch (combined after each token's routed
-  // slots) for steps of up to kMoeFusedSharedMaxTokens tokens, where the separate shared MLP is
-  // ~6 latency-bound launches (conversion, two GEMMs, split-K reduce, SiLU·mul, add), and in the
+  // slots) at decode sizes (kMoeFusedSharedMaxTokens), where the separate shared MLP is ~6
+  // latency-bound launches (conversion, two GEMMs, split-K reduce, SiLU·mul, add), and in the
   // batch-invariant mode at every size, so that a row's arithmetic never depends on its batch.
-  // Larger default-mode steps keep the shared MLP on cuBLAS.
-  if (S > 0 && (s_->batch_invariant || x.size(0) <= kMoeFusedSharedMaxTokens)) {
+  // Larger default-mode steps keep the shared MLP on its own (cuBLAS for bf16 weights).
+  const bool fp8 = !experts.empty() && experts[0].gate_proj.dtype() == DType::kF8E4M3;
+  const bool fuse = s_->batch_invariant || x.size(0) <= kMoeFusedSharedMaxTokens ||
+                    (fp8 && x.size(0) * (ids.size(1) + S) <= kMoeSkinnyMaxRows);
+  if (S > 0 && fuse) {
     OpTimer timer(*this, "moe_experts+shared");
     run_moe(x, ids, weights, experts, shared.slices, out);
     return;

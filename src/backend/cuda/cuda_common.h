@@ -84,8 +84,9 @@ void to_bf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, bf16*
 // out[n, k] = bf16(q[n, k] · scale[n / block_n, k / block_k]) (scale grid [ceil(N/bn), n_kb]).
 void dequant_fp8(const uint8_t* q, const float* scale, int64_t N, int64_t K, int64_t block_n, int64_t block_k,
                  int64_t n_kb, bf16* out, cudaStream_t s);
+constexpr int kRopeMaxHalf = 64;  // rotary pairs per head
 struct RopeArgs {
-  float inv_freq[64];
+  float inv_freq[kRopeMaxHalf];
   int half = 0;
   float attention_factor = 1;
   bool interleave = true;

@@ -2,6 +2,7 @@
 // reductions (RMSNorm), grid-stride loops elsewhere. All fp32 math; bf16 only in storage.
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_launch.cuh"
 
 #include <cuda_fp8.h>
 
@@ -34,6 +35,8 @@ __device__ float block_sum(float v) {
 }
 
 __global__ void embedding_kernel(const void* table, Elem e, const int32_t* ids, int64_t D, float* out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const int64_t row = ids[t];
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) out[t * D + j] = load(table, e, row * D + j);
@@ -41,6 +44,8 @@ __global__ void embedding_kernel(const void* table, Elem e, const int32_t* ids, 
 
 __global__ void rms_norm_kernel(const float* x, int64_t x_stride, const void* w, Elem we, int64_t D, float eps,
                                 float* out, int64_t out_stride) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const float* xr = x + t * x_stride;
   float ss = 0;
@@ -51,6 +56,8 @@ __global__ void rms_norm_kernel(const float* x, int64_t x_stride, const void* w,
 
 __global__ void add_rms_norm_kernel(float* res, const float* delta, const void* w, Elem we, int64_t D, float eps,
                                     float* out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   float* r = res + t * D;
   float ss = 0;
@@ -64,6 +71,8 @@ __global__ void add_rms_norm_kernel(float* res, const float* delta, const void* 
 }
 
 __global__ void to_bf16_kernel(const float* x, int64_t x_stride, int64_t rows, int64_t cols, bf16* out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
@@ -73,6 +82,8 @@ __global__ void to_bf16_kernel(const float* x, int64_t x_stride, int64_t rows, i
 
 __global__ void dequant_fp8_kernel(const uint8_t* q, const float* scale, int64_t N, int64_t K, int64_t bn,
                                    int64_t bk, int64_t n_kb, bf16* out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t n = N * K;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / K, c = i % K;
@@ -84,14 +95,22 @@ __global__ void dequant_fp8_kernel(const uint8_t* q, const float* scale, int64_t
 
 __global__ void rope_kernel(float* x, int64_t heads, int64_t stride, int64_t offset, const int32_t* positions,
                             RopeArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  // The token's cos/sin once for all heads (double-precision trigonometry is the kernel's cost).
+  __shared__ float cs[2 * kRopeMaxHalf];
   const int64_t t = blockIdx.x;
   const float pos = static_cast<float>(positions[t]);
-  for (int64_t k = threadIdx.x; k < heads * a.half; k += blockDim.x) {
-    const int64_t h = k / a.half, i = k % a.half;
+  for (int i = threadIdx.x; i < a.half; i += blockDim.x) {
     // fp32 angle like transformers; cos/sin in double like the reference backend.
     const float angle = pos * a.inv_freq[i];
-    const float c = static_cast<float>(cos(static_cast<double>(angle))) * a.attention_factor;
-    const float s = static_cast<float>(sin(static_cast<double>(angle))) * a.attention_factor;
+    cs[i] = static_cast<float>(cos(static_cast<double>(angle))) * a.attention_factor;
+    cs[kRopeMaxHalf + i] = static_cast<float>(sin(static_cast<double>(angle))) * a.attention_factor;
+  }
+  __syncthreads();
+  for (int64_t k = threadIdx.x; k < heads * a.half; k += blockDim.x) {
+    const int64_t h = k / a.half, i = k % a.half;
+    const float c = cs[i], s = cs[kRopeMaxHalf + i];
     float* v = x + (t * heads + h) * stride + offset;
     const int64_t ia = a.interleave ? 2 * i : i, ib = a.interleave ? 2 * i + 1 : i + a.half;
     const float x0 = v[ia], x1 = v[ib];
@@ -101,6 +120,8 @@ __global__ void rope_kernel(float* x, int64_t heads, int64_t stride, int64_t off
 }
 
 __global__ void silu_mul_kernel(const float* g, int64_t T, int64_t I, void* out, Elem oe) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t n = T * I;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / I, c = i % I;
@@ -111,6 +132,8 @@ __global__ void silu_mul_kernel(const float* g, int64_t T, int64_t I, void* out,
 }
 
 __global__ void kv_write_kernel(const float* latent, const int32_t* slots, int64_t width, void* cache, Elem ce) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const int64_t slot = slots[t];
   for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
@@ -121,12 +144,16 @@ __global__ void kv_write_kernel(const float* latent, const int32_t* slots, int64
 }
 
 __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t D, float* out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = blockIdx.x;
   const int64_t r = rows[i];
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) out[i * D + j] = x[r * D + j];
 }
 
 __global__ void add_kernel(float* out, const float* x, int64_t n) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     out[i] += x[i];
 }
@@ -167,6 +194,8 @@ constexpr int kNormThreads = 256;
 template <int kVec>
 __global__ void __launch_bounds__(kNormThreads) add_rms_norm_vec_kernel(float* res, const float* delta, const void* w,
                                                                         Elem we, int64_t D, float eps, float* out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const int n4 = static_cast<int>(D / 4);
   float4* r4 = reinterpret_cast<float4*>(res + t * D);
@@ -202,14 +231,15 @@ unsigned row_threads(int64_t D) { return D >= 1024 ? 1024u : D >= 256 ? 256u : 1
 
 void embedding(const void* table, Elem e, const int32_t* ids, int64_t T, int64_t D, float* out, cudaStream_t s) {
   if (T == 0 || D == 0) return;
-  embedding_kernel<<<static_cast<unsigned>(T), row_threads(D), 0, s>>>(table, e, ids, D, out);
+  launch_pdl(embedding_kernel, static_cast<unsigned>(T), row_threads(D), 0, s, table, e, ids, D, out);
   DI_CUDA_LAUNCHED();
 }
 
 void rms_norm(const float* x, int64_t x_stride, const void* w, Elem we, int64_t D, float eps, float* out,
               int64_t out_stride, int64_t T, cudaStream_t s) {
   if (T == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(T), row_threads(D), 0, s>>>(x, x_stride, w, we, D, eps, out, out_stride);
+  launch_pdl(rms_norm_kernel, static_cast<unsigned>(T), row_threads(D), 0, s, x, x_stride, w, we, D, eps, out,
+             out_stride);
   DI_CUDA_LAUNCHED();
 }
 
@@ -219,56 +249,59 @@ void add_rms_norm(float* residual, const float* delta, const void* w, Elem we, i
   const bool vec = D % 4 == 0 && reinterpret_cast<uintptr_t>(residual) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(delta) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
   if (vec && D <= 4 * kNormThreads * 2)
-    add_rms_norm_vec_kernel<2><<<static_cast<unsigned>(T), kNormThreads, 0, s>>>(residual, delta, w, we, D, eps, out);
+    launch_pdl(add_rms_norm_vec_kernel<2>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we, D, eps,
+               out);
   else if (vec && D <= 4 * kNormThreads * 8)
-    add_rms_norm_vec_kernel<8><<<static_cast<unsigned>(T), kNormThreads, 0, s>>>(residual, delta, w, we, D, eps, out);
+    launch_pdl(add_rms_norm_vec_kernel<8>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we, D, eps,
+               out);
   else
-    add_rms_norm_kernel<<<static_cast<unsigned>(T), row_threads(D), 0, s>>>(residual, delta, w, we, D, eps, out);
+    launch_pdl(add_rms_norm_kernel, static_cast<unsigned>(T), row_threads(D), 0, s, residual, delta, w, we, D, eps,
+               out);
   DI_CUDA_LAUNCHED();
 }
 
 void to_bf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, bf16* out, cudaStream_t s) {
   if (rows * cols == 0) return;
-  to_bf16_kernel<<<elementwise_grid(rows * cols), 256, 0, s>>>(x, x_stride, rows, cols, out);
+  launch_pdl(to_bf16_kernel, elementwise_grid(rows * cols), 256, 0, s, x, x_stride, rows, cols, out);
   DI_CUDA_LAUNCHED();
 }
 
 void dequant_fp8(const uint8_t* q, const float* scale, int64_t N, int64_t K, int64_t bn, int64_t bk, int64_t n_kb,
                  bf16* out, cudaStream_t s) {
   if (N * K == 0) return;
-  dequant_fp8_kernel<<<elementwise_grid(N * K), 256, 0, s>>>(q, scale, N, K, bn, bk, n_kb, out);
+  launch_pdl(dequant_fp8_kernel, elementwise_grid(N * K), 256, 0, s, q, scale, N, K, bn, bk, n_kb, out);
   DI_CUDA_LAUNCHED();
 }
 
 void rope(float* x, int64_t T, int64_t heads, int64_t stride, int64_t offset, const int32_t* positions,
           const RopeArgs& args, cudaStream_t s) {
   if (T == 0 || args.half == 0) return;
-  rope_kernel<<<static_cast<unsigned>(T), 128, 0, s>>>(x, heads, stride, offset, positions, args);
+  launch_pdl(rope_kernel, static_cast<unsigned>(T), 128, 0, s, x, heads, stride, offset, positions, args);
   DI_CUDA_LAUNCHED();
 }
 
 void silu_mul(const float* gate_up, int64_t T, int64_t I, void* out, Elem oe, cudaStream_t s) {
   if (T * I == 0) return;
-  silu_mul_kernel<<<elementwise_grid(T * I), 256, 0, s>>>(gate_up, T, I, out, oe);
+  launch_pdl(silu_mul_kernel, elementwise_grid(T * I), 256, 0, s, gate_up, T, I, out, oe);
   DI_CUDA_LAUNCHED();
 }
 
 void kv_write(const float* latent, const int32_t* slots, int64_t T, int64_t width, void* cache, Elem ce,
               cudaStream_t s) {
   if (T == 0) return;
-  kv_write_kernel<<<static_cast<unsigned>(T), 128, 0, s>>>(latent, slots, width, cache, ce);
+  launch_pdl(kv_write_kernel, static_cast<unsigned>(T), 128, 0, s, latent, slots, width, cache, ce);
   DI_CUDA_LAUNCHED();
 }
 
 void gather_rows(const float* x, const int32_t* rows, int64_t R, int64_t D, float* out, cudaStream_t s) {
   if (R == 0 || D == 0) return;
-  gather_rows_kernel<<<static_cast<unsigned>(R), row_threads(D), 0, s>>>(x, rows, D, out);
+  launch_pdl(gather_rows_kernel, static_cast<unsigned>(R), row_threads(D), 0, s, x, rows, D, out);
   DI_CUDA_LAUNCHED();
 }
 
 void add(float* out, const float* x, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  add_kernel<<<elementwise_grid(n), 256, 0, s>>>(out, x, n);
+  launch_pdl(add_kernel, elementwise_grid(n), 256, 0, s, out, x, n);
   DI_CUDA_LAUNCHED();
 }
 

@@ -32,6 +32,7 @@
 //  - the naive (prefill) form: gather_latent here, attention in cuda_mla_prefill.cu (flash
 //    kernel); causal_softmax serves its TF32 cuBLAS fallback for other head dims.
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_sm90.cuh"
 
@@ -1152,6 +1153,8 @@ __device__ __forceinline__ uint32_t ws_offset(int k, int c) {
 // kv_len ≥ q_len, split_keys == 0.
 __global__ void __launch_bounds__(kWsThreads, 1)
     mla_split_ws_kernel(const __grid_constant__ CUtensorMap map, int box_rows, DecodePlan pl) {
+  pdl_wait();
+  pdl_trigger();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kWsTph = kWsGroupThreads / kHeads;      // softmax threads per head (8)
   constexpr int kWsChannels = kTcRank / kWsGroupWarps;  // o_lat channels per consumer warp (128)
@@ -1499,6 +1502,8 @@ constexpr size_t kApplyTcSmemBytes = sizeof(bf16) * (kGemmTileM + kApplyTileN) *
 // an ldmatrix A fragment and ldmatrix.trans B pairs. Preconditions: r = 512, dn % 16 == 0,
 // dn ≤ 192, (dn + dr) % 4 == 0.
 __global__ void __launch_bounds__(kGemmThreads) mla_absorb_tc_kernel(DecodePlan pl) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ __align__(16) unsigned char gemm_smem[];
   const MlaDecodeArgs& a = pl.a;
   const int dn = static_cast<int>(a.dn), sa = dn + 8, sb = kAbsorbTileN + 8;
@@ -1564,6 +1569,8 @@ __device__ __forceinline__ float4 add4(float4 x, float4 y) {
 // L, issues all its ≤ 8 float4 loads at once (one L2 round trip), then the 16 lanes' partials are
 // added in lane order through shared memory.
 __global__ void __launch_bounds__(kThreads) mla_merge_kernel(DecodePlan pl, bf16* o_lat) {
+  pdl_wait();
+  pdl_trigger();
   constexpr int kQuads = kThreads / kMergeLanes, kPer = kMaxSplits / kMergeLanes;
   __shared__ float sw[kMaxSplits];
   __shared__ float4 spart[kMergeLanes][kQuads];
@@ -1606,6 +1613,8 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(DecodePlan pl, bf16
 // (ldmatrix A fragments; B = W_UV rows, channel-contiguous, by ldmatrix). Preconditions: r = 512,
 // dv % 8 == 0.
 __global__ void __launch_bounds__(kGemmThreads) mla_apply_tc_kernel(DecodePlan pl, const bf16* o_lat) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ __align__(16) unsigned char gemm_smem[];
   __shared__ float sw[kGemmTileM][kMergeInline];
   const MlaDecodeArgs& a = pl.a;
@@ -1904,8 +1913,8 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
   const bool tc_gemms = use_tc && a.dn % 16 == 0 && a.dn <= kAbsorbTcMaxDn && (a.dn + a.dr) % 4 == 0 && a.dv % 8 == 0;
   const unsigned gemm_tiles = static_cast<unsigned>((a.n_rows + kGemmTileM - 1) / kGemmTileM);
   if (tc_gemms) {
-    mla_absorb_tc_kernel<<<dim3(static_cast<unsigned>(kTcRank / kAbsorbTileN), heads, gemm_tiles), kGemmThreads,
-                           absorb_tc_smem_bytes(a.dn), s>>>(pl);
+    launch_pdl(mla_absorb_tc_kernel, dim3(static_cast<unsigned>(kTcRank / kAbsorbTileN), heads, gemm_tiles),
+               kGemmThreads, absorb_tc_smem_bytes(a.dn), s, pl);
   } else {
     mla_absorb_q_kernel<<<dim3(static_cast<unsigned>((a.r + kAbsorbCols - 1) / kAbsorbCols), heads, tiles), kThreads, 0,
                           s>>>(pl);
@@ -1925,8 +1934,8 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
     DI_CUDA_LAUNCHED();
   } else if (ws) {
     const int box_rows = a.block_size % 32 == 0 ? 32 : 16;
-    mla_split_ws_kernel<<<dim3(static_cast<unsigned>(a.n_rows * pl.n_hg), static_cast<unsigned>(pl.n_splits)),
-                          kWsThreads, kWsSmemBytes, s>>>(cache_map(a, box_rows), box_rows, pl);
+    launch_pdl(mla_split_ws_kernel, dim3(static_cast<unsigned>(a.n_rows * pl.n_hg), static_cast<unsigned>(pl.n_splits)),
+               kWsThreads, kWsSmemBytes, s, cache_map(a, box_rows), box_rows, pl);
     DI_CUDA_LAUNCHED();
   } else if (tc_mt == 1) {
     launch_split_tc<1>(pl, s);
@@ -1941,13 +1950,13 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
     bf16* o_lat = nullptr;  // merged by its own kernel beyond kMergeInline splits
     if (pl.n_splits > kMergeInline) {
       o_lat = static_cast<bf16*>(get(sizeof(bf16) * lat));
-      mla_merge_kernel<<<dim3(static_cast<unsigned>(a.n_rows), heads,
-                              static_cast<unsigned>(kTcRank / (4 * (kThreads / kMergeLanes)))),
-                         kThreads, 0, s>>>(pl, o_lat);
+      const unsigned chunks = static_cast<unsigned>(kTcRank / (4 * (kThreads / kMergeLanes)));
+      launch_pdl(mla_merge_kernel, dim3(static_cast<unsigned>(a.n_rows), heads, chunks), kThreads, 0, s, pl, o_lat);
       DI_CUDA_LAUNCHED();
     }
-    mla_apply_tc_kernel<<<dim3(static_cast<unsigned>((a.dv + kApplyTileN - 1) / kApplyTileN), heads, gemm_tiles),
-                          kGemmThreads, kApplyTcSmemBytes, s>>>(pl, o_lat);
+    launch_pdl(mla_apply_tc_kernel,
+               dim3(static_cast<unsigned>((a.dv + kApplyTileN - 1) / kApplyTileN), heads, gemm_tiles), kGemmThreads,
+               kApplyTcSmemBytes, s, pl, o_lat);
     DI_CUDA_LAUNCHED();
     return;
   }

@@ -24,6 +24,7 @@
 //    DeepSeek's "fp8" GEMM path: activations lose ~2^-4 per element, sync-free.
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 
 #include <algorithm>
@@ -36,7 +37,7 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kMaxExperts = 256;         // routed experts (the router's limit)
-constexpr int kMaxSharedExperts = 16;    // shared-expert slices run as extra experts (MoeArgs::n_shared)
+constexpr int kMaxSharedExperts = kMaxExperts;  // shared-expert slices run as extra experts (MoeArgs::n_shared)
 constexpr int kMaxGroups = 64;
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -52,6 +53,8 @@ constexpr int kRouteWarps = 4;
 // whole groups. Top-k: k rounds of a warp arg-max over (choice desc, id asc) — the reference's
 // scan keeps the first maximum, i.e. the lowest id on ties, −inf entries included.
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float smem[kRouteWarps][2 * kMaxExperts + kMaxGroups];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
@@ -104,6 +107,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
   float* w = a.weights + t * a.top_k;
   uint32_t taken = 0;  // bit i: this lane's expert lane + 32 i is chosen
   float wsum = 0;
+  int32_t my_id = 0;  // lane j keeps pick j (top_k ≤ 32), written once at the end
+  float my_w = 0.0f;
   for (int64_t j = 0; j < a.top_k; ++j) {
     float bv = -INFINITY;
     int be = INT_MAX;
@@ -125,17 +130,15 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
     if (be % 32 == lane) taken |= 1u << (be / 32);
     const float sj = scores[be];
     wsum += sj;
-    if (lane == 0) {
-      ids[j] = be;
-      w[j] = sj;
+    if (lane == j) {
+      my_id = be;
+      my_w = sj;
     }
   }
-  if (lane != 0) return;
-  if (a.norm_topk_prob) {
-    const float sum = wsum + 1e-20f;
-    for (int64_t j = 0; j < a.top_k; ++j) w[j] /= sum;
-  }
-  for (int64_t j = 0; j < a.top_k; ++j) w[j] *= a.scale;
+  if (lane >= a.top_k) return;
+  if (a.norm_topk_prob) my_w /= wsum + 1e-20f;
+  ids[lane] = my_id;
+  w[lane] = my_w * a.scale;
 }
 
 __global__ void iota_kernel(int32_t* v, int64_t n) {
@@ -216,6 +219,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) grouped_gemv_kernel(const bf1
                                                                        int64_t block_k, int64_t N,
                                                                        const int32_t* offsets, const int32_t* active,
                                                                        int64_t dense_rows, float* C, int64_t ldc) {
+  pdl_wait();
+  // No early pdl_trigger: the dependents' CTAs would wait beside this multi-wave GEMM's last
+  // wave (FP8 decode B = 32: 15.2 → 16.2 ms per step with it; bf16 B = 1 3.55 → 3.49; run s7-6).
   // Dense use (active == null): one "expert" 0 with rows [0, dense_rows).
   const int e = active != nullptr ? active[blockIdx.y] : 0;
   if (e < 0) return;
@@ -279,11 +285,11 @@ void grouped_gemv(const bf16* A, int64_t K, const void* W, const float* scale, b
   const dim3 grid(grid_for(N, kGemvWarps * kGemvRowsPerWarp), static_cast<unsigned>(n_active));
   const int64_t n_kb = fp8 ? (K + block_k - 1) / block_k : 0;
   if (fp8)
-    grouped_gemv_kernel<true><<<grid, kGemvWarps * 32, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, active,
-                                                               dense_rows, C, ldc);
+    launch_pdl(grouped_gemv_kernel<true>, grid, kGemvWarps * 32, 0, s, A, K, W, scale, n_kb, block_k, N, offsets,
+               active, dense_rows, C, ldc);
   else
-    grouped_gemv_kernel<false><<<grid, kGemvWarps * 32, 0, s>>>(A, K, W, scale, n_kb, block_k, N, offsets, active,
-                                                                dense_rows, C, ldc);
+    launch_pdl(grouped_gemv_kernel<false>, grid, kGemvWarps * 32, 0, s, A, K, W, scale, n_kb, block_k, N, offsets,
+               active, dense_rows, C, ldc);
   DI_CUDA_LAUNCHED();
 }
 
@@ -300,6 +306,8 @@ template <int kBM>
 __global__ void __launch_bounds__(1024) small_sort_kernel(const int32_t* ids, int64_t k, int64_t kt, int64_t R,
                                                           int64_t E, int32_t* perm, int32_t* offsets, int32_t* tiles,
                                                           int32_t* active, int64_t n_active) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ int32_t s_ids[kSmallSortMax];
   __shared__ int32_t s_start[kMaxExperts + kMaxSharedExperts + 1];
   const int t = threadIdx.x;
@@ -339,6 +347,8 @@ __global__ void __launch_bounds__(1024) small_sort_kernel(const int32_t* ids, in
 
 // xa[i] = bf16(x[perm[i] / k]); inv[perm[i]] = i.
 __global__ void permute_kernel(const float* x, const int32_t* perm, int64_t k, int64_t D, bf16* xa, int32_t* inv) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = blockIdx.x;
   const int64_t entry = perm[i], t = entry / k;
   if (threadIdx.x == 0) inv[entry] = static_cast<int32_t>(i);
@@ -358,6 +368,8 @@ __global__ void extend_ids_kernel(const int32_t* ids, int64_t T, int64_t k, int6
 // n_parts partials h_p = h + p · stride added in order (the first as is): sum_splits then
 // silu_mul in one pass, the same arithmetic.
 __global__ void sum_silu_mul_kernel(const float* h, int64_t n_parts, int64_t stride, int64_t R, int64_t I, bf16* act) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= R * I) return;
   const int64_t g_at = (i / I) * 2 * I + i % I;
@@ -375,14 +387,20 @@ __global__ void sum_silu_mul_kernel(const float* h, int64_t n_parts, int64_t str
 // kCombineMaxK the token's k weights and rows are read once into shared memory (the output
 // cannot alias them, so nothing is re-read per column), then float4 columns (vec);
 // larger k reads them per column. vec: D % 4 == 0 and y, out 16-byte aligned. The same
-// per-element arithmetic on every path.
+// per-element arithmetic on every path. Block (token, kCombineCols columns) of
+// kCombineThreads: a one-token step spreads its loads over D / 256 blocks (one block per
+// token took 11 µs for V2-Lite's 8 slots × 3 partials, run s7-4).
 constexpr int kCombineMaxK = 16;
+constexpr int kCombineThreads = 64, kCombineCols = 4 * kCombineThreads;
 __global__ void combine_kernel(const float* __restrict__ y, int64_t n_parts, int64_t stride,
                                const int32_t* __restrict__ inv, const float* __restrict__ w, int64_t kw, int64_t k,
                                int64_t D, bool vec, float* __restrict__ out) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float sw[kCombineMaxK];
   __shared__ int64_t srow[kCombineMaxK];
-  const int64_t t = blockIdx.x;
+  const int64_t t = blockIdx.x, c0 = static_cast<int64_t>(blockIdx.y) * kCombineCols;
+  const int64_t c_end = min(D, c0 + kCombineCols);
   auto weight = [&](int64_t s) { return s < kw ? w[t * kw + s] : 1.0f; };
   auto y_at = [&](int64_t at) {
     float v = y[at];
@@ -390,7 +408,7 @@ __global__ void combine_kernel(const float* __restrict__ y, int64_t n_parts, int
     return v;
   };
   if (k > kCombineMaxK) {
-    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+    for (int64_t j = c0 + threadIdx.x; j < c_end; j += blockDim.x) {
       float acc = 0;
       for (int64_t s = 0; s < k; ++s) acc += weight(s) * y_at(static_cast<int64_t>(inv[t * k + s]) * D + j);
       out[t * D + j] = acc;
@@ -403,7 +421,7 @@ __global__ void combine_kernel(const float* __restrict__ y, int64_t n_parts, int
   }
   __syncthreads();
   if (vec) {
-    for (int64_t j = 4 * threadIdx.x; j < D; j += 4 * blockDim.x) {
+    for (int64_t j = c0 + 4 * threadIdx.x; j < c_end; j += 4 * blockDim.x) {
       float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
       for (int64_t s = 0; s < k; ++s) {
@@ -424,7 +442,7 @@ __global__ void combine_kernel(const float* __restrict__ y, int64_t n_parts, int
     }
     return;
   }
-  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+  for (int64_t j = c0 + threadIdx.x; j < c_end; j += blockDim.x) {
     float acc = 0;
     for (int64_t s = 0; s < k; ++s) acc += sw[s] * y_at(srow[s] + j);
     out[t * D + j] = acc;
@@ -1050,7 +1068,8 @@ void moe_route(const RouteArgs& a, cudaStream_t s) {
   if (a.T == 0) return;
   DI_CUDA_REQUIRE(a.E <= kMaxExperts);
   DI_CUDA_REQUIRE(a.n_group <= kMaxGroups);
-  route_kernel<<<grid_for(a.T, kRouteWarps), kRouteWarps * 32, 0, s>>>(a);
+  DI_CUDA_REQUIRE(a.top_k >= 1 && a.top_k <= 32);  // one pick per lane
+  launch_pdl(route_kernel, grid_for(a.T, kRouteWarps), kRouteWarps * 32, 0, s, a);
   DI_CUDA_LAUNCHED();
 }
 
@@ -1099,7 +1118,8 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   const int64_t n_active = std::min(a.E, R);
   auto* active = static_cast<int32_t*>(get(sizeof(int32_t) * n_active));
   if (R <= kSmallSortMax) {  // decode: one block instead of iota + radix sort + offsets
-    small_sort_kernel<kBM><<<1, 1024, 0, s>>>(a.ids, k_routed, a.k, R, a.E, perm, offsets, tiles, active, n_active);
+    launch_pdl(small_sort_kernel<kBM>, 1, 1024, 0, s, a.ids, k_routed, a.k, R, a.E, perm, offsets, tiles, active,
+               n_active);
     DI_CUDA_LAUNCHED();
   } else {
     const int32_t* ids = a.ids;
@@ -1123,7 +1143,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     DI_CUDA_LAUNCHED();
   }
   auto* xa = static_cast<bf16*>(get(sizeof(bf16) * R * a.D));
-  permute_kernel<<<static_cast<unsigned>(R), 256, 0, s>>>(a.x, perm, a.k, a.D, xa, inv);
+  launch_pdl(permute_kernel, static_cast<unsigned>(R), 256, 0, s, a.x, perm, a.k, a.D, xa, inv);
   DI_CUDA_LAUNCHED();
   DI_CUDA_REQUIRE(a.form != 1 || moe_skinny_ok(a.D, a.I, a.fp8, a.block_k));
   DI_CUDA_REQUIRE(a.form != 2 || a.blas != nullptr);
@@ -1183,14 +1203,15 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   auto* h13 = static_cast<float*>(get(sizeof(float) * parts13 * R * 2 * a.I));
   gemm(xa, a.D, a.w13, a.w13_scale, 2 * a.I, h13);
   auto* act = static_cast<bf16*>(get(sizeof(bf16) * R * a.I));
-  sum_silu_mul_kernel<<<grid_for(R * a.I, 256), 256, 0, s>>>(h13, parts13, R * 2 * a.I, R, a.I, act);
+  launch_pdl(sum_silu_mul_kernel, grid_for(R * a.I, 256), 256, 0, s, h13, parts13, R * 2 * a.I, R, a.I, act);
   DI_CUDA_LAUNCHED();
   auto* y = static_cast<float*>(get(sizeof(float) * parts2 * R * a.D));
   gemm(act, a.I, a.w2, a.w2_scale, a.D, y);
   const bool vec =
       a.D % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
-  combine_kernel<<<static_cast<unsigned>(a.T), 256, 0, s>>>(y, parts2, R * a.D, inv, a.weights, k_routed, a.k, a.D,
-                                                            vec, a.out);
+  const dim3 combine_grid(static_cast<unsigned>(a.T), grid_for(a.D, kCombineCols));
+  launch_pdl(combine_kernel, combine_grid, kCombineThreads, 0, s, y, parts2, R * a.D, inv, a.weights, k_routed, a.k,
+             a.D, vec, a.out);
   DI_CUDA_LAUNCHED();
 }
 

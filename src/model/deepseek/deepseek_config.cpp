@@ -1,5 +1,6 @@
 #include "model/deepseek/deepseek_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -245,7 +246,9 @@ Expected<DeepseekConfig> parse_deepseek_config(const json& j) {
   DI_RETURN_IF_ERROR(read_int(j, "intermediate_size", std::nullopt, 1, kMaxDim, &c.intermediate_size));
   if (c.n_routed_experts > 0) {
     DI_RETURN_IF_ERROR(read_int(j, "moe_intermediate_size", std::nullopt, 1, kMaxDim, &c.moe_intermediate_size));
-    DI_RETURN_IF_ERROR(read_int(j, "num_experts_per_tok", std::nullopt, 1, c.n_routed_experts, &c.num_experts_per_tok));
+    // At most 32 picks per token: the GPU router keeps one per lane of a warp.
+    DI_RETURN_IF_ERROR(read_int(j, "num_experts_per_tok", std::nullopt, 1, std::min<int64_t>(c.n_routed_experts, 32),
+                                &c.num_experts_per_tok));
     DI_RETURN_IF_ERROR(read_int(j, "n_shared_experts", int64_t{0}, 0, kMaxExperts, &c.n_shared_experts));
     DI_RETURN_IF_ERROR(read_int(j, "n_group", int64_t{1}, 1, c.n_routed_experts, &c.n_group));
     DI_RETURN_IF_ERROR(read_int(j, "topk_group", c.n_group, 1, c.n_group, &c.topk_group));

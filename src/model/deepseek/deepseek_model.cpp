@@ -50,16 +50,18 @@ Status DeepseekModel::place(Backend& backend) {
   DI_CHECK(placed_on_ == Device::cpu());
   // Placed size: bf16 weights (FP8 ones at a byte plus a per-row scale per 128 columns), the
   // embedding as loaded (fp32 tables stay fp32), a tied lm_head copied, the shared experts
-  // twice (DeepseekLayerWeights::shared_slices): within a few percent.
+  // twice (DeepseekLayerWeights::shared_slices), FP8 kv_b_proj also in bf16: within a few percent.
   const DeepseekCost cost = deepseek_cost(config_);
   const double per_param = config_.fp8 ? 1.0 + 4.0 / 128.0 : 2.0;
   const double table_extra = static_cast<double>(weights_.embed_tokens.numel()) *
                              (static_cast<double>(dtype_size(weights_.embed_tokens.dtype())) - per_param);
-  int64_t shared_params = 0;
-  for (const DeepseekLayerWeights& l : weights_.layers)
+  int64_t shared_params = 0, kv_b_params = 0;
+  for (const DeepseekLayerWeights& l : weights_.layers) {
     if (l.has_shared_experts) shared_params += 3 * config_.hidden_size * l.shared_experts.down_proj.n_in();
+    if (config_.fp8) kv_b_params += l.kv_b_proj.weight.numel();  // its bf16 copy (kv_b_proj_bf16)
+  }
   const auto need = static_cast<int64_t>(static_cast<double>(cost.total_params + shared_params) * per_param +
-                                         std::max(0.0, table_extra));
+                                         2.0 * static_cast<double>(kv_b_params) + std::max(0.0, table_extra));
   const auto [free_bytes, total_bytes] = backend.memory_info();
   if (total_bytes > 0 && need > free_bytes)
     return make_error(StatusCode::kResourceExhausted,
@@ -111,7 +113,7 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
   p.v_head_dim = c.v_head_dim;
   p.kv_lora_rank = r;
   p.softmax_scale = static_cast<float>(c.softmax_scale());
-  p.kv_b_proj = &w.kv_b_proj;
+  p.kv_b_proj = w.kv_b_proj_bf16.defined() ? &w.kv_b_proj_bf16 : &w.kv_b_proj;
   Tensor o = backend.empty(DType::kF32, {T, H, c.v_head_dim});  // [T, H, dv]
   if (decode.n_seqs > 0) backend.mla_attention(p, MlaForm::kAbsorbed, q3, cache_layer, decode, o);
   if (prefill.n_seqs > 0) backend.mla_attention(p, MlaForm::kNaive, q3, cache_layer, prefill, o);

@@ -1,6 +1,7 @@
 #include "model/deepseek/deepseek_placement.h"
 
 #include <cmath>
+#include <vector>
 
 namespace deepinfer {
 namespace {
@@ -108,6 +109,8 @@ class Placer {
     out->kv_a_proj_with_mqa = one(h ? &h->kv_a_proj_with_mqa : nullptr, c_.kv_latent_dim(), d, true);
     out->kv_a_layernorm = norm(h ? &h->kv_a_layernorm : nullptr, c_.kv_lora_rank);
     out->kv_b_proj = one(h ? &h->kv_b_proj : nullptr, H * (c_.qk_nope_head_dim + c_.v_head_dim), c_.kv_lora_rank, true);
+    if (!b_.on_host() && out->kv_b_proj.dtype() == DType::kF8E4M3)
+      out->kv_b_proj_bf16 = dequantized_bf16(h ? h->kv_b_proj : to_host(out->kv_b_proj));
     out->o_proj = one(h ? &h->o_proj : nullptr, d, H * c_.v_head_dim, true);
     out->is_moe = h ? h->is_moe : (index >= c_.num_hidden_layers ? c_.n_routed_experts > 0 : c_.is_moe_layer(index));
     if (!out->is_moe) {
@@ -191,6 +194,16 @@ class Placer {
     if (h == nullptr) return dtype_ != DType::kF8E4M3 || I % 128 == 0;  // allocate_linear's 128-wide K blocks
     if (h->gate_proj.dtype() != DType::kF8E4M3) return true;
     return I % h->gate_proj.block_n == 0 && I % h->up_proj.block_n == 0 && I % h->down_proj.block_k == 0;
+  }
+  // A host FP8 Linear as a placed bf16 one: bf16(q · scale) per element.
+  LinearWeight dequantized_bf16(const LinearWeight& host) {
+    const int64_t n = host.n_out(), k = host.n_in();
+    std::vector<float> f(static_cast<size_t>(n * k));
+    host.dequantize(0, n, 0, k, f.data(), k);
+    LinearWeight w;
+    w.weight = Tensor::empty_host(DType::kBF16, {n, k});
+    for (size_t i = 0; i < f.size(); ++i) w.weight.data<uint16_t>()[i] = f32_to_bf16(f[i]);
+    return b_.place_linear({&w});
   }
   LinearWeight to_host(const LinearWeight& w) {
     LinearWeight out = w;

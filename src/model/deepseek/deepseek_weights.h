@@ -25,6 +25,10 @@ struct DeepseekLayerWeights {
   LinearWeight kv_a_proj_with_mqa;  // [kv_lora_rank + qk_rope_head_dim, hidden]
   Tensor kv_a_layernorm;            // [kv_lora_rank]
   LinearWeight kv_b_proj;           // [H * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
+  // Device placements of FP8 checkpoints: kv_b_proj dequantized to bf16 once (the attention
+  // kernels read W_UK and W_UV as bf16 every step; bf16(q · scale), the rounding of a per-step
+  // dequantization). Undefined otherwise.
+  LinearWeight kv_b_proj_bf16;
   LinearWeight o_proj;              // [hidden, H * v_head_dim]
 
   bool is_moe = false;
