@@ -66,6 +66,9 @@ __global__ void __launch_bounds__(kSmThreads) small_m_gemm_kernel(const bf16* A,
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kSmCols;
 
   __shared__ __align__(128) unsigned char smem[small_m_smem<kFp8>()];
+  // FP8: each stage's block scales, one per (row, 16-column group), copied with the stage (the
+  // widening then reads shared memory instead of waiting on a global load every step).
+  __shared__ float s_scale[kFp8 ? kSmStages : 1][kFp8 ? kSmCols : 1][kSmK / 16];
   constexpr size_t kWStage = kFp8 ? kSmWFp8Bytes : kSmWBf16Bytes;
   // Stage s of A: bf16 [16][72]; of W: bf16 [64][72] or raw FP8 [64][64]; FP8's widened W: bf16 [64][72].
   auto a_stage = [&](int s) { return reinterpret_cast<bf16*>(smem + s * kSmABytes); };
@@ -104,6 +107,12 @@ __global__ void __launch_bounds__(kSmThreads) small_m_gemm_kernel(const bf16* A,
           const bool ok = n < N && k0 + c < k_end;
           const uint8_t* src = static_cast<const uint8_t*>(W) + (static_cast<int64_t>(e) * N + n) * K + k0 + c;
           cp_async16(smem_u32(w_stage(s) + r * kSmK + c), ok ? static_cast<const void*>(src) : W, ok);
+          // Scale of row r, 16-column group idx % 4 (zero past N or K, as the codes).
+          const int64_t kg = k0 + 16 * (idx % 4);
+          const bool sok = n < N && kg < k_end;
+          const float* ssrc = wscale + (static_cast<int64_t>(e) * N + n) * n_kb +
+                              (sok ? static_cast<int>(kg) / static_cast<int>(block_k) : 0);
+          cp_async4(smem_u32(&s_scale[s][r][idx % 4]), sok ? ssrc : wscale, sok);
         }
       } else {
 #pragma unroll
@@ -135,14 +144,13 @@ __global__ void __launch_bounds__(kSmThreads) small_m_gemm_kernel(const bf16* A,
       if constexpr (kFp8) {
         // Each warp widens its own 16 rows of the raw stage into its slice of w_wide:
         // bf16(fp8 · scale), the tiled kernels' rounding. Lane l: row l / 2, 32 columns from
-        // (l % 2) · 32, in two 16-column groups (one scale each: block_k % 16 == 0).
+        // (l % 2) · 32, in two 16-column groups (one scale each, staged in s_scale:
+        // block_k % 16 == 0).
         const int lane = t % 32, r = warp * 16 + lane / 2, c0 = (lane % 2) * 32;
-        const int64_t n = n0 + r, k0 = k_begin + step * kSmK;
 #pragma unroll
         for (int g = 0; g < 2; ++g) {
           const int c = c0 + 16 * g;
-          const int64_t k = k0 + c;
-          const float sc = n < N && k < k_end ? wscale[(static_cast<int64_t>(e) * N + n) * n_kb + k / block_k] : 0.0f;
+          const float sc = s_scale[s][r][c / 16];
           const uint4 raw = *reinterpret_cast<const uint4*>(w_stage(s) + r * kSmK + c);
           const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
           __align__(16) bf16 out[16];
@@ -255,6 +263,7 @@ void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, b
                   const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, float* C,
                   int64_t ldc, float* partials, cudaStream_t s) {
   DI_CUDA_REQUIRE(small_m_gemm_ok(K, fp8, block_k));
+  DI_CUDA_REQUIRE(K <= INT32_MAX && block_k <= INT32_MAX);  // 32-bit scale-block division
   DI_CUDA_REQUIRE(n_active >= 1 && n_active <= 65535);
   if (rows == 0) return;
   const int64_t n_splits = invariant_k_splits(K);

@@ -186,7 +186,7 @@ __device__ __forceinline__ void load_w8(const void* W, const float* wscale, int6
                                         int64_t wr, int64_t k, float* w) {
   if constexpr (kFp8) {
     const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(W) + wr * K + k);
-    const float sc = wscale[wr * n_kb + k / block_k];
+    const float sc = wscale[wr * n_kb + static_cast<int>(k) / static_cast<int>(block_k)];  // K < 2^31: checked
     const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
 #pragma unroll
     for (int v = 0; v < 8; ++v) {
@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) grouped_gemv_kernel(const bf1
 void grouped_gemv(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
                   const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t dense_rows, float* C,
                   int64_t ldc, cudaStream_t s) {
-  DI_CUDA_REQUIRE(K % kGemvVec == 0);
+  DI_CUDA_REQUIRE(K % kGemvVec == 0 && K <= INT32_MAX);
   DI_CUDA_REQUIRE(!fp8 || block_k % kGemvVec == 0);
   DI_CUDA_REQUIRE(n_active <= 65535);
   const dim3 grid(grid_for(N, kGemvWarps * kGemvRowsPerWarp), static_cast<unsigned>(n_active));
