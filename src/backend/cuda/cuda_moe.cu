@@ -237,7 +237,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) grouped_gemv_kernel(const bf1
     for (int q = 0; q < kGemvRowsPerWarp; ++q)
 #pragma unroll
       for (int i = 0; i < kGemvMaxM; ++i) acc[q][i] = 0.0f;
-#pragma unroll kGemvUnroll
+    // FP8 loads are 8 bytes: twice the K steps unrolled keep as many bytes in flight as bf16's.
+    constexpr int kUnroll = kFp8 ? 2 * kGemvUnroll : kGemvUnroll;
+#pragma unroll kUnroll
     for (int64_t k = static_cast<int64_t>(lane) * kGemvVec; k < K; k += 32 * kGemvVec) {
       float w[kGemvRowsPerWarp][kGemvVec];
 #pragma unroll
