@@ -7,7 +7,11 @@
 //   - a dense MLP's gate_proj and up_proj stacked into one [2I, D] weight, the parts kept as
 //     row views, so one GEMM computes [gate | up];
 //   - each MoE layer's routed experts stacked into [E·2I, D] (gate_e ; up_e for e = 0..E-1)
-//     and [E·D, I] (down_e), each expert's MlpWeights a set of row views into them.
+//     and [E·D, I] (down_e), each expert's MlpWeights a set of row views into them;
+//   - the shared experts (width S·I) also stacked there, after the routed ones, as S experts of
+//     width I (shared_slices: gate and up rows s·I.., down columns s·I..), besides their own
+//     stacked MLP — where FP8 blocks allow the cut;
+//   - FP8 kv_b_proj also as a bf16 copy (kv_b_proj_bf16), the attention's operand precision.
 // Backends detect these layouts by address (see CudaBackend::moe_experts).
 #pragma once
 
