@@ -67,6 +67,15 @@ void Backend::copy_to_host_async(const Tensor& src, Tensor& host_dst) {
   std::memcpy(host_dst.raw_data(), src.raw_data(), src.n_bytes());
 }
 
+void Backend::mla_kv_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions, const RopeParams& rope,
+                           const Tensor& slots, Tensor& cache) {
+  const int64_t T = kv.size(0), width = kv.size(1);
+  rms_norm(kv, width, norm, eps, kv);
+  Tensor kv3 = kv.reshape({T, 1, width});  // k_pe is one head shared by all query heads
+  this->rope(kv3, norm.numel(), positions, rope);
+  kv_write(kv, slots, cache);
+}
+
 void Backend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                       const SharedExperts& shared, Tensor& out) {
   moe_experts(x, ids, weights, experts, out);

@@ -164,6 +164,12 @@ class Backend {
   // latent [T, L] F32; slots [T] I32; cache [n_blocks, block_size, L] F32.
   virtual void kv_write(const Tensor& latent, const Tensor& slots, Tensor& cache) = 0;
 
+  // A layer's new MLA latents, finished and cached: c_kv = rms_norm(kv[t, :r]) with `norm`
+  // (r = norm.numel()), k_pe = rope(kv[t, r:]) (one head at offset r, `positions`), both in
+  // place, then kv_write(kv, slots, cache). kv [T, r + dr] F32. Default: those three ops.
+  virtual void mla_kv_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions, const RopeParams& rope,
+                            const Tensor& slots, Tensor& cache);
+
   // Multi-head latent attention over the paged latent cache.
   // q [T, H, dn + dr] F32 (RoPE applied); cache [n_blocks, block_size, r + dr] F32 holding
   // [c_kv (post-norm) | k_pe (post-RoPE)]; out [T, H, dv] F32.

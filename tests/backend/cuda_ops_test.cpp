@@ -171,6 +171,45 @@ TEST_F(CudaOps, RopeBothLayouts) {
   }
 }
 
+// The fused latent write (one kernel: c_kv's RMSNorm, k_pe's RoPE, the cache store) against the
+// three ops it replaces on the same backend — bitwise, kv and cache alike — and against the
+// reference (1e-5: fp32 sums in another order). r = 512 (V2/V3) and 100, both pair layouts.
+TEST_F(CudaOps, MlaKvWriteEqualsNormRopeWrite) {
+  for (const int64_t r : {512, 100})
+    for (bool interleave : {true, false})
+      for (int64_t T : {1, 9}) {
+        const int64_t dr = 64, width = r + dr, n_blocks = 4, bs = 8;
+        RopeParams rp;
+        for (int i = 0; i < dr / 2; ++i)
+          rp.inv_freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(dr)));
+        rp.attention_factor = 1.1f;
+        rp.interleave = interleave;
+        const Tensor kv = randn({T, width}, 3.0f), norm = randn({r}, 0.2f);
+        std::vector<int32_t> pos, slots;
+        for (int64_t t = 0; t < T; ++t) {
+          pos.push_back(static_cast<int32_t>(rng_() % 5000));
+          slots.push_back(static_cast<int32_t>((t * 5 + 3) % (n_blocks * bs)));
+        }
+        Tensor outs[2][2];  // [fused, three ops][kv, cache]
+        for (int fused = 0; fused < 2; ++fused) {
+          Tensor d_kv = up(kv), d_norm = gpu_->place_tensor(norm);
+          Tensor cache = gpu_->allocate(DType::kBF16, {n_blocks, bs, width});
+          if (fused == 0) gpu_->mla_kv_write(d_kv, d_norm, 1e-6f, up(i32(pos)), rp, up(i32(slots)), cache);
+          else gpu_->Backend::mla_kv_write(d_kv, d_norm, 1e-6f, up(i32(pos)), rp, up(i32(slots)), cache);
+          outs[fused][0] = down(d_kv);
+          outs[fused][1] = down(cache);
+        }
+        for (int k = 0; k < 2; ++k)
+          EXPECT_EQ(std::memcmp(outs[0][k].raw_data(), outs[1][k].raw_data(), outs[0][k].n_bytes()), 0)
+              << (k == 0 ? "kv" : "cache") << " r=" << r << " T=" << T << " interleave=" << interleave;
+        Tensor ref_kv = Tensor::empty_host(DType::kF32, {T, width});
+        std::copy(kv.data<float>(), kv.data<float>() + kv.numel(), ref_kv.data<float>());
+        Tensor ref_cache = Tensor::empty_host(DType::kF32, {n_blocks, bs, width});
+        ref_.mla_kv_write(ref_kv, norm, 1e-6f, i32(pos), rp, i32(slots), ref_cache);
+        EXPECT_LT(rel_err(outs[0][0], ref_kv), 1e-5) << "r=" << r << " T=" << T;
+      }
+}
+
 TEST_F(CudaOps, MatmulBf16AndFp8) {
   for (DType dt : {DType::kF32, DType::kF8E4M3}) {
     for (int64_t M : {0, 1, 3, 17, 130}) {

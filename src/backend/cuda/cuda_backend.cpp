@@ -651,6 +651,24 @@ void CudaBackend::kv_write(const Tensor& latent, const Tensor& slots, Tensor& ca
                  elem_of(cache.dtype()), s_->stream);
 }
 
+void CudaBackend::mla_kv_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions,
+                               const RopeParams& rope, const Tensor& slots, Tensor& cache) {
+  OpTimer timer(*this, "mla_kv_write");
+
+  const int64_t r = norm.numel(), width = kv.size(1);
+  DI_CHECK_EQ(cache.size(2), width);
+  DI_CHECK_LE(r + rope.dim(), width);
+  cuda::RopeArgs a;
+  DI_CHECK_LE(static_cast<int64_t>(rope.inv_freq.size()), cuda::kRopeMaxHalf);
+  std::copy(rope.inv_freq.begin(), rope.inv_freq.end(), a.inv_freq);
+  a.half = static_cast<int>(rope.inv_freq.size());
+  a.attention_factor = rope.attention_factor;
+  a.interleave = rope.interleave;
+  cuda::mla_kv_write(dptr<float>(kv), kv.size(0), width, r, dptr(norm), elem_of(norm.dtype()), eps,
+                     cdptr<int32_t>(positions), a, cdptr<int32_t>(slots), dptr(cache), elem_of(cache.dtype()),
+                     s_->stream);
+}
+
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
   OpTimer timer(*this, "gather_rows");
 

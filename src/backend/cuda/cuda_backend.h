@@ -58,6 +58,8 @@ class CudaBackend : public Backend {
   void kv_write(const Tensor& latent, const Tensor& slots, Tensor& cache) override;
   void mla_attention(const MlaParams& p, MlaForm form, const Tensor& q, const Tensor& cache,
                      const AttentionBatch& batch, Tensor& out) override;
+  void mla_kv_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions, const RopeParams& rope,
+                    const Tensor& slots, Tensor& cache) override;
   void moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const std::vector<MlpWeights>& experts, Tensor& out) override;

@@ -119,6 +119,45 @@ __global__ void rope_kernel(float* x, int64_t heads, int64_t stride, int64_t off
   }
 }
 
+// Token t's latent: rms_norm_kernel's arithmetic on kv[t, :r] (launched with the block size
+// rms_norm would use, so block_sum adds the same partials), rope_kernel's on kv[t, r:] (one
+// head), then kv_write_kernel's store of the whole row.
+__global__ void mla_kv_write_kernel(float* kv, int64_t width, int64_t r, const void* w, Elem we, float eps,
+                                    const int32_t* positions, RopeArgs a, const int32_t* slots, void* cache,
+                                    Elem ce) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float cs[2 * kRopeMaxHalf];
+  const int64_t t = blockIdx.x;
+  float* x = kv + t * width;
+  float ss = 0;
+  for (int64_t j = threadIdx.x; j < r; j += blockDim.x) ss += x[j] * x[j];
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(r) + eps);
+  for (int64_t j = threadIdx.x; j < r; j += blockDim.x) x[j] = load(w, we, j) * (x[j] * inv);
+  const float pos = static_cast<float>(positions[t]);
+  for (int i = threadIdx.x; i < a.half; i += blockDim.x) {
+    const float angle = pos * a.inv_freq[i];
+    cs[i] = static_cast<float>(cos(static_cast<double>(angle))) * a.attention_factor;
+    cs[kRopeMaxHalf + i] = static_cast<float>(sin(static_cast<double>(angle))) * a.attention_factor;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < a.half; i += blockDim.x) {
+    const float c = cs[i], s = cs[kRopeMaxHalf + i];
+    float* v = x + r;
+    const int64_t ia = a.interleave ? 2 * i : i, ib = a.interleave ? 2 * i + 1 : i + a.half;
+    const float x0 = v[ia], x1 = v[ib];
+    v[ia] = x0 * c - x1 * s;
+    v[ib] = x1 * c + x0 * s;
+  }
+  __syncthreads();  // the finished row, written by other threads, before it is cached
+  const int64_t slot = slots[t];
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
+    const float v = x[j];
+    if (ce == Elem::kBF16) static_cast<bf16*>(cache)[slot * width + j] = __float2bfloat16(v);
+    else static_cast<float*>(cache)[slot * width + j] = v;
+  }
+}
+
 __global__ void silu_mul_kernel(const float* g, int64_t T, int64_t I, void* out, Elem oe) {
   pdl_wait();
   pdl_trigger();
@@ -277,6 +316,15 @@ void rope(float* x, int64_t T, int64_t heads, int64_t stride, int64_t offset, co
           const RopeArgs& args, cudaStream_t s) {
   if (T == 0 || args.half == 0) return;
   launch_pdl(rope_kernel, static_cast<unsigned>(T), 128, 0, s, x, heads, stride, offset, positions, args);
+  DI_CUDA_LAUNCHED();
+}
+
+void mla_kv_write(float* kv, int64_t T, int64_t width, int64_t r, const void* w, Elem we, float eps,
+                  const int32_t* positions, const RopeArgs& args, const int32_t* slots, void* cache, Elem ce,
+                  cudaStream_t s) {
+  if (T == 0) return;
+  launch_pdl(mla_kv_write_kernel, static_cast<unsigned>(T), row_threads(r), 0, s, kv, width, r, w, we, eps, positions,
+             args, slots, cache, ce);
   DI_CUDA_LAUNCHED();
 }
 

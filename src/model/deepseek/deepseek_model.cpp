@@ -101,10 +101,7 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
 
   Tensor kv = backend.empty(DType::kF32, {T, width});  // [T, r + dr] = [c_kv | k_pe]
   backend.matmul(x, 0, w.kv_a_proj_with_mqa, kv);
-  backend.rms_norm(kv, width, w.kv_a_layernorm, eps, kv);  // c_kv normalized in place
-  Tensor kv3 = kv.reshape({T, 1, width});  // k_pe is one head shared by all query heads
-  backend.rope(kv3, r, positions, rope_);
-  backend.kv_write(kv, slots, cache_layer);
+  backend.mla_kv_write(kv, w.kv_a_layernorm, eps, positions, rope_, slots, cache_layer);  // c_kv normed, k_pe rotated
 
   MlaParams p;
   p.n_heads = H;
