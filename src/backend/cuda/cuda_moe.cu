@@ -4,6 +4,8 @@
 //   cub's radix sort) → per-expert row offsets, 64-row tile offsets and the active experts
 //   → gather rows as bf16 → grouped GEMM gate|up → SiLU·mul →
 //   grouped GEMM down → weighted combine in slot order (deterministic: no float atomics).
+// Shared experts may ride along (MoeArgs::n_shared): extra experts after the routed ones, in
+// every token's last slots with weight 1, so one launch per stage serves both.
 // Four forms of the grouped GEMMs (MoeArgs::form; CudaBackend picks by the step's size):
 //  - skinny (decode): grouped_gemv_kernel, one block per (8 weight rows, active expert),
 //    weights streamed once per 8 rows of the expert with 16-byte loads, fp32 FMAs on the CUDA
