@@ -3,6 +3,8 @@
 # Nsight Compute (per-kernel duration, DRAM and SM throughput), eager (no graphs).
 # Usage: bash scripts/device/ncu_decode.sh [KERNEL_REGEX] [BATCHES] [DTYPE] [COUNT] [SKIP]
 #        (defaults: "mla|gemv|route", "1 256", bf16, 60 launches after skipping 200)
+# NCU_CACHE=all flushes the caches before each kernel (session 6's figures); the default, none,
+# keeps them warm, closer to a graph replay (session 7's).
 set -uo pipefail
 source "$(dirname "$0")/build_device.sh"
 device_build deepinfer
@@ -11,7 +13,8 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 echo "ncu: $NCU"
 for b in ${2:-1 256}; do
   # Skip the first SKIP matching launches (limits measurement and warm-up), profile COUNT.
-  timeout 240 "$NCU" --clock-control none -k "regex:$regex" --launch-skip 200 --launch-count "${4:-60}" \
+  timeout 240 "$NCU" --clock-control none --cache-control "${NCU_CACHE:-none}" -k "regex:$regex" \
+    --launch-skip "${5:-200}" --launch-count "${4:-60}" \
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread \
     build-device/src/tools/deepinfer bench --config bench/configs/deepseek_v2_lite.json --dtype "${3:-bf16}" \
     --prefill "" \
