@@ -34,6 +34,27 @@ __device__ float block_sum(float v) {
   return t;
 }
 
+// A token's RoPE table at position pos: cs[i] = cos(pos · inv_freq[i]) · attention_factor,
+// cs[kRopeMaxHalf + i] the sine — fp32 angle like transformers, cos/sin in double like the
+// reference backend. Block-wide; ends with a barrier.
+__device__ void rope_table(const RopeArgs& a, int32_t pos, float* cs) {
+  for (int i = threadIdx.x; i < a.half; i += blockDim.x) {
+    const float angle = static_cast<float>(pos) * a.inv_freq[i];
+    cs[i] = static_cast<float>(cos(static_cast<double>(angle))) * a.attention_factor;
+    cs[kRopeMaxHalf + i] = static_cast<float>(sin(static_cast<double>(angle))) * a.attention_factor;
+  }
+  __syncthreads();
+}
+
+// Rotates pair i of the head at v (pairs (2i, 2i+1) interleaved, else (i, i + half)).
+__device__ __forceinline__ void rope_pair(const RopeArgs& a, const float* cs, float* v, int64_t i) {
+  const float c = cs[i], s = cs[kRopeMaxHalf + i];
+  const int64_t ia = a.interleave ? 2 * i : i, ib = a.interleave ? 2 * i + 1 : i + a.half;
+  const float x0 = v[ia], x1 = v[ib];
+  v[ia] = x0 * c - x1 * s;
+  v[ib] = x1 * c + x0 * s;
+}
+
 __global__ void embedding_kernel(const void* table, Elem e, const int32_t* ids, int64_t D, float* out) {
   pdl_wait();
   pdl_trigger();
@@ -100,23 +121,9 @@ __global__ void rope_kernel(float* x, int64_t heads, int64_t stride, int64_t off
   // The token's cos/sin once for all heads (double-precision trigonometry is the kernel's cost).
   __shared__ float cs[2 * kRopeMaxHalf];
   const int64_t t = blockIdx.x;
-  const float pos = static_cast<float>(positions[t]);
-  for (int i = threadIdx.x; i < a.half; i += blockDim.x) {
-    // fp32 angle like transformers; cos/sin in double like the reference backend.
-    const float angle = pos * a.inv_freq[i];
-    cs[i] = static_cast<float>(cos(static_cast<double>(angle))) * a.attention_factor;
-    cs[kRopeMaxHalf + i] = static_cast<float>(sin(static_cast<double>(angle))) * a.attention_factor;
-  }
-  __syncthreads();
-  for (int64_t k = threadIdx.x; k < heads * a.half; k += blockDim.x) {
-    const int64_t h = k / a.half, i = k % a.half;
-    const float c = cs[i], s = cs[kRopeMaxHalf + i];
-    float* v = x + (t * heads + h) * stride + offset;
-    const int64_t ia = a.interleave ? 2 * i : i, ib = a.interleave ? 2 * i + 1 : i + a.half;
-    const float x0 = v[ia], x1 = v[ib];
-    v[ia] = x0 * c - x1 * s;
-    v[ib] = x1 * c + x0 * s;
-  }
+  rope_table(a, positions[t], cs);
+  for (int64_t k = threadIdx.x; k < heads * a.half; k += blockDim.x)
+    rope_pair(a, cs, x + (t * heads + k / a.half) * stride + offset, k % a.half);
 }
 
 // Token t's latent: rms_norm_kernel's arithmetic on kv[t, :r] (launched with the block size
@@ -134,21 +141,8 @@ __global__ void mla_kv_write_kernel(float* kv, int64_t width, int64_t r, const v
   for (int64_t j = threadIdx.x; j < r; j += blockDim.x) ss += x[j] * x[j];
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(r) + eps);
   for (int64_t j = threadIdx.x; j < r; j += blockDim.x) x[j] = load(w, we, j) * (x[j] * inv);
-  const float pos = static_cast<float>(positions[t]);
-  for (int i = threadIdx.x; i < a.half; i += blockDim.x) {
-    const float angle = pos * a.inv_freq[i];
-    cs[i] = static_cast<float>(cos(static_cast<double>(angle))) * a.attention_factor;
-    cs[kRopeMaxHalf + i] = static_cast<float>(sin(static_cast<double>(angle))) * a.attention_factor;
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < a.half; i += blockDim.x) {
-    const float c = cs[i], s = cs[kRopeMaxHalf + i];
-    float* v = x + r;
-    const int64_t ia = a.interleave ? 2 * i : i, ib = a.interleave ? 2 * i + 1 : i + a.half;
-    const float x0 = v[ia], x1 = v[ib];
-    v[ia] = x0 * c - x1 * s;
-    v[ib] = x1 * c + x0 * s;
-  }
+  rope_table(a, positions[t], cs);
+  for (int i = threadIdx.x; i < a.half; i += blockDim.x) rope_pair(a, cs, x + r, i);
   __syncthreads();  // the finished row, written by other threads, before it is cached
   const int64_t slot = slots[t];
   for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
