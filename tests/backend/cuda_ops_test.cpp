@@ -229,6 +229,38 @@ TEST_F(CudaOps, MatmulBf16AndFp8) {
   }
 }
 
+// The decode GEMV (default mode, ≤ 2 rows: matmul reads the fp32 rows and rounds them to bf16
+// as it goes) against a double-precision reference on exactly the operands it multiplies: x
+// rounded to bf16 (fp32 as is for fp32 weights), the weights as placed (bf16-rounded; FP8 codes
+// times their scales; fp32). Bound 1e-5: fp32 accumulation over ≤ 1,424 terms (~1e-6), so a
+// wrong chunk, scale block or row shows. Sizes: K = 1,424 (several double-buffered batches, a
+// partial 128-wide scale block), N = 37 (a partial 4-row unit; the block mode) and 20,001 with
+// K = 272 (more units than the persistent grid's warps: the warp mode, several units per warp),
+// strides padded to 16-byte rows.
+TEST_F(CudaOps, DecodeGemvMatchesBf16RoundedReference) {
+  struct Case { int64_t N, K; };
+  for (const Case c : {Case{37, 1424}, Case{20001, 272}})
+  for (int kind : {0, 1, 2})  // bf16, FP8, fp32 weights
+  for (int64_t M : {1, 2}) {
+    const DType dt = kind == 1 ? DType::kF8E4M3 : DType::kF32;
+    LinearWeight w = host_linear(c.N, c.K, dt);
+    if (kind == 0)  // the values bf16 placement keeps
+      for (int64_t i = 0; i < w.weight.numel(); ++i)
+        w.weight.data<float>()[i] = bf16_to_f32(f32_to_bf16(w.weight.data<float>()[i]));
+    const LinearWeight dw = kind == 2 ? gpu_->place_linear_fp32(w) : gpu_->place_linear({&w});
+    const int64_t stride = c.K + 4;
+    Tensor x = randn({M, stride});
+    Tensor xr = Tensor::empty_host(DType::kF32, {M, stride});  // what the GEMV multiplies
+    for (int64_t i = 0; i < x.numel(); ++i)
+      xr.data<float>()[i] = kind == 2 ? x.data<float>()[i] : bf16_to_f32(f32_to_bf16(x.data<float>()[i]));
+    Tensor ref_o = Tensor::empty_host(DType::kF32, {M, c.N});
+    ref_.matmul(xr, stride, w, ref_o);
+    Tensor d_o = dev_empty(DType::kF32, {M, c.N});
+    gpu_->matmul(up(x), stride, dw, d_o);
+    EXPECT_LT(rel_err(down(d_o), ref_o), 1e-5) << "kind " << kind << " N=" << c.N << " M=" << M;
+  }
+}
+
 TEST_F(CudaOps, KvWriteRoundsToBf16) {
   const int64_t T = 11, L = 40, n_blocks = 5, bs = 4;
   Tensor lat = randn({T, L});
@@ -299,12 +331,13 @@ std::vector<MlpWeights> place_experts(Backend& b, const std::vector<MlpWeights>&
   return out;
 }
 
-// MoE experts through the three grouped-GEMM forms (tiled; skinny, where experts with more than
-// 8 rows take several passes: every 4th token crowds experts 0..2; one cuBLAS GEMM per expert),
+// MoE experts through the grouped-GEMM forms (tiled; the decode GEMV, where experts with more than
+// 4 rows take several passes: every 4th token crowds experts 0..2; one cuBLAS GEMM per expert),
 // bf16 and FP8 weights.
 TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
-  // D, I multiples of 8: tiled version 2 and the skinny kernel; otherwise tiled version 1.
-  for (const auto& [D, I] : {std::pair<int64_t, int64_t>{160, 136}, std::pair<int64_t, int64_t>{100, 52}})
+  // D, I multiples of 16: tiled version 2 and the decode GEMV (also with FP8 weights); otherwise
+  // tiled version 1 (and forced form 1 falls back to it).
+  for (const auto& [D, I] : {std::pair<int64_t, int64_t>{160, 144}, std::pair<int64_t, int64_t>{100, 52}})
   for (DType dt : {DType::kF32, DType::kF8E4M3}) {
     const int64_t E = 9, k = 3;
     std::vector<MlpWeights> experts(E);
@@ -339,7 +372,7 @@ TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
       Tensor t_ids = i32(ids).reshape({T, k});
       Tensor ref_o = Tensor::empty_host(DType::kF32, {T, D});
       ref_.moe_experts(x, t_ids, w, experts, ref_o);
-      for (int form : {0, 1, 2, 4}) {  // tiled, skinny, per-expert cuBLAS, wgmma (bf16, sm_90), whatever the size
+      for (int form : {0, 1, 2, 4}) {  // tiled, GEMV, per-expert cuBLAS, wgmma (bf16, sm_90), whatever the size
         set_moe_gemm(*gpu_, form);
         Tensor d_o = dev_empty(DType::kF32, {T, D});
         gpu_->moe_experts(up(x), up(t_ids), up(w), d_experts, d_o);
@@ -349,6 +382,42 @@ TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
         }
       }
       set_moe_gemm(*gpu_, -1);
+    }
+  }
+}
+
+// The decode GEMV as MoE form 1 in both of its modes: gate|up (2 · 4,096 rows per expert: more
+// units than warps, the warp mode) and down (256 rows: the block mode), for 1–3 tokens (one
+// token: the fused form — rows read through the permutation, SiLU·mul in the gate|up epilogue;
+// 2 and 3: passes of 2 and 4 rows), bf16 and FP8, against the reference (bound 1e-2 as for the
+// other MoE forms).
+TEST_F(CudaOps, DecodeGemvMoeBothModes) {
+  const int64_t D = 256, I = 4096, E = 4, k = 2;
+  for (DType dt : {DType::kF32, DType::kF8E4M3}) {
+    std::vector<MlpWeights> experts(E);
+    for (auto& m : experts) {
+      m.gate_proj = host_linear(I, D, dt);
+      m.up_proj = host_linear(I, D, dt);
+      m.down_proj = host_linear(D, I, dt);
+    }
+    const std::vector<MlpWeights> d_experts = place_experts(*gpu_, experts);
+    for (int64_t T : {1, 2, 3}) {
+      Tensor x = randn({T, D});
+      std::vector<int32_t> ids;
+      Tensor w = Tensor::empty_host(DType::kF32, {T, k});
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < k; ++j) {
+          ids.push_back(static_cast<int32_t>((t + 3 * j) % E));
+          w.data<float>()[t * k + j] = 0.4f + 0.2f * static_cast<float>(j);
+        }
+      Tensor t_ids = i32(ids).reshape({T, k});
+      Tensor ref_o = Tensor::empty_host(DType::kF32, {T, D});
+      ref_.moe_experts(x, t_ids, w, experts, ref_o);
+      set_moe_gemm(*gpu_, 1);
+      Tensor d_o = dev_empty(DType::kF32, {T, D});
+      gpu_->moe_experts(up(x), up(t_ids), up(w), d_experts, d_o);
+      set_moe_gemm(*gpu_, -1);
+      EXPECT_LT(rel_err(down(d_o), ref_o), 1e-2) << dtype_name(dt) << " T=" << T;
     }
   }
 }

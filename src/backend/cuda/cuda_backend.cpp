@@ -121,19 +121,19 @@ struct CudaState {
 
 namespace {
 
-// MoE steps with at most this many routed rows (tokens × top_k) use small_m_gemm (form 3: a few
-// rows per expert, 16-row tensor-core passes over each active expert's weights; decode up to
-// batch 85 at top-6 of 64 experts), or the skinny CUDA-core kernel where small_m_gemm does not
-// take the sizes (run s5-8, V2-Lite B = 32: moe_experts 16.1 ms per step skinny, 8.7 ms form 3
-// in bf16; FP8 24.0 vs 10.5 ms; B = 1 equal within 4 % bf16, form 3 15 % faster FP8). Beyond,
-// its CUDA-core math loses to tensor cores (V2-Lite batch 256: 83 ms skinny vs 60 ms tiled v1 per
-// step, 34 ms with tiled v2): the tiled kernel, or per-expert cuBLAS once the experts average
-// kMoePerExpertMinRows rows (prefill), where cuBLAS's tiles win and one host sync is cheap.
-constexpr int64_t kMoeSkinnyMaxRows = 512;
+// MoE steps with at most this many routed rows (tokens × top_k) are decode-sized: steps of at
+// most kGemvMaxRows tokens run the decode GEMV (form 1: the weights at ~0.8 of the copy rate,
+// run s8-3: V2-Lite bf16 B = 1 3.25 → 2.87 ms per step, FP8 3.50 → 2.89; B = 2 4.09 → 3.80 and
+// 4.49 → 4.16), larger ones small_m_gemm (form 3: 16-row tensor-core passes over each active
+// expert's weights; decode up to batch 85 at top-6 of 64 experts — at B = 4 the GEMV's CUDA-core
+// math already loses, run s8-1). Beyond, the tiled kernel (V2-Lite batch 256: 83 ms on CUDA
+// cores vs 60 ms tiled v1 per step, 34 ms with tiled v2), or per-expert cuBLAS once the experts
+// average kMoePerExpertMinRows rows (prefill), where cuBLAS's tiles win and one host sync is cheap.
+constexpr int64_t kMoeDecodeMaxRows = 512;
 constexpr int64_t kMoePerExpertMinRows = 64;
 // Default mode: the shared experts run in the routed experts' launch (moe_ffn) for steps of at
 // most this many tokens (one 16-row pass over their slices) — and, with FP8 weights, for every
-// decode-sized step (≤ kMoeSkinnyMaxRows routed rows), whose separate shared MLP would run on
+// decode-sized step (≤ kMoeDecodeMaxRows routed rows), whose separate shared MLP would run on
 // the same small-M kernel anyway. V2-Lite decode, ms per step: bf16 B = 1 4.05 → 3.86 fused,
 // B = 32 11.65 → 11.84 (two passes over the slices lose to cuBLAS's one GEMM; run s7-2); FP8
 // B = 32 16.35 → 15.60 (runs s6-10, s7-1).
@@ -150,11 +150,13 @@ constexpr int64_t kInvariantRouterParallelRows = 16;
 // latency is its split's tile count (run s5-6: +17 % at B=1 with 256).
 constexpr int64_t kMlaInvariantSplitKeys = 128;
 constexpr int64_t kMlaInvariantMaxSplits = 32;
-// Dense FP8 linears at decode sizes read the FP8 bytes once (no dequantized copy): up to this many
-// rows the skinny CUDA-core kernel, up to kInvariantSmallRows small_m_gemm's tensor-core 16-row
-// passes (run s5-8, FP8 decode B = 32: the 5632×2048 MLP 6.57 ms per step with the skinny
-// kernel, 2.08 ms with small_m_gemm; B = 1: 1.15 vs 1.34 ms).
-constexpr int64_t kDenseSkinnyMaxRows = 4;
+// Default-mode dense linears of at most this many rows run on the decode GEMV (cuda_gemv.cu): the
+// weights read once at the copy rate (FP8 at a byte each), fp32 activations rounded to bf16 as
+// they are read (no conversion launch), fp32 router weights as they are. Beyond, FP8 weights
+// take small_m_gemm's tensor-core 16-row passes up to kInvariantSmallRows (run s5-8, FP8 decode
+// B = 32: the 5632×2048 MLP 6.57 ms per step on CUDA cores, 2.08 ms with small_m_gemm), bf16
+// weights cuBLAS.
+constexpr int64_t kGemvMaxRows = 2;
 
 Elem elem_of(DType t) {
   switch (t) {
@@ -572,18 +574,33 @@ void CudaBackend::linear(const void* xb, int64_t M, const LinearWeight& w, float
                    ldc);
     return;
   }
-  if (fp8 && M <= kDenseSkinnyMaxRows && w.block_n == 1 && cuda::moe_skinny_ok(K, 8, true, w.block_k)) {
-    // FP8 at decode sizes: read the FP8 bytes once, no dequantized copy.
-    cuda::dense_gemv(static_cast<const bf16*>(xb), M, K, dptr(w.weight), cdptr<float>(w.scale_inv), true, w.block_k, N,
-                     out, ldc, s_->stream);
-    return;
-  }
+  if (try_gemv(xb, Elem::kBF16, K, M, w, N, out, ldc)) return;
   if (fp8 && M <= kInvariantSmallRows && w.block_n == 1) {
     invariant_gemm(xb, M, w.weight.raw_data(), cdptr<float>(w.scale_inv), true, w.block_k, N, K, out, ldc);
     return;
   }
   const auto* wb = static_cast<const bf16*>(bf16_weight(w));
   cuda::gemm(s_->blas, M, N, K, static_cast<const bf16*>(xb), K, 0, wb, K, 0, true, out, Elem::kF32, ldc, 0, 1);
+}
+
+bool CudaBackend::try_gemv(const void* a, cuda::Elem a_elem, int64_t lda, int64_t M, const LinearWeight& w,
+                           int64_t n_rows, float* out, int64_t ldc) {
+  if (s_->batch_invariant || M > kGemvMaxRows) return false;
+  const bool fp8 = w.dtype() == DType::kF8E4M3;
+  if (fp8 && w.block_n != 1) return false;
+  const Elem w_elem = elem_of(w.dtype());
+  if (!cuda::gemv_ok(a_elem, a, lda, w_elem, w.n_in(), fp8 ? w.block_k : 0) ||
+      reinterpret_cast<uintptr_t>(w.weight.raw_data()) % 16 != 0)
+    return false;
+  cuda::GemvArgs g;
+  g.a = a, g.a_elem = a_elem, g.lda = lda;
+  g.w = dptr(w.weight), g.w_elem = w_elem;
+  if (fp8) g.w_scale = cdptr<float>(w.scale_inv), g.block_k = w.block_k;
+  g.N = n_rows, g.K = w.n_in();
+  g.rows = M, g.max_rows = M;
+  g.c = out, g.ldc = ldc;
+  cuda::gemv(g, s_->stream);
+  return true;
 }
 
 void CudaBackend::invariant_gemm(const void* xb, int64_t M, const void* w, const float* scale, bool fp8,
@@ -614,10 +631,13 @@ void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& 
                              dptr<float>(out), N, part, s_->stream);
       return;
     }
+    if (try_gemv(x.raw_data(), Elem::kF32, x_stride == 0 ? K : x_stride, M, w, N, dptr<float>(out), N)) return;
     cuda::gemm_f32(s_->blas, M, N, K, cdptr<float>(x), x_stride == 0 ? K : x_stride, cdptr<float>(w.weight), K,
                    dptr<float>(out), N);
     return;
   }
+  // Decode sizes: the GEMV rounds the fp32 rows to bf16 as it reads them (no conversion launch).
+  if (try_gemv(x.raw_data(), Elem::kF32, x_stride == 0 ? K : x_stride, M, w, N, dptr<float>(out), N)) return;
   Tensor xb = empty(DType::kBF16, {M, K});
   cuda::to_bf16(cdptr<float>(x), x_stride == 0 ? K : x_stride, M, K, dptr<bf16>(xb), s_->stream);
   linear(dptr(xb), M, w, dptr<float>(out), N);
@@ -894,7 +914,7 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   // Larger default-mode steps keep the shared MLP on its own (cuBLAS for bf16 weights).
   const bool fp8 = !experts.empty() && experts[0].gate_proj.dtype() == DType::kF8E4M3;
   const bool fuse = s_->batch_invariant || x.size(0) <= kMoeFusedSharedMaxTokens ||
-                    (fp8 && x.size(0) * (ids.size(1) + S) <= kMoeSkinnyMaxRows);
+                    (fp8 && x.size(0) * (ids.size(1) + S) <= kMoeDecodeMaxRows);
   if (S > 0 && fuse) {
     OpTimer timer(*this, "moe_experts+shared");
     run_moe(x, ids, weights, experts, shared.slices, out);
@@ -939,21 +959,21 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
     DI_CHECK(experts[0].gate_proj.dtype() == DType::kBF16);
   }
   a.out = dptr<float>(out);
-  // Decode-sized steps: small_m_gemm (else the skinny kernel); larger ones the tiled kernel, or (prefill-sized: ≥ 64
+  // Decode-sized steps: the GEMV (≤ 2 tokens) or small_m_gemm; larger ones the tiled kernel, or (prefill-sized: ≥ 64
   // rows per expert on average) the wgmma grouped GEMMs on sm_90 — bf16 weights as they are, FP8
   // weights with the activations quantized per 1×128 group (W8A8, DeepSeek's "fp8" GEMM path) —
   // else a cuBLAS GEMM per expert after reading the row counts back (never while capturing).
-  const bool skinny_ok = cuda::moe_skinny_ok(a.D, a.I, a.fp8, a.block_k);
+  const bool gemv_ok = cuda::moe_gemv_ok(a.D, a.I, a.fp8, a.block_k);
   const int64_t R = a.T * (a.k + a.n_shared);
   const bool small_ok = cuda::small_m_gemm_ok(a.D, a.fp8, a.block_k) && cuda::small_m_gemm_ok(a.I, a.fp8, a.block_k);
   const bool wgmma_ok = !a.fp8 && cuda::bf16_wgmma_grouped_ok(a.D) && cuda::bf16_wgmma_grouped_ok(a.I);
   const bool w8a8_ok = cuda::moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k);
   if (s_->moe_gemm >= 0) {
-    const bool unfit = (s_->moe_gemm == 1 && !skinny_ok) || (s_->moe_gemm == 3 && !small_ok) ||
+    const bool unfit = (s_->moe_gemm == 1 && !gemv_ok) || (s_->moe_gemm == 3 && !small_ok) ||
                        (s_->moe_gemm == 4 && !wgmma_ok) || (s_->moe_gemm == 5 && !w8a8_ok);
     a.form = unfit ? 0 : s_->moe_gemm;
-  } else if (s_->batch_invariant) a.form = R <= kMoeSkinnyMaxRows && small_ok ? 3 : 0;  // bitwise-equal forms
-  else if (R <= kMoeSkinnyMaxRows) a.form = small_ok ? 3 : skinny_ok ? 1 : 0;
+  } else if (s_->batch_invariant) a.form = R <= kMoeDecodeMaxRows && small_ok ? 3 : 0;  // bitwise-equal forms
+  else if (R <= kMoeDecodeMaxRows) a.form = (a.T <= kGemvMaxRows || !small_ok) && gemv_ok ? 1 : small_ok ? 3 : 0;
   else if (R >= kMoePerExpertMinRows * (a.E + a.n_shared)) a.form = wgmma_ok ? 4 : w8a8_ok ? 5 : !s_->capturing ? 2 : 0;
   else a.form = 0;
   if (a.form == 2 && s_->capturing) a.form = 0;
@@ -970,17 +990,26 @@ void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) {
   if (T == 0) return;
   ScratchScope scope(*this);
   cudaStream_t st = s_->stream;
-  Tensor xb = empty(DType::kBF16, {T, D});
-  cuda::to_bf16(cdptr<float>(x), D, T, D, dptr<bf16>(xb), st);
   Tensor gu = empty(DType::kF32, {T, 2 * I});  // [gate | up]
-  if (stacked({&w.gate_proj, &w.up_proj}) && w.gate_proj.dtype() == DType::kBF16 && s_->batch_invariant) {
-    invariant_gemm(dptr(xb), T, w.gate_proj.weight.raw_data(), nullptr, false, 0, 2 * I, D, dptr<float>(gu), 2 * I);
-  } else if (stacked({&w.gate_proj, &w.up_proj}) && w.gate_proj.dtype() == DType::kBF16) {
-    cuda::gemm(s_->blas, T, 2 * I, D, dptr<bf16>(xb), D, 0, cdptr<bf16>(w.gate_proj.weight), D, 0, true, dptr(gu),
-               Elem::kF32, 2 * I, 0, 1);
-  } else {
-    linear(dptr(xb), T, w.gate_proj, dptr<float>(gu), 2 * I);
-    linear(dptr(xb), T, w.up_proj, dptr<float>(gu) + I, 2 * I);
+  // Decode sizes: the GEMV reads x in fp32 (rounded to bf16 as it goes), both halves in one
+  // launch when they are stacked. (Unstacked halves both go or neither: the checks match.)
+  const bool gemv_done =
+      stacked({&w.gate_proj, &w.up_proj})
+          ? try_gemv(x.raw_data(), Elem::kF32, D, T, w.gate_proj, 2 * I, dptr<float>(gu), 2 * I)
+          : try_gemv(x.raw_data(), Elem::kF32, D, T, w.gate_proj, I, dptr<float>(gu), 2 * I) &&
+                try_gemv(x.raw_data(), Elem::kF32, D, T, w.up_proj, I, dptr<float>(gu) + I, 2 * I);
+  if (!gemv_done) {
+    Tensor xb = empty(DType::kBF16, {T, D});
+    cuda::to_bf16(cdptr<float>(x), D, T, D, dptr<bf16>(xb), st);
+    if (stacked({&w.gate_proj, &w.up_proj}) && w.gate_proj.dtype() == DType::kBF16 && s_->batch_invariant) {
+      invariant_gemm(dptr(xb), T, w.gate_proj.weight.raw_data(), nullptr, false, 0, 2 * I, D, dptr<float>(gu), 2 * I);
+    } else if (stacked({&w.gate_proj, &w.up_proj}) && w.gate_proj.dtype() == DType::kBF16) {
+      cuda::gemm(s_->blas, T, 2 * I, D, dptr<bf16>(xb), D, 0, cdptr<bf16>(w.gate_proj.weight), D, 0, true, dptr(gu),
+                 Elem::kF32, 2 * I, 0, 1);
+    } else {
+      linear(dptr(xb), T, w.gate_proj, dptr<float>(gu), 2 * I);
+      linear(dptr(xb), T, w.up_proj, dptr<float>(gu) + I, 2 * I);
+    }
   }
   Tensor act = empty(DType::kBF16, {T, I});
   cuda::silu_mul(cdptr<float>(gu), T, I, dptr(act), Elem::kBF16, st);

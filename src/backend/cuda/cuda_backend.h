@@ -5,9 +5,9 @@
 // enqueued while the previous one runs.
 //
 // Numerics: activations are F32 at op boundaries; GEMM operands are rounded to bf16 and
-// accumulated in fp32 (cuBLAS; the skinny grouped/dense kernel at decode sizes); FP8 weights
-// are read as FP8 by the skinny kernel and dequantized to bf16 for cuBLAS otherwise (per-row
-// scales, block_k = 128). KV pages are BF16.
+// accumulated in fp32 (cuBLAS; the decode GEMV and small_m_gemm at decode sizes); FP8 weights
+// are read as FP8 by those two and dequantized to bf16 for cuBLAS otherwise (per-row scales,
+// block_k = 128). KV pages are BF16.
 // Softmax, norms, RoPE and routing run in fp32. Tolerances against the reference: docs/DESIGN.md.
 //
 // Memory: `allocate` = cudaMalloc (weights, KV pages); `empty`/`upload` = a step arena (bump
@@ -24,6 +24,9 @@
 #include "backend/backend.h"
 
 namespace deepinfer {
+namespace cuda {
+enum class Elem : int;  // cuda_common.h
+}  // namespace cuda
 
 struct CudaState;  // stream, cuBLAS handle, arena (cuda_backend.cu)
 
@@ -84,7 +87,7 @@ class CudaBackend : public Backend {
   // Batch-invariant mode: dense and expert GEMMs on the fixed-fold WMMA kernels (small_m_gemm for
   // ≤ 64 rows, the tiled kernel beyond: bitwise equal), the router on gemm_f32_ordered, MLA decode
   // with the per-row split rule (kMlaInvariantSplitKeys keys per split, at most
-  // kMlaInvariantMaxSplits). No cuBLAS, no skinny CUDA-core kernels.
+  // kMlaInvariantMaxSplits). No cuBLAS, no decode GEMV.
   void set_batch_invariant(bool on) override;
   std::vector<OpTime> take_op_times() override;
   void capture_begin() override;
@@ -93,10 +96,10 @@ class CudaBackend : public Backend {
   int64_t step_memory_generation() const override;
   std::pair<int64_t, int64_t> memory_info() const override;  // cudaMemGetInfo
   int64_t step_memory_bytes() const override;                 // the arena's capacity
-  // The MoE grouped-GEMM form (tests and benchmarks): −1 by the step's size (the default: skinny
-  // up to 512 routed rows; from 64 rows per expert on average a wgmma form, else per-expert
-  // cuBLAS outside graph captures; tiled in between), 0 the tiled WMMA
-  // kernel, 1 the skinny bandwidth kernel (where its sizes allow), 2 a cuBLAS GEMM per expert
+  // The MoE grouped-GEMM form (tests and benchmarks): −1 by the step's size (the default: the
+  // GEMV up to 2 tokens, small_m_gemm up to 512 routed rows; from 64 rows per expert on average a
+  // wgmma form, else per-expert cuBLAS outside graph captures; tiled in between), 0 the tiled
+  // WMMA kernel, 1 the decode GEMV (where its sizes allow), 2 a cuBLAS GEMM per expert
   // (one host synchronization; never while capturing), 3 small_m_gemm (bitwise equal to 0; the
   // batch-invariant mode's form up to 512 routed rows), 4 the bf16 wgmma grouped GEMM (bf16
   // weights on sm_90; by default from 64 rows per expert), 5 W8A8 with the FP8 wgmma GEMM (FP8
@@ -114,11 +117,17 @@ class CudaBackend : public Backend {
   // Weight w as a bf16 [n_out, n_in] device pointer: the weight itself, or (FP8) a step-memory
   // dequantized copy.
   const void* bf16_weight(const LinearWeight& w);
-  // out[M, N] (row stride ldc) F32 = xb[M, K] BF16 · wᵀ: cuBLAS on bf16 weights; FP8 weights at
-  // decode sizes through the skinny kernel, else a dequantized copy and cuBLAS.
+  // out[M, N] (row stride ldc) F32 = xb[M, K] BF16 · wᵀ: the decode GEMV at ≤ 2 rows (default
+  // mode), else cuBLAS on bf16 weights; FP8 weights small_m_gemm up to 64 rows, else a
+  // dequantized copy and cuBLAS.
   void linear(const void* xb, int64_t M, const LinearWeight& w, float* out, int64_t ldc);
   // Batch-invariant out[M, N] (row stride ldc) = xb[M, K] BF16 · wᵀ (w bf16, or FP8 with per
   // (row, block_k) scales): small_m_gemm or the tiled kernel by M (bitwise-equal folds).
+  // The decode GEMV (cuda_gemv.cu) for out[M, n_rows] (row stride ldc) = a · w's first n_rows
+  // rows (n_rows > w.n_out(): the rows stacked after w in its buffer), when it applies: the
+  // default mode, M ≤ kGemvMaxRows, operands gemv_ok. Returns whether it ran.
+  bool try_gemv(const void* a, cuda::Elem a_elem, int64_t lda, int64_t M, const LinearWeight& w, int64_t n_rows,
+                float* out, int64_t ldc);
   void invariant_gemm(const void* xb, int64_t M, const void* w, const float* scale, bool fp8, int64_t block_k,
                       int64_t N, int64_t K, float* out, int64_t ldc);
   // Op timing: brackets one op with events when timing is on (no-op otherwise).

@@ -4,7 +4,7 @@
 // kernel and its launch. Does not own: FP8 weights (cuda_fp8_wgmma.cu with quantized activations),
 // the batch-invariant K structure (its MMA order differs from the tiled kernels', so the
 // invariant mode never uses it), or few rows per expert (128-row tiles: the tiled kernel's 64-row
-// tiles or the skinny kernel serve those).
+// tiles, small_m_gemm or the GEMV serve those).
 #include <algorithm>
 #include <mutex>
 

@@ -274,7 +274,7 @@ struct MoeArgs {
   bool fp8;
   int64_t block_k;
   float* out;              // [T, D]
-  int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 skinny (bandwidth) kernel, 2 one cuBLAS
+  int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 the decode GEMV (bandwidth), 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
                            // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),
                            // 4 bf16 wgmma (bf16 weights on sm_90, K % 8 == 0; many rows per expert),
@@ -284,16 +284,50 @@ struct MoeArgs {
   bool invariant = false;  // the batch-invariant K structure in form 0 (forms 1 and 2 must not be used)
 };
 // Scratch comes from `alloc` (step memory). Forms 0 and 1 never synchronize (graph-capturable);
-// form 1 needs D, I (and FP8 block_k) multiples of 8 (moe_skinny_ok).
-bool moe_skinny_ok(int64_t D, int64_t I, bool fp8, int64_t block_k);
+// form 1 needs D, I multiples of 8 (bf16) or 16 (FP8; block_k too): moe_gemv_ok.
+bool moe_gemv_ok(int64_t D, int64_t I, bool fp8, int64_t block_k);
 // Form 5 fits: FP8 weights with 128-wide K blocks, D and I multiples of 16, an sm_90 GPU.
 bool moe_w8a8_ok(int64_t D, int64_t I, bool fp8, int64_t block_k);
-// Dense skinny GEMM with the same kernel: C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for
-// m < M; W bf16 or FP8 with one scale per (row, block_k columns). Bandwidth-shaped: for few rows
-// (decode), FP8 weights read once at a byte each. Preconditions: moe_skinny_ok(K, 8, fp8, block_k).
-void dense_gemv(const bf16* A, int64_t M, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k,
-                int64_t N, float* C, int64_t ldc, cudaStream_t s);
 void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
+// ---- cuda_gemv.cu ----
+// The decode GEMV (default mode, a few rows): C[r, n] (row stride ldc, fp32) = Σ_k A[r, k] · W[n, k],
+// dense (rows [0, rows) against W [N, K]) or grouped (active != null: slot i serves expert
+// active[i] (−1: idle), whose rows [offsets[e], offsets[e+1]) of A and C meet W rows [e·N, (e+1)·N)).
+// W bf16, FP8 e4m3 (w_scale [rows of W, ceil(K / block_k)], one scale per row and K block) or
+// fp32; A bf16 or fp32 (rounded to bf16 when W is not fp32), row stride lda elements.
+// Bandwidth-shaped: a persistent grid, each warp a contiguous share of (slot, 4 weight rows)
+// units. max_rows: an upper bound of the rows any expert (dense: the matrix) has; rows beyond
+// 4 take several passes over the weights. Preconditions: gemv_ok; W 16-byte aligned.
+struct GemvArgs {
+  const void* a = nullptr;  // [rows, lda] bf16 | fp32
+  Elem a_elem = Elem::kBF16;
+  int64_t lda = 0;
+  const void* w = nullptr;  // [E·N, K] bf16 | fp8 | fp32
+  Elem w_elem = Elem::kBF16;
+  const float* w_scale = nullptr;  // FP8 only
+  int64_t block_k = 0;             // FP8 only: a multiple of 16
+  int64_t N = 0, K = 0;
+  const int32_t* offsets = nullptr;  // grouped: [E + 1]
+  const int32_t* active = nullptr;   // grouped: [n_active]
+  int64_t n_active = 1;
+  int64_t rows = 0;      // dense: the rows of A and C
+  int64_t max_rows = 1;  // the kernel's pass height (≤ 4 rows per pass); rows of A < 2^31
+  // Row map (null: none): row r of the product reads row a_rows[r] / a_row_div of A (the MoE
+  // reads the tokens' rows through its permutation instead of gathering them first).
+  const int32_t* a_rows = nullptr;
+  int64_t a_row_div = 1;
+  // Gated (fp32 A, bf16 or FP8 W, max_rows 1): W holds 2·N rows per expert (gate rows, then
+  // the up rows) and C[r, n] = silu(g) · u of the two products for column n (SiLU·mul in the
+  // epilogue).
+  bool glu = false;
+  float* c = nullptr;
+  int64_t ldc = 0;
+};
+// The kernel takes these operands: K a multiple of the 16-byte chunk (8 bf16, 16 FP8, 4 fp32
+// weights), FP8 block_k a multiple of 16, A 16-byte aligned rows (pointer and lda), fp32 weights
+// with fp32 A.
+bool gemv_ok(Elem a_elem, const void* a, int64_t lda, Elem w_elem, int64_t K, int64_t block_k);
+void gemv(const GemvArgs& g, cudaStream_t s);
 // ---- cuda_bf16_wgmma.cu ----
 // Grouped bf16 GEMM on wgmma (sm_90): C[r, n] (row stride ldc, fp32) = Σ_k A[r, k] · W[e·N + n, k]
 // for the rows r of expert e, [offsets[e], offsets[e+1]). A [R, K] and W [E·N, K] bf16, 16-byte
@@ -387,7 +421,7 @@ inline int64_t invariant_k_splits(int64_t K) {
 // Whether small_m_gemm takes these sizes: K % 8 == 0 (bf16), K and block_k % 16 == 0 (FP8).
 bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k);
 // C[r, n] (row stride ldc) = Σ_k A[r, k] · W[e·N + n, k] over the rows r of each active expert
-// (offsets [E + 1], active [n_active] as in the skinny kernel: −1 = idle slot; rows counts the
+// (offsets [E + 1], active [n_active] as in the GEMV: −1 = idle slot; rows counts the
 // rows of all experts) or, with active == null and n_active == 1, the dense rows [0, rows). The
 // batch-invariant K structure: bitwise equal to the tiled GEMMs with split_k =
 // kInvariantSplitK (dense_gemm_tiled, MoE form 0 with `invariant`) for every row, whatever the

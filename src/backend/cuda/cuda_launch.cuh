@@ -9,7 +9,8 @@
 //    sees exactly what a plain launch would (no read-after-write or write-after-read race);
 //  - it then calls pdl_trigger(), allowing the next kernel's blocks to be scheduled (they
 //    wait in their own pdl_wait until this grid completes) — except the decode GEMMs
-//    (small_m_gemm, the skinny kernel), whose dependents would wait beside their last wave.
+//    (small_m_gemm), whose dependents would wait beside its last wave; the persistent GEMV
+//    triggers once its work is done.
 // Measured (V2-Lite decode, run s7-6): bf16 B = 1 3.56 → 3.55 ms per step, FP8 B = 32 15.30 →
 // 15.20; triggering in the GEMMs too gave bf16 B = 1 3.49 but FP8 B = 32 16.18.
 // Kernels launched the ordinary way (cuBLAS, prefill kernels) keep full stream serialization;

@@ -6,10 +6,12 @@
 //   grouped GEMM down → weighted combine in slot order (deterministic: no float atomics).
 // Shared experts may ride along (MoeArgs::n_shared): extra experts after the routed ones, in
 // every token's last slots with weight 1, so one launch per stage serves both.
-// Four forms of the grouped GEMMs (MoeArgs::form; CudaBackend picks by the step's size):
-//  - skinny (decode): grouped_gemv_kernel, one block per (8 weight rows, active expert),
-//    weights streamed once per 8 rows of the expert with 16-byte loads, fp32 FMAs on the CUDA
-//    cores — the weights' bandwidth, not the math, is the limit at a few rows per expert;
+// The forms of the grouped GEMMs (MoeArgs::form; CudaBackend picks by the step's size):
+//  - GEMV (decode, 1–2 tokens in the default mode): the decode GEMV (cuda_gemv.cu) — weights
+//    streamed once at the copy rate, fp32 FMAs on the CUDA cores (the weights' bandwidth, not
+//    the math, is the limit at a row or two per expert). After the one-block sort it reads the
+//    tokens' rows through the permutation and applies SiLU·mul in the gate|up epilogue (no
+//    gather, no separate SiLU·mul launch);
 //  - per-expert cuBLAS (prefill): the row counts are read back (one host synchronization, never
 //    inside a graph) and each expert with rows gets one tensor-core GEMM;
 //  - tiled: tensor cores over each expert's 64-row tiles, sync-free for any size — version 3
@@ -176,140 +178,20 @@ __global__ void offsets_kernel(const int32_t* sorted, int64_t n, int64_t E, int3
   }
 }
 
-constexpr int kGemvWarps = 4;
-constexpr int kGemvRowsPerWarp = 2;  // weight rows a warp streams together
-constexpr int kGemvUnroll = 4;       // K steps unrolled: 2 · 4 loads of 16 B in flight per lane
-constexpr int kGemvMaxM = 8;         // expert rows per pass over the weights
-constexpr int kGemvVec = 8;          // elements per lane per load (16 B bf16, 8 B fp8)
-
-// 8 consecutive weights of row wr from column k, as floats (FP8: times the row's block scale).
-template <bool kFp8>
-__device__ __forceinline__ void load_w8(const void* W, const float* wscale, int64_t n_kb, int64_t block_k, int64_t K,
-                                        int64_t wr, int64_t k, float* w) {
-  if constexpr (kFp8) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(W) + wr * K + k);
-    const float sc = wscale[wr * n_kb + static_cast<int>(k) / static_cast<int>(block_k)];  // K < 2^31: checked
-    const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
-#pragma unroll
-    for (int v = 0; v < 8; ++v) {
-      __nv_fp8_e4m3 q;
-      q.__x = b[v];
-      w[v] = static_cast<float>(q) * sc;
-    }
-  } else {
-    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(W) + wr * K + k);
-    const bf16* b = reinterpret_cast<const bf16*>(&raw);
-#pragma unroll
-    for (int v = 0; v < 8; ++v) w[v] = __bfloat162float(b[v]);
-  }
-}
-
-// Skinny grouped GEMM: C[r, n] = Σ_k A[r, k] · W[e·N + n, k] for the rows r of expert e (C's
-// row stride ldc); with active == null, a dense skinny GEMM over rows [0, dense_rows).
-// Sizing for bandwidth at one row: small blocks (4 warps × 2 weight rows) so a decode GEMM has
-// hundreds of blocks, and the K loop unrolled so each lane keeps several loads in flight.
-// grid (ceil(N / (kGemvWarps·kGemvRowsPerWarp)), n_active): block y serves active[y] (an
-// expert with rows; −1: idle); each warp streams kGemvRowsPerWarp weight rows with 8-element
-// loads per lane (lanes stride K by 256), multiplies them with up to kGemvMaxM of the expert's
-// rows of A (bf16, read through L1: every warp of the block reads the same A), and reduces per
-// (row, weight row) across the warp. Experts with more rows take several passes (the weights
-// come from L2 again). Preconditions: K % 8 == 0; FP8: block_k % 8 == 0. Accumulation in fp32;
-// the order (lane partial sums, then a butterfly) does not depend on the other experts' rows.
-template <bool kFp8>
-__global__ void __launch_bounds__(kGemvWarps * 32) grouped_gemv_kernel(const bf16* A, int64_t K, const void* W,
-                                                                       const float* wscale, int64_t n_kb,
-                                                                       int64_t block_k, int64_t N,
-                                                                       const int32_t* offsets, const int32_t* active,
-                                                                       int64_t dense_rows, float* C, int64_t ldc) {
-  pdl_wait();
-  // No early pdl_trigger: the dependents' CTAs would wait beside this multi-wave GEMM's last
-  // wave (FP8 decode B = 32: 15.2 → 16.2 ms per step with it; bf16 B = 1 3.55 → 3.49; run s7-6).
-  // Dense use (active == null): one "expert" 0 with rows [0, dense_rows).
-  const int e = active != nullptr ? active[blockIdx.y] : 0;
-  if (e < 0) return;
-  const int64_t r0 = active != nullptr ? offsets[e] : 0;
-  const int64_t rows = active != nullptr ? offsets[e + 1] - r0 : dense_rows;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp) * kGemvRowsPerWarp;
-  if (n0 >= N) return;
-  for (int64_t mc = 0; mc < rows; mc += kGemvMaxM) {
-    const int m = static_cast<int>(min(static_cast<int64_t>(kGemvMaxM), rows - mc));
-    float acc[kGemvRowsPerWarp][kGemvMaxM];
-#pragma unroll
-    for (int q = 0; q < kGemvRowsPerWarp; ++q)
-#pragma unroll
-      for (int i = 0; i < kGemvMaxM; ++i) acc[q][i] = 0.0f;
-    // FP8 loads are 8 bytes: twice the K steps unrolled keep as many bytes in flight as bf16's.
-    constexpr int kUnroll = kFp8 ? 2 * kGemvUnroll : kGemvUnroll;
-#pragma unroll kUnroll
-    for (int64_t k = static_cast<int64_t>(lane) * kGemvVec; k < K; k += 32 * kGemvVec) {
-      float w[kGemvRowsPerWarp][kGemvVec];
-#pragma unroll
-      for (int q = 0; q < kGemvRowsPerWarp; ++q) {
-        if (n0 + q < N) {
-          load_w8<kFp8>(W, wscale, n_kb, block_k, K, static_cast<int64_t>(e) * N + n0 + q, k, w[q]);
-        } else {
-#pragma unroll
-          for (int v = 0; v < kGemvVec; ++v) w[q][v] = 0.0f;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kGemvMaxM; ++i) {
-        if (i < m) {
-          const uint4 raw = *reinterpret_cast<const uint4*>(A + (r0 + mc + i) * K + k);
-          const bf16* ab = reinterpret_cast<const bf16*>(&raw);
-          float a[kGemvVec];
-#pragma unroll
-          for (int v = 0; v < kGemvVec; ++v) a[v] = __bfloat162float(ab[v]);
-#pragma unroll
-          for (int q = 0; q < kGemvRowsPerWarp; ++q)
-#pragma unroll
-            for (int v = 0; v < kGemvVec; ++v) acc[q][i] = fmaf(w[q][v], a[v], acc[q][i]);
-        }
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < kGemvRowsPerWarp; ++q)
-#pragma unroll
-      for (int i = 0; i < kGemvMaxM; ++i) {
-        if (i < m) {
-          const float v = warp_sum(acc[q][i]);
-          if (lane == 0 && n0 + q < N) C[(r0 + mc + i) * ldc + n0 + q] = v;
-        }
-      }
-  }
-}
-
-void grouped_gemv(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
-                  const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t dense_rows, float* C,
-                  int64_t ldc, cudaStream_t s) {
-  DI_CUDA_REQUIRE(K % kGemvVec == 0 && K <= INT32_MAX);
-  DI_CUDA_REQUIRE(!fp8 || block_k % kGemvVec == 0);
-  DI_CUDA_REQUIRE(n_active <= 65535);
-  const dim3 grid(grid_for(N, kGemvWarps * kGemvRowsPerWarp), static_cast<unsigned>(n_active));
-  const int64_t n_kb = fp8 ? (K + block_k - 1) / block_k : 0;
-  if (fp8)
-    launch_pdl(grouped_gemv_kernel<true>, grid, kGemvWarps * 32, 0, s, A, K, W, scale, n_kb, block_k, N, offsets,
-               active, dense_rows, C, ldc);
-  else
-    launch_pdl(grouped_gemv_kernel<false>, grid, kGemvWarps * 32, 0, s, A, K, W, scale, n_kb, block_k, N, offsets,
-               active, dense_rows, C, ldc);
-  DI_CUDA_LAUNCHED();
-}
-
 constexpr int64_t kSmallSortMax = 512;  // routed rows sorted by small_sort_kernel
 
 // Decode-sized steps (R ≤ kSmallSortMax entries): one 1024-thread block does what iota + the
 // stable radix sort + offsets_kernel do — perm lists the (token, slot) entries by expert, ties
 // in entry order (an entry's rank is the number of earlier entries of its expert: O(R²/1024)
-// compares, ≤ 256 per thread), plus offsets, tile offsets and the active-expert list. Counts
+// compares, ≤ 256 per thread) and its inverse inv, plus offsets, tile offsets and the
+// active-expert list. Counts
 // use shared-memory atomics (exact integers: order-free). Shared: ids [512], starts [E + 1].
 // Entries: token t's slots j < k are its routed experts ids[t·k + j]; slots k .. kt − 1 the
 // shared experts E_routed + (j − k) (kt = k + n_shared; E counts both).
 template <int kBM>
 __global__ void __launch_bounds__(1024) small_sort_kernel(const int32_t* ids, int64_t k, int64_t kt, int64_t R,
-                                                          int64_t E, int32_t* perm, int32_t* offsets, int32_t* tiles,
-                                                          int32_t* active, int64_t n_active) {
+                                                          int64_t E, int32_t* perm, int32_t* inv, int32_t* offsets,
+                                                          int32_t* tiles, int32_t* active, int64_t n_active) {
   pdl_wait();
   pdl_trigger();
   __shared__ int32_t s_ids[kSmallSortMax];
@@ -346,6 +228,7 @@ __global__ void __launch_bounds__(1024) small_sort_kernel(const int32_t* ids, in
     int32_t rank = 0;
     for (int j = 0; j < i; ++j) rank += s_ids[j] == e;
     perm[s_start[e] + rank] = i;
+    inv[i] = s_start[e] + rank;
   }
 }
 
@@ -1077,11 +960,6 @@ void moe_route(const RouteArgs& a, cudaStream_t s) {
   DI_CUDA_LAUNCHED();
 }
 
-void dense_gemv(const bf16* A, int64_t M, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k,
-                int64_t N, float* C, int64_t ldc, cudaStream_t s) {
-  if (M == 0) return;
-  grouped_gemv(A, K, W, scale, fp8, block_k, N, nullptr, nullptr, 1, M, C, ldc, s);
-}
 
 void dense_gemm_tiled(const bf16* A, int64_t M, int64_t K, const void* W, const float* scale, bool fp8,
                       int64_t block_k, int64_t N, float* C, int64_t ldc, cudaStream_t s) {
@@ -1099,9 +977,25 @@ bool moe_w8a8_ok(int64_t D, int64_t I, bool fp8, int64_t block_k) {
   return fp8 && block_k == kFp8GroupK && D % 16 == 0 && I % 16 == 0 && fp8_wgmma_available();
 }
 
-bool moe_skinny_ok(int64_t D, int64_t I, bool fp8, int64_t block_k) {
-  return D % kGemvVec == 0 && I % kGemvVec == 0 && (!fp8 || block_k % kGemvVec == 0);
+bool moe_gemv_ok(int64_t D, int64_t I, bool fp8, int64_t block_k) {
+  // The step memory's buffers are 16-byte aligned: stand-in pointer.
+  const Elem w = fp8 ? Elem::kF8 : Elem::kBF16;
+  const void* aligned = reinterpret_cast<const void*>(uintptr_t{256});
+  return gemv_ok(Elem::kBF16, aligned, D, w, D, block_k) && gemv_ok(Elem::kBF16, aligned, I, w, I, block_k);
 }
+
+namespace {
+// out[t] = the weighted sum of token t's slot rows of y (combine_kernel), y [n_parts, R, D].
+void combine(const MoeArgs& a, const float* y, int64_t n_parts, int64_t R, const int32_t* inv, int64_t k_routed,
+             cudaStream_t s) {
+  const bool vec =
+      a.D % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+  const dim3 combine_grid(static_cast<unsigned>(a.T), grid_for(a.D, kCombineCols));
+  launch_pdl(combine_kernel, combine_grid, kCombineThreads, 0, s, y, n_parts, R * a.D, inv, a.weights, k_routed, a.k,
+             a.D, vec, a.out);
+  DI_CUDA_LAUNCHED();
+}
+}  // namespace
 
 void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s) {
   if (a_in.T == 0) return;
@@ -1122,7 +1016,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   const int64_t n_active = std::min(a.E, R);
   auto* active = static_cast<int32_t*>(get(sizeof(int32_t) * n_active));
   if (R <= kSmallSortMax) {  // decode: one block instead of iota + radix sort + offsets
-    launch_pdl(small_sort_kernel<kBM>, 1, 1024, 0, s, a.ids, k_routed, a.k, R, a.E, perm, offsets, tiles, active,
+    launch_pdl(small_sort_kernel<kBM>, 1, 1024, 0, s, a.ids, k_routed, a.k, R, a.E, perm, inv, offsets, tiles, active,
                n_active);
     DI_CUDA_LAUNCHED();
   } else {
@@ -1146,10 +1040,37 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     offsets_kernel<kBM><<<1, 256, 0, s>>>(keys_sorted, R, a.E, offsets, tiles, active, n_active);
     DI_CUDA_LAUNCHED();
   }
+  // Form 1 at one token, after the one-block sort: three launches from here. The gate|up GEMV
+  // reads the token's fp32 row through perm (rounded to bf16 as the gather would) and applies
+  // SiLU·mul in its epilogue; the down GEMV reads those activations (fp32, rounded as it goes).
+  // The same values as the gather + sum_silu_mul path, two launches fewer. Measured (run s8-8,
+  // V2-Lite decode ms per step, fused vs not): B = 1 bf16 2.841 vs 2.869, FP8 2.906 vs 2.893;
+  // B = 2 bf16 3.976 vs 3.982, FP8 4.46 vs 4.29 (fp32 rows and two-row passes cost the FP8
+  // kernel more than the launches save), hence one token only.
+  const bool fused_gemv = a.form == 1 && R <= kSmallSortMax && a.T == 1;
+  DI_CUDA_REQUIRE(a.form != 1 || moe_gemv_ok(a.D, a.I, a.fp8, a.block_k));
+  if (fused_gemv) {
+    GemvArgs g;
+    g.a = a.x, g.a_elem = Elem::kF32, g.lda = a.D;
+    g.a_rows = perm, g.a_row_div = a.k;
+    g.w_elem = a.fp8 ? Elem::kF8 : Elem::kBF16, g.block_k = a.fp8 ? a.block_k : 0;
+    g.offsets = offsets, g.active = active, g.n_active = n_active;
+    g.max_rows = 1;
+    auto* act = static_cast<float*>(get(sizeof(float) * R * a.I));
+    g.w = a.w13, g.w_scale = a.w13_scale, g.N = a.I, g.K = a.D, g.glu = true;
+    g.c = act, g.ldc = a.I;
+    gemv(g, s);
+    auto* y = static_cast<float*>(get(sizeof(float) * R * a.D));
+    g.a = act, g.lda = a.I, g.a_rows = nullptr, g.a_row_div = 1;
+    g.w = a.w2, g.w_scale = a.w2_scale, g.N = a.D, g.K = a.I, g.glu = false;
+    g.c = y, g.ldc = a.D;
+    gemv(g, s);
+    combine(a, y, 1, R, inv, k_routed, s);
+    return;
+  }
   auto* xa = static_cast<bf16*>(get(sizeof(bf16) * R * a.D));
   launch_pdl(permute_kernel, static_cast<unsigned>(R), 256, 0, s, a.x, perm, a.k, a.D, xa, inv);
   DI_CUDA_LAUNCHED();
-  DI_CUDA_REQUIRE(a.form != 1 || moe_skinny_ok(a.D, a.I, a.fp8, a.block_k));
   DI_CUDA_REQUIRE(a.form != 2 || a.blas != nullptr);
   DI_CUDA_REQUIRE(a.form != 3 || (small_m_gemm_ok(a.D, a.fp8, a.block_k) && small_m_gemm_ok(a.I, a.fp8, a.block_k)));
   DI_CUDA_REQUIRE(a.form != 4 || (!a.fp8 && bf16_wgmma_grouped_ok(a.D) && bf16_wgmma_grouped_ok(a.I)));
@@ -1163,8 +1084,15 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     if (a.fp8) wbuf = static_cast<bf16*>(get(sizeof(bf16) * std::max(2 * a.I * a.D, a.D * a.I)));
   }
   auto gemm = [&](const bf16* A, int64_t K, const void* W, const float* scale, int64_t N, float* C) {
-    if (a.form == 1) {
-      grouped_gemv(A, K, W, scale, a.fp8, a.block_k, N, offsets, active, n_active, 0, C, N, s);
+    if (a.form == 1) {  // rows per expert ≤ T: a token's slots name distinct experts
+      GemvArgs g;
+      g.a = A, g.a_elem = Elem::kBF16, g.lda = K;
+      g.w = W, g.w_elem = a.fp8 ? Elem::kF8 : Elem::kBF16, g.w_scale = scale, g.block_k = a.fp8 ? a.block_k : 0;
+      g.N = N, g.K = K;
+      g.offsets = offsets, g.active = active, g.n_active = n_active;
+      g.max_rows = std::min<int64_t>(a.T, 4);
+      g.c = C, g.ldc = N;
+      gemv(g, s);
     } else if (a.form == 0) {
       grouped_gemm<float>(A, R, K, W, scale, a.fp8, a.block_k, N, offsets, tiles, a.E, C, N, s,
                           a.invariant);
@@ -1211,12 +1139,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   DI_CUDA_LAUNCHED();
   auto* y = static_cast<float*>(get(sizeof(float) * parts2 * R * a.D));
   gemm(act, a.I, a.w2, a.w2_scale, a.D, y);
-  const bool vec =
-      a.D % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
-  const dim3 combine_grid(static_cast<unsigned>(a.T), grid_for(a.D, kCombineCols));
-  launch_pdl(combine_kernel, combine_grid, kCombineThreads, 0, s, y, parts2, R * a.D, inv, a.weights, k_routed, a.k,
-             a.D, vec, a.out);
-  DI_CUDA_LAUNCHED();
+  combine(a, y, parts2, R, inv, k_routed, s);
 }
 
 }  // namespace deepinfer::cuda
