@@ -1,9 +1,12 @@
 // Timing helpers of the CUDA micro-benchmarks (bench/*_bench.cpp): device buffers, the median
 // of CUDA-graph replays of a batch of launches, the device-to-device copy rate they are compared
-// against, the L2 size (to rotate operands that would otherwise stay cached).
+// against, the L2 size (to rotate operands that would otherwise stay cached), and their
+// list-valued command-line options.
 #pragma once
 
 #include <algorithm>
+#include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -96,6 +99,15 @@ inline int64_t l2_bytes() {
   int dev = 0, v = 0;
   DI_CUDA_CHECK(cudaGetDevice(&dev));
   DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, dev));
+  return v;
+}
+
+// "1,16,64" → {1, 16, 64} (sep-separated integers).
+inline std::vector<int64_t> parse_list(const std::string& s, char sep = ',') {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep)) v.push_back(std::stoll(item));
   return v;
 }
 

@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +25,7 @@ using namespace deepinfer::cuda;
 using deepinfer::bench::copy_rate;
 using deepinfer::bench::Dev;
 using deepinfer::bench::l2_bytes;
+using deepinfer::bench::parse_list;
 using deepinfer::bench::time_launches;
 
 namespace {
@@ -193,14 +193,6 @@ void bench_grouped(const ExpertShape& x, int64_t T, Elem w_elem, int reps, doubl
     print(kernel_name(k), x.name, dt, T, x.N, x.K, static_cast<int64_t>(with_rows + 0.5), t,
           with_rows * static_cast<double>(x.N * x.K * static_cast<int64_t>(elem_bytes(w_elem))), copy_bps);
   }
-}
-
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(std::stoll(item));
-  return v;
 }
 
 }  // namespace

@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +25,7 @@ using namespace deepinfer::cuda;
 using deepinfer::bench::copy_rate;
 using deepinfer::bench::Dev;
 using deepinfer::bench::l2_bytes;
+using deepinfer::bench::parse_list;
 using deepinfer::bench::time_launches;
 
 namespace {
@@ -186,14 +186,6 @@ Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int reps, dou
 
 // A forced variant is timed where it is meant to run: wgmma (3) only from 64 rows, on sm_90.
 bool usable(int64_t variant, int64_t M) { return variant != 3 || (M >= 64 && fp8_wgmma_available()); }
-
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(std::stoll(item));
-  return v;
-}
 
 }  // namespace
 

@@ -27,6 +27,7 @@ using namespace deepinfer::cuda;
 using deepinfer::bench::copy_rate;
 using deepinfer::bench::Dev;
 using deepinfer::bench::l2_bytes;
+using deepinfer::bench::parse_list;
 using deepinfer::bench::time_launches;
 
 namespace {
@@ -117,14 +118,6 @@ void bench_case(int64_t H, int64_t rows, int64_t context, int kernel, int64_t sp
       kernel, static_cast<long>(split_keys), static_cast<long>(H), static_cast<long>(rows), static_cast<long>(context),
       mla_decode_splits(rows, H), t * 1e6, latent_bytes * 1e-6, gbps, copy_bps * 1e-9, gbps / (copy_bps * 1e-9));
   std::fflush(stdout);
-}
-
-std::vector<int64_t> parse_list(const std::string& s, char sep = ',') {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) v.push_back(std::stoll(item));
-  return v;
 }
 
 }  // namespace

@@ -85,6 +85,16 @@ class CudaOps : public ::testing::Test {
   }
   // Linear weight [n, k] in `dtype` (F32 host → BF16 on device; F8E4M3 with 128×128 scales).
   LinearWeight host_linear(int64_t n, int64_t k, DType dtype) { return testing::random_linear(rng_, n, k, dtype); }
+  // E random experts of a D-wide model with I-wide MLPs (host layout).
+  std::vector<MlpWeights> host_experts(int64_t E, int64_t D, int64_t I, DType dtype) {
+    std::vector<MlpWeights> experts(static_cast<size_t>(E));
+    for (auto& m : experts) {
+      m.gate_proj = host_linear(I, D, dtype);
+      m.up_proj = host_linear(I, D, dtype);
+      m.down_proj = host_linear(D, I, dtype);
+    }
+    return experts;
+  }
 
   std::unique_ptr<Backend> gpu_;
   ReferenceBackend ref_;
@@ -340,12 +350,7 @@ TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
   for (const auto& [D, I] : {std::pair<int64_t, int64_t>{160, 144}, std::pair<int64_t, int64_t>{100, 52}})
   for (DType dt : {DType::kF32, DType::kF8E4M3}) {
     const int64_t E = 9, k = 3;
-    std::vector<MlpWeights> experts(E);
-    for (auto& m : experts) {
-      m.gate_proj = host_linear(I, D, dt);
-      m.up_proj = host_linear(I, D, dt);
-      m.down_proj = host_linear(D, I, dt);
-    }
+    const std::vector<MlpWeights> experts = host_experts(E, D, I, dt);
     const std::vector<MlpWeights> d_experts = place_experts(*gpu_, experts);
     for (int64_t T : {0, 1, 2, 31, 130, 200}) {  // 200 · 3 > 512 routed rows: the radix-sort path
       Tensor x = randn({T, D});
@@ -394,12 +399,7 @@ TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
 TEST_F(CudaOps, DecodeGemvMoeBothModes) {
   const int64_t D = 256, I = 4096, E = 4, k = 2;
   for (DType dt : {DType::kF32, DType::kF8E4M3}) {
-    std::vector<MlpWeights> experts(E);
-    for (auto& m : experts) {
-      m.gate_proj = host_linear(I, D, dt);
-      m.up_proj = host_linear(I, D, dt);
-      m.down_proj = host_linear(D, I, dt);
-    }
+    const std::vector<MlpWeights> experts = host_experts(E, D, I, dt);
     const std::vector<MlpWeights> d_experts = place_experts(*gpu_, experts);
     for (int64_t T : {1, 2, 3}) {
       Tensor x = randn({T, D});
@@ -433,12 +433,7 @@ TEST_F(CudaOps, DecodeGemvMoeBothModes) {
 TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
   const int64_t D = 256, I = 128, E = 9, k = 3, S = 2;
   for (DType dt : {DType::kF32, DType::kF8E4M3}) {
-    std::vector<MlpWeights> all(E);
-    for (auto& m : all) {
-      m.gate_proj = host_linear(I, D, dt);
-      m.up_proj = host_linear(I, D, dt);
-      m.down_proj = host_linear(D, I, dt);
-    }
+    std::vector<MlpWeights> all = host_experts(E, D, I, dt);
     const std::vector<MlpWeights> experts(all.begin(), all.end());
     MlpWeights shared;
     shared.gate_proj = host_linear(S * I, D, dt);
@@ -515,12 +510,7 @@ TEST_F(CudaOps, MoeWgmmaMatchesTiledAtPrefillSizes) {
   if (!cuda::bf16_wgmma_grouped_ok(8)) GTEST_SKIP() << "the wgmma form needs an sm_90 GPU";
   for (const auto& [D, I] : {std::pair<int64_t, int64_t>{1024, 512}, std::pair<int64_t, int64_t>{1000, 520}}) {
     const int64_t E = 8, k = 2, T = 700;
-    std::vector<MlpWeights> experts(E);
-    for (auto& m : experts) {
-      m.gate_proj = host_linear(I, D, DType::kF32);
-      m.up_proj = host_linear(I, D, DType::kF32);
-      m.down_proj = host_linear(D, I, DType::kF32);
-    }
+    const std::vector<MlpWeights> experts = host_experts(E, D, I, DType::kF32);
     const std::vector<MlpWeights> d_experts = place_experts(*gpu_, experts);
     std::vector<int32_t> ids;
     Tensor w;
@@ -555,12 +545,7 @@ TEST_F(CudaOps, MoeWgmmaMatchesTiledAtPrefillSizes) {
 TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
   if (!cuda::moe_w8a8_ok(16, 16, true, 128)) GTEST_SKIP() << "the W8A8 form needs an sm_90 GPU";
   const int64_t D = 384, I = 256, E = 8, k = 2, T = 700;
-  std::vector<MlpWeights> experts(E);
-  for (auto& m : experts) {
-    m.gate_proj = host_linear(I, D, DType::kF8E4M3);
-    m.up_proj = host_linear(I, D, DType::kF8E4M3);
-    m.down_proj = host_linear(D, I, DType::kF8E4M3);
-  }
+  const std::vector<MlpWeights> experts = host_experts(E, D, I, DType::kF8E4M3);
   const std::vector<MlpWeights> d_experts = place_experts(*gpu_, experts);
   std::vector<int32_t> ids;
   Tensor w;

@@ -1047,7 +1047,8 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   // V2-Lite decode ms per step, fused vs not): B = 1 bf16 2.841 vs 2.869, FP8 2.906 vs 2.893;
   // B = 2 bf16 3.976 vs 3.982, FP8 4.46 vs 4.29 (fp32 rows and two-row passes cost the FP8
   // kernel more than the launches save), hence one token only.
-  const bool fused_gemv = a.form == 1 && R <= kSmallSortMax && a.T == 1;
+  const bool fused_gemv = a.form == 1 && R <= kSmallSortMax && a.T == 1 &&
+                          gemv_ok(Elem::kF32, a.x, a.D, a.fp8 ? Elem::kF8 : Elem::kBF16, a.D, a.block_k);
   DI_CUDA_REQUIRE(a.form != 1 || moe_gemv_ok(a.D, a.I, a.fp8, a.block_k));
   if (fused_gemv) {
     GemvArgs g;
