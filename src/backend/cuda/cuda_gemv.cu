@@ -25,8 +25,9 @@
 // the codes are widened by the hardware's e4m3x2 → f16x2 conversion (exact).
 // The sum order depends on K only (not on M, the other rows or experts), but differs from the
 // tiled and cuBLAS GEMMs: the batch-invariant mode does not use this kernel.
-// Measured (bench/decode_gemm_bench, run s8-3, one row): 0.79–0.87 of the copy rate for bf16
-// matrices of 12–90 MB, ~3 µs for 0.5–2.4 MB ones, FP8 0.37–0.49 (the widening's instructions).
+// Measured (bench/decode_gemm_bench, run s8-3, one row): 0.78–0.86 of the copy rate for bf16
+// matrices of 45–115 MB, ~0.5 for 8–13 MB ones (~2 µs of latency), ~3 µs for 0.5–2.4 MB ones;
+// FP8 0.37–0.49 (the widening's instructions).
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_launch.cuh"
