@@ -180,14 +180,20 @@ __global__ void offsets_kernel(const int32_t* sorted, int64_t n, int64_t E, int3
 
 constexpr int64_t kSmallSortMax = 512;  // routed rows sorted by small_sort_kernel
 
+// The expert of entry i = (token i / kt, slot i % kt): slots j < k the token's routed experts
+// ids[token·k + j], slots k .. kt − 1 the shared experts e_routed + (j − k) (see MoeArgs).
+__device__ __forceinline__ int32_t slot_expert(const int32_t* ids, int64_t i, int64_t k, int64_t kt,
+                                               int64_t e_routed) {
+  const int64_t tok = i / kt, j = i % kt;
+  return j < k ? ids[tok * k + j] : static_cast<int32_t>(e_routed + j - k);
+}
+
 // Decode-sized steps (R ≤ kSmallSortMax entries): one 1024-thread block does what iota + the
 // stable radix sort + offsets_kernel do — perm lists the (token, slot) entries by expert, ties
 // in entry order (an entry's rank is the number of earlier entries of its expert: O(R²/1024)
 // compares, ≤ 256 per thread) and its inverse inv, plus offsets, tile offsets and the
-// active-expert list. Counts
-// use shared-memory atomics (exact integers: order-free). Shared: ids [512], starts [E + 1].
-// Entries: token t's slots j < k are its routed experts ids[t·k + j]; slots k .. kt − 1 the
-// shared experts E_routed + (j − k) (kt = k + n_shared; E counts both).
+// active-expert list. Counts use shared-memory atomics (exact integers: order-free). Shared:
+// ids [512], starts [E + 1]. Entries: slot_expert (kt = k + n_shared; E counts both).
 template <int kBM>
 __global__ void __launch_bounds__(1024) small_sort_kernel(const int32_t* ids, int64_t k, int64_t kt, int64_t R,
                                                           int64_t E, int32_t* perm, int32_t* inv, int32_t* offsets,
@@ -199,10 +205,7 @@ __global__ void __launch_bounds__(1024) small_sort_kernel(const int32_t* ids, in
   const int t = threadIdx.x;
   const int64_t e_routed = E - (kt - k);
   for (int e = t; e <= E; e += blockDim.x) s_start[e] = 0;
-  for (int i = t; i < R; i += blockDim.x) {
-    const int64_t tok = i / kt, j = i % kt;
-    s_ids[i] = j < k ? ids[tok * k + j] : static_cast<int32_t>(e_routed + j - k);
-  }
+  for (int i = t; i < R; i += blockDim.x) s_ids[i] = slot_expert(ids, i, k, kt, e_routed);
   __syncthreads();
   for (int i = t; i < R; i += blockDim.x) atomicAdd(&s_start[s_ids[i]], 1);
   __syncthreads();
@@ -232,23 +235,22 @@ __global__ void __launch_bounds__(1024) small_sort_kernel(const int32_t* ids, in
   }
 }
 
-// xa[i] = bf16(x[perm[i] / k]); inv[perm[i]] = i.
+// xa[i] = bf16(x[perm[i] / k]); inv[perm[i]] = i (inv == null: the one-block sort wrote it).
 __global__ void permute_kernel(const float* x, const int32_t* perm, int64_t k, int64_t D, bf16* xa, int32_t* inv) {
   pdl_wait();
   pdl_trigger();
   const int64_t i = blockIdx.x;
   const int64_t entry = perm[i], t = entry / k;
-  if (threadIdx.x == 0) inv[entry] = static_cast<int32_t>(i);
+  if (threadIdx.x == 0 && inv != nullptr) inv[entry] = static_cast<int32_t>(i);
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) xa[i * D + j] = __float2bfloat16(x[t * D + j]);
 }
 
-// [T, kt] expert ids: the routed ones [T, k], then the shared experts e_routed .. (see MoeArgs).
+// [T, kt] expert ids: the routed ones [T, k], then the shared experts e_routed .. (slot_expert).
 __global__ void extend_ids_kernel(const int32_t* ids, int64_t T, int64_t k, int64_t kt, int64_t e_routed,
                                   int32_t* out) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= T * kt) return;
-  const int64_t tok = i / kt, j = i % kt;
-  out[i] = j < k ? ids[tok * k + j] : static_cast<int32_t>(e_routed + j - k);
+  out[i] = slot_expert(ids, i, k, kt, e_routed);
 }
 
 // act[r, c] = bf16(silu(g) · u) with g = h[r, c], u = h[r, I + c] (h [R, 2I]), each the sum of
@@ -960,7 +962,6 @@ void moe_route(const RouteArgs& a, cudaStream_t s) {
   DI_CUDA_LAUNCHED();
 }
 
-
 void dense_gemm_tiled(const bf16* A, int64_t M, int64_t K, const void* W, const float* scale, bool fp8,
                       int64_t block_k, int64_t N, float* C, int64_t ldc, cudaStream_t s) {
   if (M == 0) return;
@@ -1050,13 +1051,19 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   const bool fused_gemv = a.form == 1 && R <= kSmallSortMax && a.T == 1 &&
                           gemv_ok(Elem::kF32, a.x, a.D, a.fp8 ? Elem::kF8 : Elem::kBF16, a.D, a.block_k);
   DI_CUDA_REQUIRE(a.form != 1 || moe_gemv_ok(a.D, a.I, a.fp8, a.block_k));
-  if (fused_gemv) {
+  // Form 1's GEMV over the active experts (rows per expert ≤ T: a token's slots name distinct
+  // experts); the caller sets A, W, N, K and C.
+  auto grouped_gemv = [&] {
     GemvArgs g;
-    g.a = a.x, g.a_elem = Elem::kF32, g.lda = a.D;
-    g.a_rows = perm, g.a_row_div = a.k;
     g.w_elem = a.fp8 ? Elem::kF8 : Elem::kBF16, g.block_k = a.fp8 ? a.block_k : 0;
     g.offsets = offsets, g.active = active, g.n_active = n_active;
-    g.max_rows = 1;
+    g.max_rows = std::min<int64_t>(a.T, 4);
+    return g;
+  };
+  if (fused_gemv) {
+    GemvArgs g = grouped_gemv();
+    g.a = a.x, g.a_elem = Elem::kF32, g.lda = a.D;
+    g.a_rows = perm, g.a_row_div = a.k;
     auto* act = static_cast<float*>(get(sizeof(float) * R * a.I));
     g.w = a.w13, g.w_scale = a.w13_scale, g.N = a.I, g.K = a.D, g.glu = true;
     g.c = act, g.ldc = a.I;
@@ -1070,7 +1077,8 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     return;
   }
   auto* xa = static_cast<bf16*>(get(sizeof(bf16) * R * a.D));
-  launch_pdl(permute_kernel, static_cast<unsigned>(R), 256, 0, s, a.x, perm, a.k, a.D, xa, inv);
+  launch_pdl(permute_kernel, static_cast<unsigned>(R), 256, 0, s, a.x, perm, a.k, a.D, xa,
+             R <= kSmallSortMax ? nullptr : inv);
   DI_CUDA_LAUNCHED();
   DI_CUDA_REQUIRE(a.form != 2 || a.blas != nullptr);
   DI_CUDA_REQUIRE(a.form != 3 || (small_m_gemm_ok(a.D, a.fp8, a.block_k) && small_m_gemm_ok(a.I, a.fp8, a.block_k)));
@@ -1085,13 +1093,10 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     if (a.fp8) wbuf = static_cast<bf16*>(get(sizeof(bf16) * std::max(2 * a.I * a.D, a.D * a.I)));
   }
   auto gemm = [&](const bf16* A, int64_t K, const void* W, const float* scale, int64_t N, float* C) {
-    if (a.form == 1) {  // rows per expert ≤ T: a token's slots name distinct experts
-      GemvArgs g;
+    if (a.form == 1) {
+      GemvArgs g = grouped_gemv();
       g.a = A, g.a_elem = Elem::kBF16, g.lda = K;
-      g.w = W, g.w_elem = a.fp8 ? Elem::kF8 : Elem::kBF16, g.w_scale = scale, g.block_k = a.fp8 ? a.block_k : 0;
-      g.N = N, g.K = K;
-      g.offsets = offsets, g.active = active, g.n_active = n_active;
-      g.max_rows = std::min<int64_t>(a.T, 4);
+      g.w = W, g.w_scale = scale, g.N = N, g.K = K;
       g.c = C, g.ldc = N;
       gemv(g, s);
     } else if (a.form == 0) {
