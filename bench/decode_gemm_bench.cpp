@@ -22,11 +22,7 @@
 #include "cuda_timing.h"
 
 using namespace deepinfer::cuda;
-using deepinfer::bench::copy_rate;
-using deepinfer::bench::Dev;
-using deepinfer::bench::l2_bytes;
-using deepinfer::bench::parse_list;
-using deepinfer::bench::time_launches;
+using namespace deepinfer::bench;  // Dev, time_launches, copy_rate, l2_bytes, parse_list
 
 namespace {
 
