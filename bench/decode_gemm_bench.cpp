@@ -65,6 +65,9 @@ void print(const char* kernel, const char* name, const char* dtype, int64_t M, i
   std::fflush(stdout);
 }
 
+// The GEMV's rows per call in this lab (its dispatch takes at most kGemvMaxRows; 4 shows where it loses).
+constexpr int64_t kGemvLabMaxRows = 4;
+
 size_t elem_bytes(Elem e) { return e == Elem::kF32 ? 4 : e == Elem::kBF16 ? 2 : 1; }
 
 void bench_dense(const DenseShape& d, int64_t M, Elem w_elem, int reps, double copy_bps, cublasHandle_t blas,
@@ -85,6 +88,7 @@ void bench_dense(const DenseShape& d, int64_t M, Elem w_elem, int reps, double c
   for (Kernel k : {Kernel::kGemvF32A, Kernel::kGemvBf16A, Kernel::kSmallM, Kernel::kCublas}) {
     if (w_elem == Elem::kF32 && k != Kernel::kGemvF32A && k != Kernel::kCublas) continue;
     if (w_elem == Elem::kF8 && k == Kernel::kCublas) continue;  // FP8 decode never dequantizes per call
+    if ((k == Kernel::kGemvF32A || k == Kernel::kGemvBf16A) && M > kGemvLabMaxRows) continue;
     const double t = time_launches(
         [&](int i) {
           if (k == Kernel::kGemvF32A || k == Kernel::kGemvBf16A) {
@@ -99,7 +103,7 @@ void bench_dense(const DenseShape& d, int64_t M, Elem w_elem, int reps, double c
             gemv(g, s);
           } else if (k == Kernel::kSmallM) {
             small_m_gemm(static_cast<const bf16*>(a16.p), d.K, wp(i), sp(i), w_elem == Elem::kF8, 128, d.N, nullptr,
-                         nullptr, 1, M, static_cast<float*>(c.p), d.N, static_cast<float*>(part.p), s);
+                         nullptr, 1, M, M, static_cast<float*>(c.p), d.N, static_cast<float*>(part.p), s);
           } else if (w_elem == Elem::kF32) {
             gemm_f32(blas, M, d.N, d.K, static_cast<const float*>(a32.p), d.K, reinterpret_cast<const float*>(wp(i)),
                      d.K, static_cast<float*>(c.p), d.N);
@@ -164,6 +168,7 @@ void bench_grouped(const ExpertShape& x, int64_t T, Elem w_elem, int reps, doubl
   DI_CUDA_CHECK(cudaStreamSynchronize(s));
   const char* dt = w_elem == Elem::kBF16 ? "bf16" : "fp8";
   for (Kernel k : {Kernel::kGemvBf16A, Kernel::kSmallM}) {
+    if (k == Kernel::kGemvBf16A && T > kGemvLabMaxRows) continue;
     const double t = time_launches(
         [&](int i) {
           const auto* offsets = static_cast<const int32_t*>(off.p) + (i % kRoutings) * (E + 1);
@@ -181,7 +186,7 @@ void bench_grouped(const ExpertShape& x, int64_t T, Elem w_elem, int reps, doubl
           } else {  // the MoE path's call: K splits left as partials for the consumer
             const bool split = invariant_k_splits(x.K) > 1;
             small_m_gemm(static_cast<const bf16*>(a.p), x.K, w.p, static_cast<const float*>(sw.p),
-                         w_elem == Elem::kF8, 128, x.N, offsets, active, n_active, R,
+                         w_elem == Elem::kF8, 128, x.N, offsets, active, n_active, R, T,
                          split ? nullptr : static_cast<float*>(c.p), x.N, static_cast<float*>(c.p), s);
           }
         },
@@ -197,8 +202,10 @@ int main(int argc, char** argv) {
   CLI::App app{"Decode-sized GEMMs of DeepSeek V2-Lite: GEMV, small_m_gemm, cuBLAS"};
   std::string ms = "1,4";
   int reps = 9;
-  app.add_option("--m", ms, "token counts, comma-separated (1..4)");
+  app.add_option("--m", ms, "token counts, comma-separated (the GEMV at most 4; small_m_gemm any)");
   app.add_option("--reps", reps, "timed batches (median)");
+  std::string only;
+  app.add_option("--only", only, "only the shapes whose name contains this");
   CLI11_PARSE(app, argc, argv);
   cudaStream_t s;
   DI_CUDA_CHECK(cudaStreamCreate(&s));
@@ -208,11 +215,15 @@ int main(int argc, char** argv) {
   const double copy_bps = copy_rate(s);
   std::printf("{\"kernel\": \"d2d_copy\", \"copy_gbps\": %.1f}\n", copy_bps * 1e-9);
   for (int64_t M : parse_list(ms)) {
-    for (const DenseShape& d : kDense)
+    for (const DenseShape& d : kDense) {
+      if (std::string(d.name).find(only) == std::string::npos) continue;
       for (Elem w : {Elem::kBF16, Elem::kF8, Elem::kF32})
         if ((w == Elem::kF32) == d.fp32_only) bench_dense(d, M, w, reps, copy_bps, blas, s);
-    for (const ExpertShape& x : kExperts)
+    }
+    for (const ExpertShape& x : kExperts) {
+      if (std::string(x.name).find(only) == std::string::npos) continue;
       for (Elem w : {Elem::kBF16, Elem::kF8}) bench_grouped(x, M, w, reps, copy_bps, s);
+    }
   }
   DI_CUBLAS_CHECK(cublasDestroy(blas));
   DI_CUDA_CHECK(cudaStreamDestroy(s));

@@ -342,7 +342,8 @@ std::vector<MlpWeights> place_experts(Backend& b, const std::vector<MlpWeights>&
 }
 
 // MoE experts through the grouped-GEMM forms (tiled; the decode GEMV, where experts with more than
-// 4 rows take several passes: every 4th token crowds experts 0..2; one cuBLAS GEMM per expert),
+// 4 rows take several passes: every 4th token crowds experts 0..2; one cuBLAS GEMM per expert;
+// small_m_gemm: FP8 steps of ≤ 4 tokens through its persistent kernel, in passes of 4 rows),
 // bf16 and FP8 weights.
 TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
   // D, I multiples of 16: tiled version 2 and the decode GEMV (also with FP8 weights); otherwise
@@ -377,7 +378,7 @@ TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
       Tensor t_ids = i32(ids).reshape({T, k});
       Tensor ref_o = Tensor::empty_host(DType::kF32, {T, D});
       ref_.moe_experts(x, t_ids, w, experts, ref_o);
-      for (int form : {0, 1, 2, 4}) {  // tiled, GEMV, per-expert cuBLAS, wgmma (bf16, sm_90), whatever the size
+      for (int form : {0, 1, 2, 3, 4}) {  // tiled, GEMV, per-expert cuBLAS, small-M, wgmma (bf16, sm_90), any size
         set_moe_gemm(*gpu_, form);
         Tensor d_o = dev_empty(DType::kF32, {T, D});
         gpu_->moe_experts(up(x), up(t_ids), up(w), d_experts, d_o);

@@ -179,24 +179,25 @@ TEST_F(CudaTiledGemmV3, BitwiseEqualToVersion2) {
 }
 
 // Batch-invariant version 3 == small_m_gemm (dense, K splits through partials) for M ≤ 64, the
-// rows small_m_gemm serves in the batch-invariant mode.
+// rows small_m_gemm serves in the batch-invariant mode — FP8 weights at M ≤ kSmallMFewRows
+// through the persistent kernel (cuda_small_m_fp8.cu), the rest through the block kernel.
 TEST_F(CudaTiledGemmV3, InvariantBitwiseEqualToSmallM) {
   struct Shape {
     int64_t N, K;
   };
-  for (const Shape& s : {Shape{200, 136}, Shape{576, 176}, Shape{3072, 2048}, Shape{200, 2048}})
+  for (const Shape& s : {Shape{200, 136}, Shape{576, 176}, Shape{3072, 2048}, Shape{200, 2048}, Shape{40, 1408}})
     for (bool fp8 : {false, true}) {
       if (!cuda::small_m_gemm_ok(s.K, fp8, 128)) continue;  // FP8 K = 136: not small_m_gemm's
       DevWeight w(s.N, s.K, fp8, 128, rng_);
       DevBuf a(sizeof(uint16_t) * static_cast<size_t>(64 * s.K));
       random_a(a, 64, s.K);
-      for (int64_t M : {1, 17, 63, 64}) {
+      for (int64_t M : {1, 2, 4, 5, 17, 63, 64}) {
         const std::vector<float> v3 = run(3, a, M, w, s.N, true);
         const int64_t n_splits = cuda::invariant_k_splits(s.K);
         DevBuf part(n_splits > 1 ? sizeof(float) * static_cast<size_t>(n_splits * M * s.N) : 0);
         DevBuf c(sizeof(float) * static_cast<size_t>(M * s.N));
         cuda::small_m_gemm(a.as<bf16>(), s.K, w.w.as<void>(), fp8 ? w.scale.as<float>() : nullptr, fp8, 128, s.N,
-                           nullptr, nullptr, 1, M, c.as<float>(), s.N, n_splits > 1 ? part.as<float>() : nullptr,
+                           nullptr, nullptr, 1, M, M, c.as<float>(), s.N, n_splits > 1 ? part.as<float>() : nullptr,
                            stream_);
         DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
         const std::vector<float> sm = download(c, static_cast<size_t>(M * s.N));

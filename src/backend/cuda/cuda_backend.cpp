@@ -610,7 +610,7 @@ void CudaBackend::invariant_gemm(const void* xb, int64_t M, const void* w, const
     const int64_t splits = cuda::invariant_k_splits(K);
     ScratchScope scope(*this);
     float* part = splits > 1 ? dptr<float>(empty(DType::kF32, {splits, M, N})) : nullptr;
-    cuda::small_m_gemm(a, K, w, scale, fp8, block_k, N, nullptr, nullptr, 1, M, out, ldc, part, s_->stream);
+    cuda::small_m_gemm(a, K, w, scale, fp8, block_k, N, nullptr, nullptr, 1, M, M, out, ldc, part, s_->stream);
   } else
     cuda::dense_gemm_tiled(a, M, K, w, scale, fp8, block_k, N, out, ldc, s_->stream);
 }

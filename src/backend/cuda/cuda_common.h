@@ -421,18 +421,29 @@ inline int64_t invariant_k_splits(int64_t K) {
 // Whether small_m_gemm takes these sizes: K % 8 == 0 (bf16), K and block_k % 16 == 0 (FP8).
 bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k);
 // C[r, n] (row stride ldc) = Σ_k A[r, k] · W[e·N + n, k] over the rows r of each active expert
-// (offsets [E + 1], active [n_active] as in the GEMV: −1 = idle slot; rows counts the
-// rows of all experts) or, with active == null and n_active == 1, the dense rows [0, rows). The
-// batch-invariant K structure: bitwise equal to the tiled GEMMs with split_k =
-// kInvariantSplitK (dense_gemm_tiled, MoE form 0 with `invariant`) for every row, whatever the
-// launch. Shaped for few rows: 16-row tiles, a 4-stage cp.async pipeline, one block per
-// (64 columns, expert, K split). With more than one K split, `partials` holds
-// [invariant_k_splits(K), rows, N] fp32 (else unused); C null then leaves them for the caller
-// to add in split order (a fused consumer: the first term as is, then + each next). Graph-safe,
-// no sync.
+// (offsets [E + 1], active [n_active] as in the GEMV: the experts with rows first, then −1; rows
+// counts the rows of all experts, max_rows bounds any one expert's) or, with active == null and
+// n_active == 1, the dense rows [0, rows) (max_rows == rows). The batch-invariant K structure:
+// bitwise equal to the tiled GEMMs with split_k = kInvariantSplitK (dense_gemm_tiled, MoE form 0
+// with `invariant`) for every row, whatever the launch. Shaped for few rows: blocks of
+// (64 columns, expert, K split) in 16-row passes; FP8 weights with max_rows ≤ kSmallMFewRows
+// take small_m_fp8_few_rows instead. With more than one K split, `partials` holds
+// [invariant_k_splits(K), rows, N] fp32 (else unused); C null then leaves them for the caller to
+// add in split order (a fused consumer: the first term as is, then + each next), else a second
+// launch adds them into C. Graph-safe, no sync.
+constexpr int64_t kSmallMFewRows = 4;
 void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
-                  const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, float* C,
-                  int64_t ldc, float* partials, cudaStream_t s);
+                  const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, int64_t max_rows,
+                  float* C, int64_t ldc, float* partials, cudaStream_t s);
+// ---- cuda_small_m_fp8.cu ----
+// small_m_gemm's arithmetic (the same bits) for FP8 weights (K, block_k % 16 == 0) when no
+// expert has more than max_rows ≤ kSmallMFewRows rows, as a persistent grid of warps streaming
+// (16 columns, K split) items through deep per-warp pipelines. out: C [rows, ld_out] when K is
+// one split, else the partials [splits, rows, N] (ld_out = N), added by the caller. Graph-safe,
+// no sync.
+void small_m_fp8_few_rows(const bf16* A, int64_t K, const uint8_t* W, const float* scale, int64_t block_k, int64_t N,
+                          const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows,
+                          int64_t max_rows, float* out, int64_t ld_out, cudaStream_t s);
 // C[m, n] (row stride ldc) = Σ_k X[m, k] · W[n, k] in fp32 (X row stride ldx, W [N, K]), each
 // element summed in one fixed order — per 256-wide K chunk, 32 lane-strided fmaf chains and a
 // butterfly; the chunk sums added in order — batch-invariant, for the fp32 router. partials

@@ -9,6 +9,8 @@
 //    bitwise-equal results and the backend may pick by size. This one is shaped for few rows:
 //    16-row × 64-column tiles, a 4-stage cp.async pipeline of 64-wide K steps, a grid over
 //    N × active experts × K splits (partials to scratch, then sum_splits adds them in order).
+//    FP8 weights at ≤ kSmallMFewRows rows per expert go to a persistent form of the same
+//    arithmetic instead (cuda_small_m_fp8.cu).
 //  - gemm_f32_ordered: fp32 × fp32 (the MoE router): each element's sum in one fixed order
 //    (per 256-wide K chunk 32 strided fmaf chains and a butterfly, chunks added in order),
 //    whatever the tiling, with the chunks in sequence or in parallel blocks.
@@ -264,25 +266,31 @@ bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k) {
 }
 
 void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
-                  const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, float* C,
-                  int64_t ldc, float* partials, cudaStream_t s) {
+                  const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, int64_t max_rows,
+                  float* C, int64_t ldc, float* partials, cudaStream_t s) {
   DI_CUDA_REQUIRE(small_m_gemm_ok(K, fp8, block_k));
   DI_CUDA_REQUIRE(K <= INT32_MAX && block_k <= INT32_MAX);  // 32-bit scale-block division
-  DI_CUDA_REQUIRE(n_active >= 1 && n_active <= 65535);
+  DI_CUDA_REQUIRE(n_active >= 1 && n_active <= 65535 && (active != nullptr || n_active == 1));
+  DI_CUDA_REQUIRE(max_rows >= 1 && (active != nullptr || max_rows == rows));
   if (rows == 0) return;
   const int64_t n_splits = invariant_k_splits(K);
   DI_CUDA_REQUIRE(n_splits == 1 || partials != nullptr);
   DI_CUDA_REQUIRE(n_splits > 1 || C != nullptr);
-  const dim3 grid(grid_for(N, kSmCols), static_cast<unsigned>(n_active), static_cast<unsigned>(n_splits));
-  const int64_t n_kb = fp8 ? (K + block_k - 1) / block_k : 0;
-  const int64_t dense_rows = active == nullptr ? rows : 0;
-  if (fp8)
-    launch_pdl(small_m_gemm_kernel<true>, grid, kSmThreads, 0, s, A, K, W, scale, n_kb, block_k, N, offsets, active,
-               dense_rows, C, ldc, partials, rows);
-  else
-    launch_pdl(small_m_gemm_kernel<false>, grid, kSmThreads, 0, s, A, K, W, scale, n_kb, block_k, N, offsets, active,
-               dense_rows, C, ldc, partials, rows);
-  DI_CUDA_LAUNCHED();
+  if (fp8 && max_rows <= kSmallMFewRows) {  // the persistent FP8 kernel (cuda_small_m_fp8.cu): the same bits
+    small_m_fp8_few_rows(A, K, static_cast<const uint8_t*>(W), scale, block_k, N, offsets, active, n_active, rows,
+                         max_rows, n_splits > 1 ? partials : C, n_splits > 1 ? N : ldc, s);
+  } else {
+    const dim3 grid(grid_for(N, kSmCols), static_cast<unsigned>(n_active), static_cast<unsigned>(n_splits));
+    const int64_t n_kb = fp8 ? (K + block_k - 1) / block_k : 0;
+    const int64_t dense_rows = active == nullptr ? rows : 0;
+    if (fp8)
+      launch_pdl(small_m_gemm_kernel<true>, grid, kSmThreads, 0, s, A, K, W, scale, n_kb, block_k, N, offsets, active,
+                 dense_rows, C, ldc, partials, rows);
+    else
+      launch_pdl(small_m_gemm_kernel<false>, grid, kSmThreads, 0, s, A, K, W, scale, n_kb, block_k, N, offsets,
+                 active, dense_rows, C, ldc, partials, rows);
+    DI_CUDA_LAUNCHED();
+  }
   if (n_splits > 1 && C != nullptr) {
     launch_pdl(sum_splits_kernel, grid_for(rows * N, 256), 256, 0, s, partials, n_splits, rows, N, C, ldc);
     DI_CUDA_LAUNCHED();

@@ -1119,7 +1119,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
       g.variant = 3;
       fp8_grouped_gemm(g, s);
     } else if (a.form == 3) {  // K splits: C holds the partials, added by the consumer (below)
-      small_m_gemm(A, K, W, scale, a.fp8, a.block_k, N, offsets, active, n_active, R,
+      small_m_gemm(A, K, W, scale, a.fp8, a.block_k, N, offsets, active, n_active, R, a.T,
                    invariant_k_splits(K) > 1 ? nullptr : C, N, C, s);
     } else {  // C rows of expert e = A rows of e · W_eᵀ, one cuBLAS GEMM each (stream-ordered wbuf reuse)
       const int64_t n_kb = a.fp8 ? (K + a.block_k - 1) / a.block_k : 0;
