@@ -76,6 +76,12 @@ void Backend::mla_kv_write(Tensor& kv, const Tensor& norm, float eps, const Tens
   kv_write(kv, slots, cache);
 }
 
+void Backend::mla_rope_kv_write(Tensor& q, int64_t q_offset, Tensor& kv, const Tensor& norm, float eps,
+                                const Tensor& positions, const RopeParams& rope, const Tensor& slots, Tensor& cache) {
+  this->rope(q, q_offset, positions, rope);
+  mla_kv_write(kv, norm, eps, positions, rope, slots, cache);
+}
+
 void Backend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                       const SharedExperts& shared, Tensor& out) {
   moe_experts(x, ids, weights, experts, out);

@@ -170,6 +170,13 @@ class Backend {
   virtual void mla_kv_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions, const RopeParams& rope,
                             const Tensor& slots, Tensor& cache);
 
+  // The step's queries rotated, rope(q, q_offset, positions, rope), and the layer's new latents
+  // finished and cached, mla_kv_write(kv, norm, eps, positions, rope, slots, cache): one op, so a
+  // backend can share the positions' rotation table and the launch. q [T, n_heads, head_stride]
+  // F32, kv [T, r + dr] F32. Default: those two ops.
+  virtual void mla_rope_kv_write(Tensor& q, int64_t q_offset, Tensor& kv, const Tensor& norm, float eps,
+                                 const Tensor& positions, const RopeParams& rope, const Tensor& slots, Tensor& cache);
+
   // Multi-head latent attention over the paged latent cache.
   // q [T, H, dn + dr] F32 (RoPE applied); cache [n_blocks, block_size, r + dr] F32 holding
   // [c_kv (post-norm) | k_pe (post-RoPE)]; out [T, H, dv] F32.

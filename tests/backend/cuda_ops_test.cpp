@@ -220,6 +220,43 @@ TEST_F(CudaOps, MlaKvWriteEqualsNormRopeWrite) {
       }
 }
 
+// The queries' RoPE in the latent write's launch (mla_rope_kv_write) against rope then
+// mla_kv_write on the same backend: bitwise on q, kv and the cache (the same rotation table and
+// pair arithmetic). 16 and 3 heads of 192 channels (RoPE on the last 64), both pair layouts.
+TEST_F(CudaOps, MlaRopeKvWriteEqualsRopeThenKvWrite) {
+  for (const int64_t H : {16, 3})
+    for (bool interleave : {true, false})
+      for (int64_t T : {1, 9}) {
+        const int64_t r = 512, dr = 64, dn = 128, width = r + dr, n_blocks = 4, bs = 8;
+        RopeParams rp;
+        for (int i = 0; i < dr / 2; ++i)
+          rp.inv_freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(dr)));
+        rp.attention_factor = 1.1f;
+        rp.interleave = interleave;
+        const Tensor q = randn({T, H, dn + dr}), kv = randn({T, width}, 3.0f), norm = randn({r}, 0.2f);
+        std::vector<int32_t> pos, slots;
+        for (int64_t t = 0; t < T; ++t) {
+          pos.push_back(static_cast<int32_t>(rng_() % 5000));
+          slots.push_back(static_cast<int32_t>((t * 5 + 3) % (n_blocks * bs)));
+        }
+        Tensor outs[2][3];  // [one launch, two ops][q, kv, cache]
+        for (int fused = 0; fused < 2; ++fused) {
+          Tensor d_q = up(q), d_kv = up(kv), d_norm = gpu_->place_tensor(norm);
+          Tensor cache = gpu_->allocate(DType::kBF16, {n_blocks, bs, width});
+          if (fused == 0)
+            gpu_->mla_rope_kv_write(d_q, dn, d_kv, d_norm, 1e-6f, up(i32(pos)), rp, up(i32(slots)), cache);
+          else
+            gpu_->Backend::mla_rope_kv_write(d_q, dn, d_kv, d_norm, 1e-6f, up(i32(pos)), rp, up(i32(slots)), cache);
+          outs[fused][0] = down(d_q);
+          outs[fused][1] = down(d_kv);
+          outs[fused][2] = down(cache);
+        }
+        for (int k = 0; k < 3; ++k)
+          EXPECT_EQ(std::memcmp(outs[0][k].raw_data(), outs[1][k].raw_data(), outs[0][k].n_bytes()), 0)
+              << (k == 0 ? "q" : k == 1 ? "kv" : "cache") << " H=" << H << " T=" << T << " interleave=" << interleave;
+      }
+}
+
 TEST_F(CudaOps, MatmulBf16AndFp8) {
   for (DType dt : {DType::kF32, DType::kF8E4M3}) {
     for (int64_t M : {0, 1, 3, 17, 130}) {

@@ -674,7 +674,24 @@ void CudaBackend::kv_write(const Tensor& latent, const Tensor& slots, Tensor& ca
 void CudaBackend::mla_kv_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions,
                                const RopeParams& rope, const Tensor& slots, Tensor& cache) {
   OpTimer timer(*this, "mla_kv_write");
+  latent_write(kv, norm, eps, positions, rope, slots, cache, cuda::MlaQRope{});
+}
 
+void CudaBackend::mla_rope_kv_write(Tensor& q, int64_t q_offset, Tensor& kv, const Tensor& norm, float eps,
+                                    const Tensor& positions, const RopeParams& rope, const Tensor& slots,
+                                    Tensor& cache) {
+  OpTimer timer(*this, "mla_rope_kv_write");
+  DI_CHECK_EQ(q.ndim(), 3);
+  DI_CHECK_EQ(q.size(0), kv.size(0));
+  DI_CHECK_LE(q_offset + rope.dim(), q.size(2));
+  cuda::MlaQRope qr;
+  qr.q = dptr<float>(q);
+  qr.heads = q.size(1), qr.stride = q.size(2), qr.offset = q_offset;
+  latent_write(kv, norm, eps, positions, rope, slots, cache, qr);
+}
+
+void CudaBackend::latent_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions,
+                               const RopeParams& rope, const Tensor& slots, Tensor& cache, const cuda::MlaQRope& q) {
   const int64_t r = norm.numel(), width = kv.size(1);
   DI_CHECK_EQ(cache.size(2), width);
   DI_CHECK_LE(r + rope.dim(), width);
@@ -685,7 +702,7 @@ void CudaBackend::mla_kv_write(Tensor& kv, const Tensor& norm, float eps, const 
   a.attention_factor = rope.attention_factor;
   a.interleave = rope.interleave;
   cuda::mla_kv_write(dptr<float>(kv), kv.size(0), width, r, dptr(norm), elem_of(norm.dtype()), eps,
-                     cdptr<int32_t>(positions), a, cdptr<int32_t>(slots), dptr(cache), elem_of(cache.dtype()),
+                     cdptr<int32_t>(positions), a, cdptr<int32_t>(slots), dptr(cache), elem_of(cache.dtype()), q,
                      s_->stream);
 }
 

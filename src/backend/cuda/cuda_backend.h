@@ -26,6 +26,7 @@
 namespace deepinfer {
 namespace cuda {
 enum class Elem : int;  // cuda_common.h
+struct MlaQRope;        // cuda_common.h
 }  // namespace cuda
 
 struct CudaState;  // stream, cuBLAS handle, arena (cuda_backend.cu)
@@ -63,6 +64,10 @@ class CudaBackend : public Backend {
                      const AttentionBatch& batch, Tensor& out) override;
   void mla_kv_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions, const RopeParams& rope,
                     const Tensor& slots, Tensor& cache) override;
+  // One launch: the queries' RoPE shares the latent write's rotation table (the same bits as
+  // rope then mla_kv_write).
+  void mla_rope_kv_write(Tensor& q, int64_t q_offset, Tensor& kv, const Tensor& norm, float eps,
+                         const Tensor& positions, const RopeParams& rope, const Tensor& slots, Tensor& cache) override;
   void moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const std::vector<MlpWeights>& experts, Tensor& out) override;
@@ -121,15 +126,18 @@ class CudaBackend : public Backend {
   // mode), else cuBLAS on bf16 weights; FP8 weights small_m_gemm up to 64 rows, else a
   // dequantized copy and cuBLAS.
   void linear(const void* xb, int64_t M, const LinearWeight& w, float* out, int64_t ldc);
-  // Batch-invariant out[M, N] (row stride ldc) = xb[M, K] BF16 · wᵀ (w bf16, or FP8 with per
-  // (row, block_k) scales): small_m_gemm or the tiled kernel by M (bitwise-equal folds).
   // The decode GEMV (cuda_gemv.cu) for out[M, n_rows] (row stride ldc) = a · w's first n_rows
   // rows (n_rows > w.n_out(): the rows stacked after w in its buffer), when it applies: the
   // default mode, M ≤ kGemvMaxRows, operands gemv_ok. Returns whether it ran.
   bool try_gemv(const void* a, cuda::Elem a_elem, int64_t lda, int64_t M, const LinearWeight& w, int64_t n_rows,
                 float* out, int64_t ldc);
+  // Batch-invariant out[M, N] (row stride ldc) = xb[M, K] BF16 · wᵀ (w bf16, or FP8 with per
+  // (row, block_k) scales): small_m_gemm or the tiled kernel by M (bitwise-equal folds).
   void invariant_gemm(const void* xb, int64_t M, const void* w, const float* scale, bool fp8, int64_t block_k,
                       int64_t N, int64_t K, float* out, int64_t ldc);
+  // mla_kv_write's kernel, with the queries' RoPE (q.q non-null) or without.
+  void latent_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions, const RopeParams& rope,
+                    const Tensor& slots, Tensor& cache, const cuda::MlaQRope& q);
   // Op timing: brackets one op with events when timing is on (no-op otherwise).
   class OpTimer {
    public:

@@ -94,10 +94,15 @@ struct RopeArgs {
 void rope(float* x, int64_t T, int64_t heads, int64_t stride, int64_t offset, const int32_t* positions,
           const RopeArgs& args, cudaStream_t s);
 // rms_norm of kv[t, :r] (weight w), RoPE of kv[t, r:] (one head), both in place, then kv_write —
-// one block per token, the same arithmetic as the three kernels (rms_norm's block size).
+// one block per token, the same arithmetic as the three kernels (rms_norm's block size). With q:
+// also rope(q, T, q_heads, q_stride, q_offset, positions, args), from the same rotation table.
+struct MlaQRope {
+  float* q = nullptr;  // [T, heads, stride] F32, or null
+  int64_t heads = 0, stride = 0, offset = 0;
+};
 void mla_kv_write(float* kv, int64_t T, int64_t width, int64_t r, const void* w, Elem we, float eps,
                   const int32_t* positions, const RopeArgs& args, const int32_t* slots, void* cache, Elem ce,
-                  cudaStream_t s);
+                  const MlaQRope& q, cudaStream_t s);
 // out[t, i] = silu(g[t, i]) * g[t, I + i]; out F32 or BF16 (out_elem).
 void silu_mul(const float* gate_up, int64_t T, int64_t I, void* out, Elem out_elem, cudaStream_t s);
 void kv_write(const float* latent, const int32_t* slots, int64_t T, int64_t width, void* cache, Elem cache_elem,

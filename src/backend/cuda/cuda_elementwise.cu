@@ -128,10 +128,11 @@ __global__ void rope_kernel(float* x, int64_t heads, int64_t stride, int64_t off
 
 // Token t's latent: rms_norm_kernel's arithmetic on kv[t, :r] (launched with the block size
 // rms_norm would use, so block_sum adds the same partials), rope_kernel's on kv[t, r:] (one
-// head), then kv_write_kernel's store of the whole row.
+// head), then kv_write_kernel's store of the whole row; with q.q, rope_kernel's on the token's
+// query heads too, from the same table.
 __global__ void mla_kv_write_kernel(float* kv, int64_t width, int64_t r, const void* w, Elem we, float eps,
                                     const int32_t* positions, RopeArgs a, const int32_t* slots, void* cache,
-                                    Elem ce) {
+                                    Elem ce, MlaQRope q) {
   pdl_wait();
   pdl_trigger();
   __shared__ float cs[2 * kRopeMaxHalf];
@@ -143,6 +144,9 @@ __global__ void mla_kv_write_kernel(float* kv, int64_t width, int64_t r, const v
   for (int64_t j = threadIdx.x; j < r; j += blockDim.x) x[j] = load(w, we, j) * (x[j] * inv);
   rope_table(a, positions[t], cs);
   for (int i = threadIdx.x; i < a.half; i += blockDim.x) rope_pair(a, cs, x + r, i);
+  if (q.q != nullptr)
+    for (int64_t k = threadIdx.x; k < q.heads * a.half; k += blockDim.x)
+      rope_pair(a, cs, q.q + (t * q.heads + k / a.half) * q.stride + q.offset, k % a.half);
   __syncthreads();  // the finished row, written by other threads, before it is cached
   const int64_t slot = slots[t];
   for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
@@ -315,10 +319,10 @@ void rope(float* x, int64_t T, int64_t heads, int64_t stride, int64_t offset, co
 
 void mla_kv_write(float* kv, int64_t T, int64_t width, int64_t r, const void* w, Elem we, float eps,
                   const int32_t* positions, const RopeArgs& args, const int32_t* slots, void* cache, Elem ce,
-                  cudaStream_t s) {
+                  const MlaQRope& q, cudaStream_t s) {
   if (T == 0) return;
   launch_pdl(mla_kv_write_kernel, static_cast<unsigned>(T), row_threads(r), 0, s, kv, width, r, w, we, eps, positions,
-             args, slots, cache, ce);
+             args, slots, cache, ce, q);
   DI_CUDA_LAUNCHED();
 }
 

@@ -97,11 +97,11 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
     backend.matmul(qa, 0, w.q_b_proj, q);
   }
   Tensor q3 = q.reshape({T, H, dqk});
-  backend.rope(q3, c.qk_nope_head_dim, positions, rope_);
 
   Tensor kv = backend.empty(DType::kF32, {T, width});  // [T, r + dr] = [c_kv | k_pe]
   backend.matmul(x, 0, w.kv_a_proj_with_mqa, kv);
-  backend.mla_kv_write(kv, w.kv_a_layernorm, eps, positions, rope_, slots, cache_layer);  // c_kv normed, k_pe rotated
+  // q_pe rotated; c_kv normed, k_pe rotated, both cached.
+  backend.mla_rope_kv_write(q3, c.qk_nope_head_dim, kv, w.kv_a_layernorm, eps, positions, rope_, slots, cache_layer);
 
   MlaParams p;
   p.n_heads = H;
