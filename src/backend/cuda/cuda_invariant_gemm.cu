@@ -15,13 +15,12 @@
 //    (per 256-wide K chunk 32 strided fmaf chains and a butterfly, chunks added in order),
 //    whatever the tiling, with the chunks in sequence or in parallel blocks.
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 
 #include <algorithm>
 
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 #include <mma.h>
 
 namespace deepinfer::cuda {
@@ -153,21 +152,8 @@ __global__ void __launch_bounds__(kSmThreads) small_m_gemm_kernel(const bf16* A,
 #pragma unroll
         for (int g = 0; g < 2; ++g) {
           const int c = c0 + 16 * g;
-          const float sc = s_scale[s][r][c / 16];
-          const uint4 raw = *reinterpret_cast<const uint4*>(w_stage(s) + r * kSmK + c);
-          const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
-          // Two codes per conversion (e4m3x2 → f16x2 is exact, as is f16 → f32), two products
-          // per rounding: the values of bf16(float(code) · scale), in half the instructions.
-          __align__(16) __nv_bfloat162 out[8];
-#pragma unroll
-          for (int v = 0; v < 8; ++v) {
-            const __half2_raw hr =
-                __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(u[v / 2] >> (16 * (v % 2))), __NV_E4M3);
-            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&hr));
-            out[v] = __floats2bfloat162_rn(f.x * sc, f.y * sc);
-          }
-          *reinterpret_cast<uint4*>(w_wide + r * kSmLd + c) = *reinterpret_cast<const uint4*>(out);
-          *reinterpret_cast<uint4*>(w_wide + r * kSmLd + c + 8) = *reinterpret_cast<const uint4*>(out + 4);
+          widen_fp8x16(*reinterpret_cast<const uint4*>(w_stage(s) + r * kSmK + c), s_scale[s][r][c / 16],
+                       w_wide + r * kSmLd + c);
         }
         __syncwarp();
         ws = w_wide;

@@ -13,14 +13,13 @@
 // 87.8. bf16 weights gain nothing from it (the same lab: within ±5 % at one row, up to 15 %
 // slower at four), so they keep the block kernel.
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 
 #include <algorithm>
 #include <array>
 
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 namespace deepinfer::cuda {
 namespace {
@@ -198,8 +197,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) small_m_fp8_kernel(const Args 
     s_ld = s_ld + 1 == kStages ? 0 : s_ld + 1;
     // Widen the raw stage into w_wide: bf16(fp8 · scale), the block kernel's rounding. Lane l:
     // row l / 2, 32 columns from (l % 2) · 32, in two 16-column groups (one scale each:
-    // block_k % 16 == 0). Two codes per conversion (e4m3x2 → f16x2 is exact, as is f16 → f32),
-    // two products per rounding.
+    // block_k % 16 == 0).
     const unsigned char* raw = base + s * kStageBytes;
     const float* scales = reinterpret_cast<const float*>(raw + kWBytes);
     {
@@ -207,19 +205,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) small_m_fp8_kernel(const Args 
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int c = c0 + 16 * h;
-        const float sc = scales[r * 4 + c / 16];
-        const uint4 q = *reinterpret_cast<const uint4*>(raw + r * kStepK + c);
-        const uint32_t u[4] = {q.x, q.y, q.z, q.w};
-        __align__(16) __nv_bfloat162 out[8];
-#pragma unroll
-        for (int v = 0; v < 8; ++v) {
-          const __half2_raw hr =
-              __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(u[v / 2] >> (16 * (v % 2))), __NV_E4M3);
-          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&hr));
-          out[v] = __floats2bfloat162_rn(f.x * sc, f.y * sc);
-        }
-        *reinterpret_cast<uint4*>(w_wide + r * kLd + c) = *reinterpret_cast<const uint4*>(out);
-        *reinterpret_cast<uint4*>(w_wide + r * kLd + c + 8) = *reinterpret_cast<const uint4*>(out + 4);
+        widen_fp8x16(*reinterpret_cast<const uint4*>(raw + r * kStepK + c), scales[r * 4 + c / 16],
+                     w_wide + r * kLd + c);
       }
     }
     __syncwarp();
