@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <array>
 
-
 namespace deepinfer::cuda {
 namespace {
 
@@ -43,7 +42,8 @@ constexpr int kWideBytes = kCols * kRowBytes;  // the widened W, bf16 [16][72]
 // (rows ≥ 4 read whatever follows: they only feed outputs that are not stored).
 constexpr int kWarpBytes = kStages * kStageBytes + kWideBytes;
 constexpr int kPad = (kMmaRows - kRows) * kRowBytes;
-static_assert(kRows % 4 == 0 && kRows <= kMmaRows && kStageBytes % 16 == 0 && kWarpBytes % 16 == 0, "layout");
+// One A chunk per lane per stage: rows lane / 8 (4 rows of 8 chunks).
+static_assert(kRows == 4 && kStageBytes % 16 == 0 && kWarpBytes % 16 == 0, "layout");
 
 struct Args {
   const bf16* A;           // [rows, K] (row stride K)
