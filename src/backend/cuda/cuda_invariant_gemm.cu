@@ -257,8 +257,8 @@ void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, b
   DI_CUDA_REQUIRE(small_m_gemm_ok(K, fp8, block_k));
   DI_CUDA_REQUIRE(K <= INT32_MAX && block_k <= INT32_MAX);  // 32-bit scale-block division
   DI_CUDA_REQUIRE(n_active >= 1 && n_active <= 65535 && (active != nullptr || n_active == 1));
-  DI_CUDA_REQUIRE(max_rows >= 1 && (active != nullptr || max_rows == rows));
   if (rows == 0) return;
+  DI_CUDA_REQUIRE(max_rows >= 1 && (active != nullptr || max_rows == rows));
   const int64_t n_splits = invariant_k_splits(K);
   DI_CUDA_REQUIRE(n_splits == 1 || partials != nullptr);
   DI_CUDA_REQUIRE(n_splits > 1 || C != nullptr);
