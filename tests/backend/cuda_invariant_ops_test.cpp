@@ -62,13 +62,14 @@ class CudaInvariantOps : public ::testing::Test {
 };
 
 // bf16 and FP8 weights, shapes with K % 64 != 0 (the small kernel pads K to 64, the tiled one to
-// 32: all-zero chunks must not change a sum), K = 2048 (V2-Lite), partial column tiles; and the
-// fp32 router weights.
+// 32: all-zero chunks must not change a sum), K = 1,088 (two 512-wide splits and a 64-wide one)
+// and 2,048 (V2-Lite), partial column tiles; and the fp32 router weights. The 300-row batch runs
+// bf16 weights with K % 64 == 0 on the wgmma kernel, the rows alone on small_m_gemm.
 TEST_F(CudaInvariantOps, MatmulRowsAreBatchInvariant) {
   struct Shape {
     int64_t N, K;
   };
-  for (const Shape& s : {Shape{200, 136}, Shape{300, 176}, Shape{576, 2048}})
+  for (const Shape& s : {Shape{200, 136}, Shape{300, 176}, Shape{200, 1088}, Shape{576, 2048}})
     for (int kind = 0; kind < 3; ++kind) {  // 0 bf16, 1 FP8, 2 fp32 router
       const DType dt = kind == 1 ? DType::kF8E4M3 : DType::kF32;
       const LinearWeight w = testing::random_linear(rng_, s.N, s.K, dt);
@@ -91,7 +92,8 @@ TEST_F(CudaInvariantOps, MatmulRowsAreBatchInvariant) {
 }
 
 // MoE experts: every token alone (small kernel, form 3) against the same token among 200
-// (600 routed rows: the tiled kernel), and the two forms forced on one batch.
+// (600 routed rows: ≥ 64 per expert, so bf16 weights take the wgmma kernel — D and I are
+// multiples of 64 — and FP8 weights the tiled one), and the forms forced on one batch.
 TEST_F(CudaInvariantOps, MoeExpertsRowsAreBatchInvariant) {
   const int64_t E = 9, k = 3, T = 200;
   // D = 1088, I = 576: K splits in both GEMMs (small_m_gemm's partials then go straight to the
@@ -147,8 +149,11 @@ TEST_F(CudaInvariantOps, MoeExpertsRowsAreBatchInvariant) {
     const Tensor tiled = run(0, 31);
     cuda.set_moe_gemm(3);
     const Tensor small = run(0, 31);
+    cuda.set_moe_gemm(4);  // FP8: unfit, the tiled form again
+    const Tensor wgmma = run(0, 31);
     cuda.set_moe_gemm(-1);
     EXPECT_TRUE(same_rows(small, tiled, 0)) << dtype_name(dt) << ": small-M and tiled forms differ";
+    EXPECT_TRUE(same_rows(wgmma, tiled, 0)) << dtype_name(dt) << ": wgmma and tiled forms differ";
 #endif
   }
 }

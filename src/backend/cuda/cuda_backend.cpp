@@ -611,8 +611,13 @@ void CudaBackend::invariant_gemm(const void* xb, int64_t M, const void* w, const
     ScratchScope scope(*this);
     float* part = splits > 1 ? dptr<float>(empty(DType::kF32, {splits, M, N})) : nullptr;
     cuda::small_m_gemm(a, K, w, scale, fp8, block_k, N, nullptr, nullptr, 1, M, M, out, ldc, part, s_->stream);
-  } else
+  } else if (!fp8 && cuda::bf16_wgmma_invariant_ok(K)) {  // the same bits on wgmma
+    ScratchScope scope(*this);
+    cuda::bf16_wgmma_dense_gemm(a, M, K, static_cast<const bf16*>(w), N, out, ldc,
+                                dptr<int32_t>(empty(DType::kI32, {2})), s_->stream, true);
+  } else {
     cuda::dense_gemm_tiled(a, M, K, w, scale, fp8, block_k, N, out, ldc, s_->stream);
+  }
 }
 
 void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& w, Tensor& out) {
@@ -984,14 +989,18 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
   const int64_t R = a.T * (a.k + a.n_shared);
   const bool small_ok = cuda::small_m_gemm_ok(a.D, a.fp8, a.block_k) && cuda::small_m_gemm_ok(a.I, a.fp8, a.block_k);
   const bool wgmma_ok = !a.fp8 && cuda::bf16_wgmma_grouped_ok(a.D) && cuda::bf16_wgmma_grouped_ok(a.I);
+  const bool wgmma_inv_ok = !a.fp8 && cuda::bf16_wgmma_invariant_ok(a.D) && cuda::bf16_wgmma_invariant_ok(a.I);
+  const bool prefill_sized = R >= kMoePerExpertMinRows * (a.E + a.n_shared);
   const bool w8a8_ok = cuda::moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k);
   if (s_->moe_gemm >= 0) {
     const bool unfit = (s_->moe_gemm == 1 && !gemv_ok) || (s_->moe_gemm == 3 && !small_ok) ||
                        (s_->moe_gemm == 4 && !wgmma_ok) || (s_->moe_gemm == 5 && !w8a8_ok);
     a.form = unfit ? 0 : s_->moe_gemm;
-  } else if (s_->batch_invariant) a.form = R <= kMoeDecodeMaxRows && small_ok ? 3 : 0;  // bitwise-equal forms
-  else if (R <= kMoeDecodeMaxRows) a.form = (a.T <= kGemvMaxRows || !small_ok) && gemv_ok ? 1 : small_ok ? 3 : 0;
-  else if (R >= kMoePerExpertMinRows * (a.E + a.n_shared)) a.form = wgmma_ok ? 4 : w8a8_ok ? 5 : !s_->capturing ? 2 : 0;
+  } else if (s_->batch_invariant) {  // bitwise-equal forms (wgmma: its invariant K structure)
+    a.form = R <= kMoeDecodeMaxRows && small_ok ? 3 : prefill_sized && wgmma_inv_ok ? 4 : 0;
+  } else if (R <= kMoeDecodeMaxRows) {
+    a.form = (a.T <= kGemvMaxRows || !small_ok) && gemv_ok ? 1 : small_ok ? 3 : 0;
+  } else if (prefill_sized) a.form = wgmma_ok ? 4 : w8a8_ok ? 5 : !s_->capturing ? 2 : 0;
   else a.form = 0;
   if (a.form == 2 && s_->capturing) a.form = 0;
   a.blas = s_->blas;

@@ -1,10 +1,13 @@
 // bf16 grouped (MoE) GEMM on Hopper's warpgroup MMA (sm_90a): C[r, n] = Σ_k A[r, k] · W_e[n, k]
 // for the expert-sorted rows r of each expert e, fp32 accumulation and output — the prefill-sized
 // form of the MoE GEMMs (MoeArgs::form 4), sync-free (offsets stay on the device). Owns: the
-// kernel and its launch. Does not own: FP8 weights (cuda_fp8_wgmma.cu with quantized activations),
-// the batch-invariant K structure (its MMA order differs from the tiled kernels', so the
-// invariant mode never uses it), or few rows per expert (128-row tiles: the tiled kernel's 64-row
-// tiles, small_m_gemm or the GEMV serve those).
+// kernel, its launch, and its batch-invariant form: each K split of kInvariantSplitK (cuda_common.h)
+// folded from zero and the splits added in order — the arithmetic of the tiled kernels and
+// small_m_gemm, bit for bit, because a wgmma k16 step computes what the mma.sync m16n8k16 step of
+// the same operands and accumulator computes (measured on the H200, session 10:
+// CudaTiledGemmV3.WgmmaChainBitwiseEqualToMmaSync). Does not own: FP8 weights
+// (cuda_fp8_wgmma.cu with quantized activations), or few rows per expert (128-row tiles: the tiled
+// kernel's 64-row tiles, small_m_gemm or the GEMV serve those).
 #include <algorithm>
 #include <mutex>
 
@@ -15,18 +18,31 @@
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kBM = 128;        // rows per tile: two math warpgroups of 64
-constexpr int kBN = 256;        // columns per tile: one m64n256 wgmma per warpgroup and K step
-constexpr int kBK = 64;         // K per stage: 128 bytes of bf16 per row (one swizzle row)
-constexpr int kStages = 4;      // stages in the shared-memory ring
+// Tile shape per form. Default: 128×256 (one m64n256 wgmma per warpgroup and K step, 128
+// accumulators per thread). Batch-invariant: 128×128 (m64n128) — a split's accumulators and the
+// running total (64 + 64 per thread) fit the 168 registers that 384 threads may each have.
+template <bool kInvariant>
+struct Shape {
+  static constexpr int kBM = 128;   // rows per tile: two math warpgroups of 64
+  static constexpr int kBN = kInvariant ? 128 : 256;
+  static constexpr int kBK = 64;    // K per stage: 128 bytes of bf16 per row (one swizzle row)
+  static constexpr int kStages = kInvariant ? 6 : 4;
+  static constexpr int kAcc = kBN / 2;  // fp32 accumulators per thread (64 rows × kBN / 128 threads)
+  static constexpr int kABytes = kBM * kBK * 2, kWBytes = kBN * kBK * 2;
+  static constexpr int kStageBytes = kABytes + kWBytes;
+};
 constexpr int kMathGroups = 2;  // warpgroups issuing wgmma; one more warpgroup loads
 constexpr int kThreads = 128 * (kMathGroups + 1);
 constexpr int kWarps = kThreads / 32;
-constexpr int kABytes = kBM * kBK * 2, kWBytes = kBN * kBK * 2;  // 16 KB, 32 KB
-constexpr int kStageBytes = kABytes + kWBytes;
+constexpr int kSplitKb = static_cast<int>(kInvariantSplitK) / 64;  // K blocks per invariant split
+static_assert(kInvariantSplitK % 64 == 0, "an invariant split is whole K blocks");
 // Ring, then full/empty barriers, then each warp's grouped tile; the base is aligned up to 1024
 // bytes at run time (the 128-byte swizzle repeats every 8 rows of 128 bytes).
-constexpr size_t kSmemBytes = kStages * kStageBytes + 2 * kStages * sizeof(uint64_t) + 4 * kWarps * sizeof(int64_t) + 1024;
+template <bool kInvariant>
+constexpr size_t smem_bytes() {
+  using S = Shape<kInvariant>;
+  return S::kStages * S::kStageBytes + 2 * S::kStages * sizeof(uint64_t) + 4 * kWarps * sizeof(int64_t) + 1024;
+}
 
 struct Params {
   int64_t M, N, n_kb;
@@ -81,33 +97,74 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t 
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
+
+// d[64×128] fp32 += A[64×16] · B[128×16]ᵀ, as wgmma_m64n256k16_bf16 (d[4j + v], j < 32).
+__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, "
+      "%40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+// The tile's K step: four k16 wgmmas (+32 bytes of K each) of the form's width.
+template <int kAcc>
+__device__ __forceinline__ void wgmma_k64(float (&d)[kAcc], uint64_t da, uint64_t db) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (kAcc == 128) wgmma_m64n256k16_bf16(d, da + 2 * k, db + 2 * k, 1);
+    else wgmma_m64n128k16_bf16(d, da + 2 * k, db + 2 * k, 1);
+  }
+}
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// Persistent blocks over 128×256 output tiles of the grouped rows (tile_coords raster, grouped
+// Persistent blocks over kBM×kBN output tiles of the grouped rows (tile_coords raster, grouped
 // row tiles from cuda_grouped_tile.cuh; tiles past the last expert skipped). Warpgroups 0 and 1
 // compute rows 64·wg.. of a tile; warp 8 is the loader (the rest of warpgroup 2 exits). Per
 // 64-wide K block (the it-th of this block: stage s = it % kStages): the loader waits for
-// empty[s], then TMA-loads the A tile (128 rows × 128 bytes at (kb·64, m0)) and the W tile (256
+// empty[s], then TMA-loads the A tile (128 rows × 128 bytes at (kb·64, m0)) and the W tile (kBN
 // rows at (kb·64, e·N + n0)) into s, completing full[s]. Each math warpgroup waits on full[s],
-// issues four m64n256k16 wgmmas (one commit group) accumulating into acc, and waits until at most
-// that group is pending — the previous K block's group is then done and its stage is released
-// (one arrival per warp). acc is never read inside the loop, so consecutive groups chain on the
-// tensor cores.
-// Shared memory: kStages × (A [128][128 B] | W [256][128 B]) bf16 — 16-byte chunk c of row r at
+// issues four k16 wgmmas (one commit group) accumulating into acc, and waits until at most that
+// group is pending — the previous K block's group is then done and its stage is released (one
+// arrival per warp). acc is never read inside the loop, so consecutive groups chain on the
+// tensor cores — except, batch-invariant, at each split's end (every kSplitKb K blocks): all
+// groups drained, total = acc (split 0) or total + acc, acc = +0 (close_k_split's arithmetic);
+// the last split is added after the loop.
+// Shared memory: kStages × (A [128][128 B] | W [kBN][128 B]) bf16 — 16-byte chunk c of row r at
 // chunk c ^ (r % 8) (TMA's 128-byte swizzle, which the wgmma descriptors read) — full/empty
 // mbarriers, per-warp tile info: ~193 KB, one block per SM. Rows past M, K past K and W rows past
 // the tensor are zero-filled by TMA; a tile's rows past its expert belong to the next one and are
-// computed but not stored. Preconditions: sm_90a, K % 8 == 0 (16-byte row pitch).
+// computed but not stored. Preconditions: sm_90a, K % 8 == 0 (16-byte row pitch); batch-invariant:
+// K % 64 == 0 (no zero-filled K chunk, which could turn a −0 sum into +0 where the tiled kernels
+// issue no MMA).
+template <bool kInvariant>
 __global__ void __launch_bounds__(kThreads, 1)
     bf16_wgmma_grouped_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
                               const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = Shape<kInvariant>;
+  constexpr int kBM = S::kBM, kBN = S::kBN, kBK = S::kBK, kStages = S::kStages, kAcc = S::kAcc;
   extern __shared__ uint8_t bw_smem_raw[];
   uint8_t* smem = bw_smem_raw + ((1024 - smem_u32(bw_smem_raw) % 1024) % 1024);
-  uint8_t* ring = smem;                                                     // [kStages][A | W]
-  auto* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);  // [kStages]
-  uint64_t* empty = full + kStages;                                         // [kStages]
-  auto* info = reinterpret_cast<int64_t*>(empty + kStages);                // [kWarps][4]
+  uint8_t* ring = smem;                                                        // [kStages][A | W]
+  auto* full = reinterpret_cast<uint64_t*>(smem + kStages * S::kStageBytes);  // [kStages]
+  uint64_t* empty = full + kStages;                                            // [kStages]
+  auto* info = reinterpret_cast<int64_t*>(empty + kStages);                   // [kWarps][4]
 
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
   if (t == 0) init_ring(full, empty, kStages, 1, kMathGroups * 4);  // one release per math warp
@@ -116,8 +173,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t n_col_tiles = (p.N + kBN - 1) / kBN, n_tiles = p.n_row_tiles * n_col_tiles, n_kb = p.n_kb;
   int64_t* my_info = info + 4 * warp;
   if (wg == kMathGroups) {  // the loader warp
-    load_tiles<kBM, kBN, kBK>(&map_a, &map_w, ring, full, empty, kStages, kStageBytes, kABytes, p.n_row_tiles, p.N,
-                              n_kb, p.offsets, p.E, p.M, lane, my_info, [](int, const TileView&, int64_t) {});
+    load_tiles<kBM, kBN, kBK>(&map_a, &map_w, ring, full, empty, kStages, S::kStageBytes, S::kABytes, p.n_row_tiles,
+                              p.N, n_kb, p.offsets, p.E, p.M, lane, my_info, [](int, const TileView&, int64_t) {});
     return;
   }
 
@@ -126,35 +183,51 @@ __global__ void __launch_bounds__(kThreads, 1)
     TileView v;
     if (!resolve_tile<kBM, kBN>(tile, p.n_row_tiles, n_col_tiles, p.offsets, p.E, p.M, lane, my_info, &v)) continue;
     const int64_t m0 = v.m0, m_end = v.m_end, n0 = v.n0;
-    float acc[128];
+    float acc[kAcc];
+    float total[kInvariant ? kAcc : 1];  // batch-invariant: the closed splits' sum
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
     for (int64_t kb = 0; kb < n_kb; ++kb, ++it) {
       const int s = static_cast<int>(it % kStages);
+      if constexpr (kInvariant) {
+        if (kb > 0 && kb % kSplitKb == 0) {  // the end of a split: drain, add, restart from +0
+          wgmma_wait<0>();
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) {
+            fence_operand(acc[i]);
+            total[i] = kb == kSplitKb ? acc[i] : __fadd_rn(total[i], acc[i]);
+            acc[i] = 0.0f;
+          }
+        }
+      }
       mbar_wait(&full[s], (it / kStages) & 1u);
-      const uint8_t* stage = ring + s * kStageBytes;
-      const uint64_t da = sw128_desc(stage + wg * 64 * 128), db = sw128_desc(stage + kABytes);
+      const uint8_t* stage = ring + s * S::kStageBytes;
+      const uint64_t da = sw128_desc(stage + wg * 64 * 128), db = sw128_desc(stage + S::kABytes);
 #pragma unroll
-      for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
+      for (int i = 0; i < kAcc; ++i) fence_operand(acc[i]);
       wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < kBK / 16; ++k) wgmma_m64n256k16_bf16(acc, da + 2 * k, db + 2 * k, 1);  // +32 bytes of K
+      wgmma_k64<kAcc>(acc, da, db);
       wgmma_commit();
       wgmma_wait<1>();  // the previous K block's MMAs are done: release its stage
 #pragma unroll
-      for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
+      for (int i = 0; i < kAcc; ++i) fence_operand(acc[i]);
       __syncwarp();
       if (kb > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
     }
     wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
+    for (int i = 0; i < kAcc; ++i) fence_operand(acc[i]);
     __syncwarp();
     if (n_kb > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+    if constexpr (kInvariant) {
+      if (n_kb > kSplitKb)  // the last split joins the total
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) acc[i] = __fadd_rn(total[i], acc[i]);
+    }
 
     const int64_t r0 = m0 + 64 * wg + 16 * (warp % 4) + lane / 4, r1 = r0 + 8;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
+    for (int j = 0; j < kBN / 8; ++j) {
       const int64_t col = n0 + 8 * j + 2 * (lane % 4);
       if (col >= p.N) continue;
 #pragma unroll
@@ -172,41 +245,69 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 #else
+  (void)Shape<kInvariant>::kAcc;
+  (void)kSplitKb;
   __trap();  // built for another architecture: bf16_wgmma_grouped_ok() is false there
 #endif
 }
 
-}  // namespace
+// offsets = {0, M}: the dense form's one "expert".
+__global__ void dense_offsets_kernel(int32_t* offsets, int32_t M) {
+  offsets[0] = 0;
+  offsets[1] = M;
+}
 
-bool bf16_wgmma_grouped_ok(int64_t K) { return K % 8 == 0 && K > 0 && fp8_wgmma_available(); }
-
-void bf16_wgmma_grouped_gemm(const bf16* A, int64_t R, int64_t K, const bf16* W, int64_t N, const int32_t* offsets,
-                             int64_t E, float* C, int64_t ldc, cudaStream_t s) {
-  DI_CUDA_REQUIRE_MSG(bf16_wgmma_grouped_ok(K), "bf16 wgmma GEMM: needs an sm_90 GPU and K % 8 == 0");
-  DI_CUDA_REQUIRE(offsets != nullptr && E >= 1 && ldc >= N);
-  DI_CUDA_REQUIRE_MSG(R + kBM < (int64_t{1} << 31) && E * N < (int64_t{1} << 31), "bf16 wgmma GEMM: too many rows");
-  if (R == 0 || N == 0) return;
+template <bool kInvariant>
+void launch(const bf16* A, int64_t R, int64_t K, const bf16* W, int64_t N, const int32_t* offsets, int64_t E, float* C,
+            int64_t ldc, cudaStream_t s) {
+  using S = Shape<kInvariant>;
   Params p{};
   p.M = R;
   p.N = N;
-  p.n_kb = (K + kBK - 1) / kBK;
-  p.n_row_tiles = (R + kBM - 1) / kBM + std::min(E, R);
+  p.n_kb = (K + S::kBK - 1) / S::kBK;
+  p.n_row_tiles = (R + S::kBM - 1) / S::kBM + std::min(E, R);
   p.c = C;
   p.ldc = ldc;
   p.c_vec = ldc % 2 == 0 && reinterpret_cast<uintptr_t>(C) % 8 == 0;
   p.offsets = offsets;
   p.E = E;
-  const CUtensorMap ma = tensor_map_2d(A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, R, K, kBK, kBM);
-  const CUtensorMap mw = tensor_map_2d(W, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, kBK, kBN);
+  const CUtensorMap ma = tensor_map_2d(A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, R, K, S::kBK, S::kBM);
+  const CUtensorMap mw = tensor_map_2d(W, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, S::kBK, S::kBN);
   static std::once_flag once;
   std::call_once(once, [] {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(bf16_wgmma_grouped_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kSmemBytes)));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(bf16_wgmma_grouped_kernel<kInvariant>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem_bytes<kInvariant>())));
   });
-  const int64_t n_tiles = p.n_row_tiles * ((N + kBN - 1) / kBN);
+  const int64_t n_tiles = p.n_row_tiles * ((N + S::kBN - 1) / S::kBN);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(n_tiles, sm_count())));  // persistent
-  bf16_wgmma_grouped_kernel<<<grid, kThreads, kSmemBytes, s>>>(ma, mw, p);
+  bf16_wgmma_grouped_kernel<kInvariant><<<grid, kThreads, smem_bytes<kInvariant>(), s>>>(ma, mw, p);
   DI_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
+bool bf16_wgmma_grouped_ok(int64_t K) { return K % 8 == 0 && K > 0 && fp8_wgmma_available(); }
+bool bf16_wgmma_invariant_ok(int64_t K) { return K % 64 == 0 && bf16_wgmma_grouped_ok(K); }
+
+void bf16_wgmma_grouped_gemm(const bf16* A, int64_t R, int64_t K, const bf16* W, int64_t N, const int32_t* offsets,
+                             int64_t E, float* C, int64_t ldc, cudaStream_t s, bool invariant) {
+  DI_CUDA_REQUIRE_MSG(bf16_wgmma_grouped_ok(K), "bf16 wgmma GEMM: needs an sm_90 GPU and K % 8 == 0");
+  DI_CUDA_REQUIRE_MSG(!invariant || bf16_wgmma_invariant_ok(K), "bf16 wgmma GEMM: the invariant form needs K % 64 == 0");
+  DI_CUDA_REQUIRE(offsets != nullptr && E >= 1 && ldc >= N);
+  DI_CUDA_REQUIRE_MSG(R + 128 < (int64_t{1} << 31) && E * N < (int64_t{1} << 31), "bf16 wgmma GEMM: too many rows");
+  if (R == 0 || N == 0) return;
+  if (invariant) launch<true>(A, R, K, W, N, offsets, E, C, ldc, s);
+  else launch<false>(A, R, K, W, N, offsets, E, C, ldc, s);
+}
+
+void bf16_wgmma_dense_gemm(const bf16* A, int64_t M, int64_t K, const bf16* W, int64_t N, float* C, int64_t ldc,
+                           int32_t* offsets, cudaStream_t s, bool invariant) {
+  DI_CUDA_REQUIRE_MSG(M < (int64_t{1} << 31) - 128, "bf16 wgmma GEMM: too many rows");
+  if (M == 0 || N == 0) return;
+  dense_offsets_kernel<<<1, 1, 0, s>>>(offsets, static_cast<int32_t>(M));
+  DI_CUDA_LAUNCHED();
+  bf16_wgmma_grouped_gemm(A, M, K, W, N, offsets, 1, C, ldc, s, invariant);
 }
 
 }  // namespace deepinfer::cuda

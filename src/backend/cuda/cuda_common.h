@@ -286,7 +286,9 @@ struct MoeArgs {
                            // 5 W8A8: activations quantized per 1×128 group + the FP8 wgmma GEMM
                            //   (FP8 weights with block_k 128 on sm_90: moe_w8a8_ok)
   cublasHandle_t blas = nullptr;  // form 2
-  bool invariant = false;  // the batch-invariant K structure in form 0 (forms 1 and 2 must not be used)
+  // The batch-invariant K structure in forms 0 and 4 (form 4: K % 64 == 0; form 3 always has it;
+  // forms 1, 2 and 5 must not be used).
+  bool invariant = false;
 };
 // Scratch comes from `alloc` (step memory). Forms 0 and 1 never synchronize (graph-capturable);
 // form 1 needs D, I multiples of 8 (bf16) or 16 (FP8; block_k too): moe_gemv_ok.
@@ -338,10 +340,18 @@ void gemv(const GemvArgs& g, cudaStream_t s);
 // for the rows r of expert e, [offsets[e], offsets[e+1]). A [R, K] and W [E·N, K] bf16, 16-byte
 // aligned. 128×256 tiles of each expert's rows (tiles past an expert's rows waste their MMAs: meant
 // for ≥ 64 rows per expert on average), persistent, sync-free and graph-capturable. fp32
-// accumulation in an order of its own (not the tiled kernels' bits; never batch-invariant).
-bool bf16_wgmma_grouped_ok(int64_t K);  // sm_90 GPU and K % 8 == 0
+// accumulation over K in 16-wide chunks from zero; `invariant`: the batch-invariant K structure
+// (kInvariantSplitK splits added in order, 128×128 tiles) — bitwise what small_m_gemm and the
+// tiled GEMMs with the invariant structure compute, so the batch-invariant mode may use it for
+// large steps.
+bool bf16_wgmma_grouped_ok(int64_t K);    // sm_90 GPU and K % 8 == 0
+bool bf16_wgmma_invariant_ok(int64_t K);  // and K % 64 == 0 (whole 64-wide K blocks)
 void bf16_wgmma_grouped_gemm(const bf16* A, int64_t R, int64_t K, const bf16* W, int64_t N, const int32_t* offsets,
-                             int64_t E, float* C, int64_t ldc, cudaStream_t s);
+                             int64_t E, float* C, int64_t ldc, cudaStream_t s, bool invariant = false);
+// Dense C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for m < M on the same kernel (one
+// "expert"); offsets: 2 int32 of device scratch it fills with {0, M} first (graph-safe).
+void bf16_wgmma_dense_gemm(const bf16* A, int64_t M, int64_t K, const bf16* W, int64_t N, float* C, int64_t ldc,
+                           int32_t* offsets, cudaStream_t s, bool invariant);
 // Dense C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for m < M with the tiled grouped GEMM
 // (one "expert"): the same per-element fold as small_m_gemm, so either may serve any M in the
 // batch-invariant mode. W bf16 or FP8 (per (row, block_k) scales, widened to bf16).

@@ -24,11 +24,14 @@
 //    device from kv_len. Deterministic: no atomics, every reduction in a fixed order; a row's
 //    result depends on the rest of the batch only through n_splits.
 //  - batch-invariant rule (split_keys > 0): split boundaries at multiples of mla_split_span(n_keys),
-//    shared by consecutive rows of a sequence, so steps with a multi-row sequence (prefill
-//    chunks, MTP verification; H < 64) run mla_split_rows_kernel instead of the one-row TC kernel:
-//    4 rows × 16 heads per block, each latent tile loaded once for the 4 rows, each row's
-//    part_acc/part_ml bitwise what the one-row kernel (MT = 1) writes for it (same MMA chains,
-//    same softmax function; see the kernel). A one-block kernel maps the rows to 4-row tiles.
+//    shared by consecutive rows of a sequence, and the splits merged in split order in one pass
+//    (merge_coefs / merge_step: mla_merge_running_kernel, or apply's inline merge). Steps with a
+//    multi-row sequence (prefill chunks, MTP verification; H < 64) run mla_rows_merged_kernel
+//    instead of the one-row TC kernel and the merge: 2 rows × 16 heads per block, each latent
+//    tile loaded once for the 2 rows, the row's splits computed one after the other and merged in
+//    registers, each row's o_lat bitwise what the one-row kernel and the merge give it (same MMA
+//    chains, same softmax function, same merge; see the kernel). A one-block kernel maps the rows
+//    to 2-row tiles.
 //  - the naive (prefill) form: gather_latent here, attention in cuda_mla_prefill.cu (flash
 //    kernel); causal_softmax serves its TF32 cuBLAS fallback for other head dims.
 #include "backend/cuda/cuda_common.h"
@@ -534,6 +537,26 @@ __device__ __forceinline__ float tc_softmax_update(const float* red, int red_spl
   return corr;
 }
 
+// The batch-invariant rule's merge of a row's splits (for one head), shared by every tensor-core
+// path that merges them — mla_rows_merged_kernel in registers, mla_merge_kernel and
+// mla_apply_tc_kernel's inline merge from the partials — so a row's o_lat has the same bits
+// whichever ran: over the non-empty splits s (l_s > 0) in split order, from M = −inf, L = 0,
+// O = +0: (α, β) = merge_coefs(M, m_s), L = merge_step(l_s, (α, β), L), O = merge_step(acc_s,
+// (α, β), O) per channel; then o_lat = bf16(O / L). One pass, so the kernel that computes the
+// splits in sequence needs no partials (the default rule's merge, merge_weights, needs every
+// split's max first). Explicit _rn intrinsics: never contracted differently in two kernels.
+// merge_coefs: M' = max(M, m_s), α = e^{M − M'} (0 while M = −inf), β = e^{m_s − M'}; M ← M'.
+__device__ __forceinline__ float2 merge_coefs(float& m_all, float m_s) {
+  const float m_new = fmaxf(m_all, m_s);
+  const float2 ab = make_float2(__expf(__fsub_rn(m_all, m_new)), __expf(__fsub_rn(m_s, m_new)));
+  m_all = m_new;
+  return ab;
+}
+// x·β + y·α, one rounding for the product of x and the sum.
+__device__ __forceinline__ float merge_step(float x, float2 ab, float y) {
+  return __fmaf_rn(x, ab.y, __fmul_rn(y, ab.x));
+}
+
 // Split-KV attention over the latent pages on tensor cores, for 16·MT heads of one selected row
 // (MT = 1: 16 heads; MT = 4: 64 heads, so H = 128 reads a row's latents twice, not eight times).
 // Same inputs, key ranges and outputs (part_acc, part_ml) as mla_split_kernel; FlashMLA's
@@ -590,25 +613,22 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_tc_kernel(DecodePlan pl
   }
 
   // The row's latent pages, one 16-byte copy per (key, 8 channels); tile `tile` counts from k_begin.
+  // Lane l looks up the cache row of the tile's key l (one division per tile, not one per copy);
+  // the copies take their keys' rows from the lanes by shuffles.
   const int32_t* pages = a.block_ids + a.block_indptr[b];
-  const int32_t bs = static_cast<int32_t>(a.block_size);
+  const uint32_t bs = static_cast<uint32_t>(a.block_size);
   auto load_tile = [&](int64_t tile) {
     if (tile < n_tiles) {
-      const int32_t t0 = static_cast<int32_t>(k_begin + tile * kTcKeys), end = static_cast<int32_t>(k_end);
+      const uint32_t key = static_cast<uint32_t>(k_begin + tile * kTcKeys) + lane;
+      const int64_t my_row =
+          key < static_cast<uint32_t>(k_end) ? static_cast<int64_t>(pages[key / bs]) * bs + key % bs : int64_t{-1};
       bf16* dst = slat + (tile % kStages) * kTcKeys * kTcStride;
-      int32_t page[kTcChunks];  // all page ids loaded before the first copy: one latency, not nine
-#pragma unroll
-      for (int j = 0; j < kTcChunks; ++j) {
-        const int32_t key = t0 + (t + j * kThreads) / (kTcWidth / 8);
-        page[j] = key < end ? pages[key / bs] : 0;
-      }
 #pragma unroll
       for (int j = 0; j < kTcChunks; ++j) {
         const int e = t + j * kThreads, k = e / (kTcWidth / 8), c8 = e % (kTcWidth / 8);
-        const int32_t key = t0 + k;
-        const bool valid = key < end;
-        const bf16* src = valid ? a.cache + (static_cast<int64_t>(page[j]) * bs + key % bs) * kTcWidth + 8 * c8 : a.cache;
-        cp_async16(smem_u32(dst + k * kTcStride + 8 * c8), src, valid);
+        const int64_t row = __shfl_sync(0xffffffffu, my_row, k);
+        const bool valid = row >= 0;
+        cp_async16(smem_u32(dst + k * kTcStride + 8 * c8), valid ? a.cache + row * kTcWidth + 8 * c8 : a.cache, valid);
       }
     }
     cp_async_commit();  // one group per tile slot, empty past the range: the wait counts stay uniform
@@ -779,14 +799,14 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_tc_kernel(DecodePlan pl
   if (hj == 0 && h0 + hh < a.H) ml_out[h0 + hh] = make_float2(m_run, l_run);
 }
 
-// ---- Multi-row tensor-core split kernel (batch-invariant prefill, MTP verification) -------------
+// ---- Multi-row tensor-core kernel, splits merged in registers (batch-invariant rule) -----------
 
-constexpr int kRowsPerTile = 4;                // R: consecutive query rows of one sequence per block
-constexpr int kRowsMma = kHeads * kRowsPerTile;  // MMA rows: (row q, head hh) at 16q + hh (64)
-constexpr int kRowsStages = 3;                 // latent ring depth (2 tiles in flight)
+constexpr int kRowsPerTile = 2;                  // R: consecutive query rows of one sequence per block
+constexpr int kRowsMma = kHeads * kRowsPerTile;  // MMA rows: (row q, head hh) at 16q + hh (32)
+constexpr int kRowsStages = 4;                   // latent ring depth (3 tiles in flight)
 constexpr size_t kRowsSmemBytes =
     sizeof(bf16) * (static_cast<size_t>(kRowsStages) * kTcKeys + kRowsMma) * kTcStride +
-    sizeof(float) * 2 * kRowsMma * kTcRedStride + sizeof(bf16) * kRowsMma * kTcPStride + sizeof(float) * kRowsMma;
+    sizeof(float) * 2 * kRowsMma * kTcRedStride + sizeof(bf16) * kRowsMma * kTcPStride + sizeof(float) * 4 * kRowsMma;
 static_assert(kRowsSmemBytes <= 227 * 1024, "one block per SM within sm_90's shared-memory opt-in limit");
 static_assert(kKeys == kTcKeys, "split_span's default rule cuts whole tiles of both kernel families");
 
@@ -867,38 +887,45 @@ __global__ void __launch_bounds__(kThreads) mla_row_tiles_kernel(DecodePlan pl, 
   for (int64_t e = all_tiles + t; e < n_bound; e += kThreads) tiles[e] = make_int4(0, 0, 0, 0);
 }
 
-// Split-KV attention on tensor cores for up to R = 4 consecutive query rows of one sequence and
-// the 16 heads of head group g, batch-invariant rule only: for each row, bitwise what
-// mla_split_tc_kernel<1> writes (part_acc, part_ml), with each 32-key latent tile loaded into
-// shared memory once for the R rows instead of once per row (prefill: 1/4 of the latent traffic).
-// Block (x = tile·n_hg + g, y = split), 256 threads; tiles[tile] = (b, i0, row0, n): selected rows
-// i0.. i0+n−1 = rows row0.. of sequence b (n = 0: a surplus slot of the bound; exits). Row q sees
-// n_keys_q = n_keys_0 + q keys; the tile map keeps a tile's rows in one class of
-// mla_split_span, so split y is [y·span, (y+1)·span) for every row, cut at each row's own key
-// count: k_end_q = min(n_keys_q, (y+1)·span). The block walks the 32-key tiles of its longest
-// range [y·span, k_end_{n−1}); row q takes part in tile t0 only while t0 < k_end_q — exactly the
-// tiles the one-row kernel runs for it — so a row's state is never touched after its range ends
-// (no e^{−inf − (−inf)}, no rescale by 1, no extra MMA). MMA row 16q + hh = (row q, head 16g + hh).
-// Per tile:
-//   load:    as mla_split_tc_kernel: cp.async ring (kRowsStages deep), keys ≥ k_end_{n−1} zero;
-//   scores:  warp w owns row q = w / 2 over channel half w % 2 (288 channels) and the tile's four
-//            8-key n-tiles: per (row, head, key) the one-row kernel's MMA chain at MT = 1 (its
+// Split-KV attention on tensor cores for up to R = 2 consecutive query rows of one sequence and
+// the 16 heads of head group g, batch-invariant rule only, with the row's splits merged in the
+// kernel: for each row, bitwise the o_lat (bf16) that mla_split_tc_kernel<1> (each split's
+// part_acc, part_ml) followed by mla_merge_kernel or mla_apply_tc_kernel's inline merge gives it
+// — the split partials never leave the registers (a prefill of 4,096 tokens wrote ~2 GB of them
+// per layer) and the q tile is staged once per row tile, not once per split.
+// Block x = (n_bound·n_hg − 1 − (tile·n_hg + g)) (the longest rows first), 256 threads;
+// tiles[tile] = (b, i0, row0, n): selected rows i0..i0+n−1 = rows row0.. of sequence b (n = 0: a
+// surplus slot of the bound; exits). Row q sees n_keys_q = n_keys_0 + q keys; the tile map keeps
+// a tile's rows in one class of mla_split_span, so split y is [y·span, (y+1)·span) for every row,
+// cut at each row's own key count. The block walks the 32-key tiles of [0, n_keys_{n−1}) in order
+// — the splits one after the other, a span being a whole number of tiles — and row q takes part
+// in tile t0 only while t0 < n_keys_q: exactly the tiles the one-row kernel runs for it, split by
+// split. MMA row 16q + hh = (row q, head 16g + hh). Per tile:
+//   load:    as mla_split_tc_kernel: cp.async ring (kRowsStages deep), keys ≥ n_keys_{n−1} zero;
+//   scores:  warp w owns row q = w / 4 over channel half (w / 2) % 2 (288 channels) and the n-tiles
+//            2(w % 2), +1: per (row, head, key) the one-row kernel's MMA chain at MT = 1 (its
 //            warp half·4 + n-tile: the half's k16 MMAs in channel order from zero), the halves'
 //            partials then added in order by tc_softmax_update;
 //   softmax: thread t owns head hh = t / 16 and keys t % 16, +16, for each active row in turn:
 //            tc_softmax_update<16, 2>, the one-row kernel's mapping and arithmetic at MT = 1;
 //   o_lat:   warp w owns channels 64w..64w+63 of every active row (acc [R][8][4] fragments):
 //            acc = acc·corr, then P·V in the one-row kernel's k16 order. In a row's last tile the
-//            keys ≥ k_end_q hold latents of longer rows where the one-row kernel has zeros: that
-//            row's V fragments are masked to +0 there (its P is 0 there, but 0·v = −0 for v < 0
-//            could otherwise meet an exactly-zero sum with a different sign).
+//            keys ≥ n_keys_q hold latents of the longer row where the one-row kernel has zeros:
+//            that row's V fragments are masked to +0 there (its P is 0 there, but 0·v = −0 for
+//            v < 0 could otherwise meet an exactly-zero sum with a different sign).
+// At the end of split y, every row with keys in it (n_keys_q > y·span) folds the split's state
+// (m, l, acc) into its running merge (o [R][8][4] fragments, (M, L) per head: merge_split's
+// arithmetic, the one every invariant merge path uses), and the split state restarts from
+// (−inf, 0, +0) as a new one-row block would. At the end o_lat = bf16(o / L) per row and head.
 // Why the bits match: an m16n8k16 output element depends only on its own accumulator, A row and B
 // column — here the one-row kernel's bf16 q row, latent key row, P row and V column — and each
 // chain issues the same MMAs in the same order; the softmax is the same function of the same
-// scores. Shared (dynamic): latent ring [3][32][584] bf16, q [64][584] bf16, partial scores
-// [2][64][36] fp32, P [64][40] bf16, corr [64] fp32: 210,688 bytes, one block per SM.
+// scores; the merge is the same function of the same split states, in the same order.
+// Shared (dynamic): latent ring [4][32][584] bf16, q [32][584] bf16, partial scores [2][32][36]
+// fp32, P [32][40] bf16, corr / α / β / L [32] fp32 each: 202,240 bytes, one block per SM.
 // Preconditions: split_keys > 0, r = 512, dr = 64, cache rows 16-byte aligned, kv_len ≥ q_len.
-__global__ void __launch_bounds__(kThreads, 1) mla_split_rows_kernel(DecodePlan pl, const int4* tiles) {
+__global__ void __launch_bounds__(kThreads, 1) mla_rows_merged_kernel(DecodePlan pl, const int4* tiles,
+                                                                       bf16* o_lat) {
   constexpr int R = kRowsPerTile, kHalf = kTcWidth / 2;
   extern __shared__ __align__(16) unsigned char rows_smem[];
   bf16* slat = reinterpret_cast<bf16*>(rows_smem);                         // [kRowsStages][kTcKeys][kTcStride]
@@ -906,51 +933,44 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_rows_kernel(DecodePlan 
   float* sred = reinterpret_cast<float*>(sq + kRowsMma * kTcStride);       // [2][kRowsMma][kTcRedStride]
   bf16* sp = reinterpret_cast<bf16*>(sred + 2 * kRowsMma * kTcRedStride);  // [kRowsMma][kTcPStride]
   float* scorr = reinterpret_cast<float*>(sp + kRowsMma * kTcPStride);     // [kRowsMma]
+  float* salpha = scorr + kRowsMma;                                        // [kRowsMma]
+  float* sbeta = salpha + kRowsMma;                                        // [kRowsMma]
+  float* sl = sbeta + kRowsMma;                                            // [kRowsMma]
 
   const MlaDecodeArgs& a = pl.a;
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-  const int4 tile = tiles[blockIdx.x / static_cast<unsigned>(pl.n_hg)];
+  const unsigned slot = gridDim.x - 1 - blockIdx.x;
+  const int4 tile = tiles[slot / static_cast<unsigned>(pl.n_hg)];
   const int n_rows = tile.w;
   if (n_rows == 0) return;
-  const int64_t h0 = static_cast<int64_t>(blockIdx.x % static_cast<unsigned>(pl.n_hg)) * kHeads;
+  const int64_t h0 = static_cast<int64_t>(slot % static_cast<unsigned>(pl.n_hg)) * kHeads;
   const int64_t b = tile.x, i0 = tile.y, row0 = tile.z;
-  const int split = blockIdx.y;
-  const int64_t q0 = a.q_indptr[b];
-  const int64_t n_keys0 = a.kv_len[b] - (a.q_indptr[b + 1] - q0) + (row0 - q0) + 1;  // row 0's keys
-  const int64_t per = split_span(pl, n_keys0, 1);  // every row's (one class per tile)
-  const int64_t k_begin = split * per;
-  // Row q's range end (≤ k_begin: empty; rows q ≥ n_rows are empty).
-  auto row_end = [&](int q) { return q < n_rows ? std::min(n_keys0 + q, k_begin + per) : k_begin; };
-  const int64_t k_last = row_end(n_rows - 1);
-  const int64_t n_tiles = k_begin < k_last ? (k_last - k_begin + kTcKeys - 1) / kTcKeys : 0;
-  const int hh = t / kHeads, hj = t % kHeads;  // softmax: head hh, keys hj and hj + 16
-  float2* ml_out = pl.part_ml + (split * a.n_rows + i0) * a.H + h0;  // row q's heads at + q·H
-  if (n_tiles == 0) {  // every row's range is empty: thread t < 16·n marks row t / 16, head h0 + t % 16
-    if (t < kHeads * n_rows && h0 + t % kHeads < a.H)
-      ml_out[(t / kHeads) * a.H + t % kHeads] = make_float2(-INFINITY, 0.0f);
-    return;
-  }
+  const int q0 = a.q_indptr[b];
+  // Key counts and tile indices fit int32 (kv_len is int32): no 64-bit divisions in the loop.
+  const int n_keys0 = a.kv_len[b] - (a.q_indptr[b + 1] - q0) + (static_cast<int>(row0) - q0) + 1;  // row 0's keys
+  const int span = static_cast<int>(split_span(pl, n_keys0, 1));  // every row's (one class per tile)
+  const int split_tiles = span / kTcKeys;                         // span is a multiple of split_keys, of 32
+  auto row_end = [&](int q) { return q < n_rows ? n_keys0 + q : 0; };  // row q's keys
+  const int k_last = row_end(n_rows - 1);
+  const int n_tiles = (k_last + kTcKeys - 1) / kTcKeys;
 
-  // The sequence's latent pages, as mla_split_tc_kernel's load_tile over [k_begin, k_last).
+  // The sequence's latent pages over [0, k_last): as mla_split_tc_kernel's load_tile, but each
+  // lane looks up the cache row of key t0 + lane once per tile (one division, not one per copy)
+  // and the tile's copies take their keys' rows from the lanes by shuffles.
   const int32_t* pages = a.block_ids + a.block_indptr[b];
-  const int32_t bs = static_cast<int32_t>(a.block_size);
-  auto load_tile = [&](int64_t it) {
+  const uint32_t bs = static_cast<uint32_t>(a.block_size);
+  auto load_tile = [&](int it) {
     if (it < n_tiles) {
-      const int32_t t0 = static_cast<int32_t>(k_begin + it * kTcKeys), end = static_cast<int32_t>(k_last);
+      const uint32_t key = static_cast<uint32_t>(it * kTcKeys + lane);
+      const int64_t my_row =
+          key < static_cast<uint32_t>(k_last) ? static_cast<int64_t>(pages[key / bs]) * bs + key % bs : int64_t{-1};
       bf16* dst = slat + (it % kRowsStages) * kTcKeys * kTcStride;
-      int32_t page[kTcChunks];
-#pragma unroll
-      for (int j = 0; j < kTcChunks; ++j) {
-        const int32_t key = t0 + (t + j * kThreads) / (kTcWidth / 8);
-        page[j] = key < end ? pages[key / bs] : 0;
-      }
 #pragma unroll
       for (int j = 0; j < kTcChunks; ++j) {
         const int e = t + j * kThreads, k = e / (kTcWidth / 8), c8 = e % (kTcWidth / 8);
-        const int32_t key = t0 + k;
-        const bool valid = key < end;
-        const bf16* src = valid ? a.cache + (static_cast<int64_t>(page[j]) * bs + key % bs) * kTcWidth + 8 * c8 : a.cache;
-        cp_async16(smem_u32(dst + k * kTcStride + 8 * c8), src, valid);
+        const int64_t row = __shfl_sync(0xffffffffu, my_row, k);
+        const bool valid = row >= 0;
+        cp_async16(smem_u32(dst + k * kTcStride + 8 * c8), valid ? a.cache + row * kTcWidth + 8 * c8 : a.cache, valid);
       }
     }
     cp_async_commit();  // one group per slot, empty past the range: the wait counts stay uniform
@@ -966,40 +986,47 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_rows_kernel(DecodePlan 
     *reinterpret_cast<uint2*>(sq + m * kTcStride + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
   }
 
-  // Scores: this warp's row and channel half; ldmatrix row addresses per lane.
-  const int s_row = warp / 2, s_half = warp % 2, s_c0 = s_half * kHalf;
-  const int64_t s_end = row_end(s_row);
+  // Scores: this warp's row, channel half and n-tile pair; ldmatrix row addresses per lane.
+  const int s_row = warp / 4, s_half = (warp / 2) % 2, s_nt = 2 * (warp % 2), s_c0 = s_half * kHalf;
+  const int s_end = row_end(s_row);
   const uint32_t q_addr = smem_u32(sq + (kHeads * s_row + lane % 16) * kTcStride + s_c0 + 8 * (lane / 16));
-  float m_run[R], l_run[R];  // (row q, head hh): every thread of the head holds it
+  const int hh = t / kHeads, hj = t % kHeads;  // softmax: head hh, keys hj and hj + 16
+  // Per (row q, head hh), held by the head's 16 softmax threads: the split's (m, l) and the
+  // running merge's (M, L).
+  float m_run[R], l_run[R], m_all[R], l_all[R];
 #pragma unroll
   for (int q = 0; q < R; ++q) {
     m_run[q] = -INFINITY;
     l_run[q] = 0.0f;
+    m_all[q] = -INFINITY;
+    l_all[q] = 0.0f;
   }
-  float acc[R][8][4] = {};  // o_lat [row q][16 heads][channels 64·warp..+63] fragments
-  for (int64_t it = 0; it < n_tiles; ++it) {
+  float acc[R][8][4] = {};  // the split's o_lat [row q][16 heads][channels 64·warp..+63] fragments
+  float o[R][8][4] = {};    // the merged splits', same layout
+  int split_begin = 0, split_left = split_tiles;  // the current split's first key; its tiles left
+  for (int it = 0; it < n_tiles; ++it) {
     cp_async_wait<kRowsStages - 2>();  // this thread's copies of tile `it` have landed
     __syncthreads();                   // everyone's have; the slot refilled below was last read at it − 1
     load_tile(it + kRowsStages - 1);
     const bf16* lat = slat + (it % kRowsStages) * kTcKeys * kTcStride;
-    const int64_t t0 = k_begin + it * kTcKeys;
+    const int t0 = it * kTcKeys;
     int n_valid[R];  // keys of the tile in row q's range, 0..32 (0: the row sits this tile out)
 #pragma unroll
-    for (int q = 0; q < R; ++q)
-      n_valid[q] = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(kTcKeys, row_end(q) - t0)));
+    for (int q = 0; q < R; ++q) n_valid[q] = max(0, min(kTcKeys, row_end(q) - t0));
 
     if (t0 < s_end) {  // warp-uniform
-      float s[4][4] = {};
-      uint32_t l_addr[4];
+      float s[2][4] = {};
+      uint32_t l_addr[2];
 #pragma unroll
-      for (int n = 0; n < 4; ++n) l_addr[n] = smem_u32(lat + (8 * n + lane % 8) * kTcStride + s_c0 + 8 * (lane / 8));
+      for (int n = 0; n < 2; ++n)
+        l_addr[n] = smem_u32(lat + (8 * (s_nt + n) + lane % 8) * kTcStride + s_c0 + 8 * (lane / 8));
 #pragma unroll 3
       for (int kc = 0; kc < kHalf; kc += 32) {
         uint32_t qa[4], qb[4];
         ldmatrix_x4(qa, q_addr + 2 * kc);
         ldmatrix_x4(qb, q_addr + 2 * (kc + 16));
 #pragma unroll
-        for (int n = 0; n < 4; ++n) {
+        for (int n = 0; n < 2; ++n) {
           uint32_t lb[4];
           ldmatrix_x4(lb, l_addr[n] + 2 * kc);
           mma_bf16_16816(s[n], qa, lb[0], lb[1]);
@@ -1007,8 +1034,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_rows_kernel(DecodePlan 
         }
       }
 #pragma unroll
-      for (int n = 0; n < 4; ++n) {
-        float* red = sred + (s_half * kRowsMma + kHeads * s_row + lane / 4) * kTcRedStride + 8 * n + 2 * (lane % 4);
+      for (int n = 0; n < 2; ++n) {
+        float* red =
+            sred + (s_half * kRowsMma + kHeads * s_row + lane / 4) * kTcRedStride + 8 * (s_nt + n) + 2 * (lane % 4);
         *reinterpret_cast<float2*>(red) = make_float2(s[n][0], s[n][1]);
         *reinterpret_cast<float2*>(red + 8 * kTcRedStride) = make_float2(s[n][2], s[n][3]);
       }
@@ -1065,24 +1093,63 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_rows_kernel(DecodePlan 
         }
       }
     }
+
+    if (--split_left == 0 || it + 1 == n_tiles) {  // the end of a split: fold it in
+#pragma unroll
+      for (int q = 0; q < R; ++q) {
+        if (row_end(q) <= split_begin) continue;  // the row has no key in this split
+        const float2 ab = merge_coefs(m_all[q], m_run[q]);
+        l_all[q] = merge_step(l_run[q], ab, l_all[q]);
+        m_run[q] = -INFINITY;
+        l_run[q] = 0.0f;
+        if (hj == 0) {
+          salpha[kHeads * q + hh] = ab.x;
+          sbeta[kHeads * q + hh] = ab.y;
+        }
+      }
+      __syncthreads();
+#pragma unroll
+      for (int q = 0; q < R; ++q) {
+        if (row_end(q) <= split_begin) continue;
+        const float2 ab_lo = make_float2(salpha[kHeads * q + lane / 4], sbeta[kHeads * q + lane / 4]);
+        const float2 ab_hi = make_float2(salpha[kHeads * q + lane / 4 + 8], sbeta[kHeads * q + lane / 4 + 8]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            o[q][j][e] = merge_step(acc[q][j][e], e < 2 ? ab_lo : ab_hi, o[q][j][e]);
+            acc[q][j][e] = 0.0f;
+          }
+        }
+      }
+      // salpha / sbeta are next written at the next split's end, after this tile's readers have
+      // passed at least one more __syncthreads.
+      split_begin += span;
+      split_left = split_tiles;
+    }
   }
 
+  // o_lat = bf16(o / L) of every row (each has ≥ 1 key, so L ≥ 1).
+#pragma unroll
+  for (int q = 0; q < R; ++q)
+    if (q < n_rows && hj == 0) sl[kHeads * q + hh] = l_all[q];
+  __syncthreads();
 #pragma unroll
   for (int q = 0; q < R; ++q) {
     if (q >= n_rows) break;
-    if (k_begin < row_end(q)) {  // an empty row's o_lat is never read (weight 0)
-      float* acc_out = pl.part_acc + ((split * a.n_rows + i0 + q) * a.H + h0) * kTcRank;
-      const int64_t h_lo = lane / 4, h_hi = h_lo + 8;
+    const int64_t h_lo = lane / 4, h_hi = h_lo + 8;
+    const float l_lo = sl[kHeads * q + h_lo], l_hi = sl[kHeads * q + h_hi];
+    bf16* dst = o_lat + ((i0 + q) * a.H + h0) * kTcRank;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int c = 64 * warp + 8 * j + 2 * (lane % 4);
-        if (h0 + h_lo < a.H)
-          *reinterpret_cast<float2*>(acc_out + h_lo * kTcRank + c) = make_float2(acc[q][j][0], acc[q][j][1]);
-        if (h0 + h_hi < a.H)
-          *reinterpret_cast<float2*>(acc_out + h_hi * kTcRank + c) = make_float2(acc[q][j][2], acc[q][j][3]);
-      }
+    for (int j = 0; j < 8; ++j) {
+      const int c = 64 * warp + 8 * j + 2 * (lane % 4);
+      if (h0 + h_lo < a.H)
+        *reinterpret_cast<uint32_t*>(dst + h_lo * kTcRank + c) =
+            pack_bf16(__fdiv_rn(o[q][j][0], l_lo), __fdiv_rn(o[q][j][1], l_lo));
+      if (h0 + h_hi < a.H)
+        *reinterpret_cast<uint32_t*>(dst + h_hi * kTcRank + c) =
+            pack_bf16(__fdiv_rn(o[q][j][2], l_hi), __fdiv_rn(o[q][j][3], l_hi));
     }
-    if (hj == 0 && h0 + hh < a.H) ml_out[q * a.H + hh] = make_float2(m_run[q], l_run[q]);
   }
 }
 
@@ -1605,10 +1672,78 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(DecodePlan pl, bf16
   }
 }
 
+// o_lat[i, h, :] in bf16 under the batch-invariant rule (> kMergeInline splits): merge_coefs /
+// merge_step over the splits in order. Block (selected row i, head h), 128 threads: warp 0 gives
+// each split its (α, β) — the running max before lane l's splits 4l..4l+3 by a warp scan of the
+// lanes' maxima (a max is exact in any order), then those splits in order — and each thread runs
+// the chains of its 4 channels and of L over the splits (eight splits' loads issued together).
+constexpr int kMergeRunThreads = kTcRank / 4;
+__global__ void __launch_bounds__(kMergeRunThreads) mla_merge_running_kernel(DecodePlan pl, bf16* o_lat) {
+  pdl_wait();
+  pdl_trigger();
+  constexpr int kPer = kMaxSplits / 32;
+  __shared__ float2 sab[kMaxSplits];
+  __shared__ float sls[kMaxSplits];  // l_s, 0 for an empty split
+  const MlaDecodeArgs& a = pl.a;
+  const int t = threadIdx.x, n_splits = pl.n_splits;
+  const int64_t i = blockIdx.x, h = blockIdx.y;
+  if (t < 32) {
+    float2 ml[kPer];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int x = 0; x < kPer; ++x) {
+      const int s = kPer * t + x;
+      ml[x] = s < n_splits ? pl.part_ml[(static_cast<int64_t>(s) * a.n_rows + i) * a.H + h] : make_float2(-INFINITY, 0.0f);
+      if (ml[x].y > 0.0f) mx = fmaxf(mx, ml[x].x);
+    }
+    for (int o = 1; o < 32; o <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, mx, o);
+      if (t >= o) mx = fmaxf(mx, y);
+    }
+    float m_all = __shfl_up_sync(0xffffffffu, mx, 1);
+    if (t == 0) m_all = -INFINITY;
+#pragma unroll
+    for (int x = 0; x < kPer; ++x) {
+      const int s = kPer * t + x;
+      if (s >= n_splits) break;
+      const bool live = ml[x].y > 0.0f;
+      sab[s] = live ? merge_coefs(m_all, ml[x].x) : make_float2(0.0f, 0.0f);
+      sls[s] = live ? ml[x].y : 0.0f;
+    }
+  }
+  __syncthreads();
+  const float* src = pl.part_acc + (i * a.H + h) * kTcRank + 4 * t;
+  const int64_t stride = a.n_rows * a.H * kTcRank;
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float l = 0.0f;
+  for (int s0 = 0; s0 < n_splits; s0 += 8) {
+    float4 x[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int s = s0 + j;
+      x[j] = s < n_splits && sls[s] > 0.0f ? *reinterpret_cast<const float4*>(src + s * stride)
+                                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int s = s0 + j;
+      if (s >= n_splits || sls[s] == 0.0f) continue;
+      const float2 ab = sab[s];
+      l = merge_step(sls[s], ab, l);
+      o = make_float4(merge_step(x[j].x, ab, o.x), merge_step(x[j].y, ab, o.y), merge_step(x[j].z, ab, o.z),
+                      merge_step(x[j].w, ab, o.w));
+    }
+  }
+  *reinterpret_cast<uint2*>(o_lat + (i * a.H + h) * kTcRank + 4 * t) =
+      make_uint2(pack_bf16(__fdiv_rn(o.x, l), __fdiv_rn(o.y, l)), pack_bf16(__fdiv_rn(o.z, l), __fdiv_rn(o.w, l)));
+}
+
 // out[row(i), h, n0..n0+31] = Σ_c o_lat[i, h, c] · W_UV_h[n, c] for the block's 64 selected rows.
 // Block (32-output tile, head h, 64-row tile), 128 threads. Shared: the o_lat tile [64][520] bf16
-// — copied from mla_merge_kernel's output (o_lat non-null), else merged here from ≤ kMergeInline
-// splits (the same arithmetic, one split per lane) — and W_UV_h[n0..n0+31, :] [32][520] bf16 by
+// — copied from o_lat when non-null (mla_merge_kernel's, mla_merge_running_kernel's or
+// mla_rows_merged_kernel's), else merged here from ≤ kMergeInline splits (the merge kernel's
+// arithmetic: one split per lane; batch-invariant rule: merge_coefs / merge_step in split order,
+// one thread per row computing (α, β) and L) — and W_UV_h[n0..n0+31, :] [32][520] bf16 by
 // cp.async. Warp w owns rows 16w..16w+15 (skipped past the rows): 4 n8 tiles over 32 k16 steps
 // (ldmatrix A fragments; B = W_UV rows, channel-contiguous, by ldmatrix). Preconditions: r = 512,
 // dv % 8 == 0.
@@ -1616,8 +1751,11 @@ __global__ void __launch_bounds__(kGemmThreads) mla_apply_tc_kernel(DecodePlan p
   pdl_wait();
   pdl_trigger();
   extern __shared__ __align__(16) unsigned char gemm_smem[];
-  __shared__ float sw[kGemmTileM][kMergeInline];
+  __shared__ float sw[kGemmTileM][kMergeInline];    // merge weights; batch-invariant rule: l_s
+  __shared__ float2 sab[kGemmTileM][kMergeInline];  // batch-invariant rule: (α, β) per split
+  __shared__ float sl[kGemmTileM];                  // batch-invariant rule: L
   const MlaDecodeArgs& a = pl.a;
+  const bool running = a.split_keys > 0;  // merge_coefs / merge_step (every invariant path's merge)
   bf16* s_a = reinterpret_cast<bf16*>(gemm_smem);  // [kGemmTileM][kApplyStride]
   bf16* s_b = s_a + kGemmTileM * kApplyStride;      // [kApplyTileN][kApplyStride]
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
@@ -1638,7 +1776,43 @@ __global__ void __launch_bounds__(kGemmThreads) mla_apply_tc_kernel(DecodePlan p
     }
   }
   cp_async_commit();
-  if (o_lat == nullptr) {
+  if (o_lat == nullptr && running) {
+    if (t < rows) {  // row t's (α, β) per split (l_s in sw; 0: empty) and L, in split order
+      float m_all = -INFINITY, l = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kMergeInline; ++s) {
+        const float2 ml = s < pl.n_splits ? pl.part_ml[(static_cast<int64_t>(s) * a.n_rows + i0 + t) * a.H + h]
+                                          : make_float2(-INFINITY, 0.0f);
+        sw[t][s] = ml.y > 0.0f ? ml.y : 0.0f;
+        sab[t][s] = ml.y > 0.0f ? merge_coefs(m_all, ml.x) : make_float2(0.0f, 0.0f);
+        if (ml.y > 0.0f) l = merge_step(ml.y, sab[t][s], l);
+      }
+      sl[t] = l;
+    }
+    __syncthreads();
+    const int64_t stride = a.n_rows * a.H * kTcRank;
+    for (int e = t; e < kGemmTileM * (kTcRank / 4); e += kGemmThreads) {
+      const int ii = e / (kTcRank / 4), c = 4 * (e % (kTcRank / 4));
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (ii < rows) {
+        const float* src = pl.part_acc + ((i0 + ii) * a.H + h) * kTcRank + c;
+        float4 x[kMergeInline];
+#pragma unroll
+        for (int s = 0; s < kMergeInline; ++s)
+          x[s] = sw[ii][s] > 0.0f ? *reinterpret_cast<const float4*>(src + s * stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int s = 0; s < kMergeInline; ++s) {
+          if (sw[ii][s] == 0.0f) continue;
+          const float2 ab = sab[ii][s];
+          v = make_float4(merge_step(x[s].x, ab, v.x), merge_step(x[s].y, ab, v.y), merge_step(x[s].z, ab, v.z),
+                          merge_step(x[s].w, ab, v.w));
+        }
+        const float l = sl[ii];
+        v = make_float4(__fdiv_rn(v.x, l), __fdiv_rn(v.y, l), __fdiv_rn(v.z, l), __fdiv_rn(v.w, l));
+      }
+      *reinterpret_cast<uint2*>(s_a + ii * kApplyStride + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+    }
+  } else if (o_lat == nullptr) {
     for (int ii = warp; ii < rows; ii += kGemmThreads / 32) merge_weights(pl, i0 + ii, h, lane, sw[ii]);
     __syncthreads();
     const int64_t stride = a.n_rows * a.H * kTcRank;
@@ -1807,7 +1981,7 @@ void set_split_smem() {
                                        static_cast<int>(TcShape<1>::kSmemBytes)));
     DI_CUDA_CHECK(cudaFuncSetAttribute(mla_split_tc_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(TcShape<4>::kSmemBytes)));
-    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_split_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_rows_merged_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(kRowsSmemBytes)));
     DI_CUDA_CHECK(cudaFuncSetAttribute(mla_split_ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(kWsSmemBytes)));
@@ -1892,14 +2066,21 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
     pl.n_splits = tl.n_splits;
     pl.cluster = tl.cluster;
   }
-  // Several rows of a sequence per block (bitwise each row's one-row result): batch-invariant
-  // steps with a multi-row sequence, at 16-head groups (H ≥ 64 keeps the 64-head one-row kernel).
-  const bool multi_row = tc_mt == 1 && a.split_keys > 0 && a.max_q_len > 1;
+  // With the tensor-core split kernels, q̃ and W_UV on tensor cores too (bf16 operands, fp32
+  // accumulation) where the head dims allow; the fp32 CUDA-core kernels otherwise.
+  const bool tc_gemms = use_tc && a.dn % 16 == 0 && a.dn <= kAbsorbTcMaxDn && (a.dn + a.dr) % 4 == 0 && a.dv % 8 == 0;
+  // Several rows of a sequence per block, every split of theirs merged in the kernel (bitwise each
+  // row's one-row result and merge): batch-invariant steps with a multi-row sequence, at 16-head
+  // groups (H ≥ 64 keeps the 64-head one-row kernel), with the tensor-core W_UV (which reads the
+  // merged o_lat).
+  const bool multi_row = tc_mt == 1 && a.split_keys > 0 && a.max_q_len > 1 && tc_gemms;
   auto get = [&](size_t bytes) { return alloc(ctx, bytes == 0 ? 16 : bytes); };
   const int64_t lat = a.n_rows * a.H * a.r;  // elements of one [n_rows, H, r] slab
   pl.q_lat = static_cast<float*>(get(sizeof(float) * lat));
-  pl.part_acc = static_cast<float*>(get(sizeof(float) * lat * pl.n_splits));
-  pl.part_ml = static_cast<float2*>(get(sizeof(float2) * a.n_rows * a.H * pl.n_splits));
+  if (!multi_row) {  // the split partials (the multi-row kernel keeps them in registers)
+    pl.part_acc = static_cast<float*>(get(sizeof(float) * lat * pl.n_splits));
+    pl.part_ml = static_cast<float2*>(get(sizeof(float2) * a.n_rows * a.H * pl.n_splits));
+  }
   if (a.n_rows < a.T) {  // some rows belong to sequences that are not selected
     auto* row_map = static_cast<int2*>(get(sizeof(int2) * a.n_rows));
     mla_row_map_kernel<<<1, kThreads, 0, s>>>(a.q_indptr, a.seq_mask, a.n_seqs, row_map);
@@ -1908,9 +2089,6 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
   }
   set_split_smem();
   const unsigned tiles = static_cast<unsigned>(row_tiles), heads = static_cast<unsigned>(a.H);
-  // With the tensor-core split kernels, q̃ and W_UV on tensor cores too (bf16 operands, fp32
-  // accumulation) where the head dims allow; the fp32 CUDA-core kernels otherwise.
-  const bool tc_gemms = use_tc && a.dn % 16 == 0 && a.dn <= kAbsorbTcMaxDn && (a.dn + a.dr) % 4 == 0 && a.dv % 8 == 0;
   const unsigned gemm_tiles = static_cast<unsigned>((a.n_rows + kGemmTileM - 1) / kGemmTileM);
   if (tc_gemms) {
     launch_pdl(mla_absorb_tc_kernel, dim3(static_cast<unsigned>(kTcRank / kAbsorbTileN), heads, gemm_tiles),
@@ -1929,9 +2107,15 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
     auto* tiles = static_cast<int4*>(get(sizeof(int4) * n_bound));
     mla_row_tiles_kernel<<<1, kThreads, 0, s>>>(pl, n_bound, tiles);
     DI_CUDA_LAUNCHED();
-    mla_split_rows_kernel<<<dim3(static_cast<unsigned>(n_bound * pl.n_hg), static_cast<unsigned>(pl.n_splits)),
-                            kThreads, kRowsSmemBytes, s>>>(pl, tiles);
+    DI_CUDA_REQUIRE_MSG(n_bound * pl.n_hg <= INT32_MAX, "mla_decode: too many row tiles");
+    bf16* o_lat = static_cast<bf16*>(get(sizeof(bf16) * lat));
+    mla_rows_merged_kernel<<<static_cast<unsigned>(n_bound * pl.n_hg), kThreads, kRowsSmemBytes, s>>>(pl, tiles, o_lat);
     DI_CUDA_LAUNCHED();
+    launch_pdl(mla_apply_tc_kernel,
+               dim3(static_cast<unsigned>((a.dv + kApplyTileN - 1) / kApplyTileN), heads, gemm_tiles), kGemmThreads,
+               kApplyTcSmemBytes, s, pl, static_cast<const bf16*>(o_lat));
+    DI_CUDA_LAUNCHED();
+    return;
   } else if (ws) {
     const int box_rows = a.block_size % 32 == 0 ? 32 : 16;
     launch_pdl(mla_split_ws_kernel, dim3(static_cast<unsigned>(a.n_rows * pl.n_hg), static_cast<unsigned>(pl.n_splits)),
@@ -1950,8 +2134,13 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
     bf16* o_lat = nullptr;  // merged by its own kernel beyond kMergeInline splits
     if (pl.n_splits > kMergeInline) {
       o_lat = static_cast<bf16*>(get(sizeof(bf16) * lat));
-      const unsigned chunks = static_cast<unsigned>(kTcRank / (4 * (kThreads / kMergeLanes)));
-      launch_pdl(mla_merge_kernel, dim3(static_cast<unsigned>(a.n_rows), heads, chunks), kThreads, 0, s, pl, o_lat);
+      if (a.split_keys > 0) {
+        launch_pdl(mla_merge_running_kernel, dim3(static_cast<unsigned>(a.n_rows), heads), kMergeRunThreads, 0, s, pl,
+                   o_lat);
+      } else {
+        const unsigned chunks = static_cast<unsigned>(kTcRank / (4 * (kThreads / kMergeLanes)));
+        launch_pdl(mla_merge_kernel, dim3(static_cast<unsigned>(a.n_rows), heads, chunks), kThreads, 0, s, pl, o_lat);
+      }
       DI_CUDA_LAUNCHED();
     }
     launch_pdl(mla_apply_tc_kernel,

@@ -1083,6 +1083,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   DI_CUDA_REQUIRE(a.form != 2 || a.blas != nullptr);
   DI_CUDA_REQUIRE(a.form != 3 || (small_m_gemm_ok(a.D, a.fp8, a.block_k) && small_m_gemm_ok(a.I, a.fp8, a.block_k)));
   DI_CUDA_REQUIRE(a.form != 4 || (!a.fp8 && bf16_wgmma_grouped_ok(a.D) && bf16_wgmma_grouped_ok(a.I)));
+  DI_CUDA_REQUIRE(a.form != 4 || !a.invariant || (bf16_wgmma_invariant_ok(a.D) && bf16_wgmma_invariant_ok(a.I)));
   DI_CUDA_REQUIRE(a.form != 5 || moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k));
   std::vector<int32_t> host_offsets;
   bf16* wbuf = nullptr;  // form 2 with FP8 weights: one expert's weights dequantized
@@ -1103,7 +1104,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
       grouped_gemm<float>(A, R, K, W, scale, a.fp8, a.block_k, N, offsets, tiles, a.E, C, N, s,
                           a.invariant);
     } else if (a.form == 4) {
-      bf16_wgmma_grouped_gemm(A, R, K, static_cast<const bf16*>(W), N, offsets, a.E, C, N, s);
+      bf16_wgmma_grouped_gemm(A, R, K, static_cast<const bf16*>(W), N, offsets, a.E, C, N, s, a.invariant);
     } else if (a.form == 5) {  // W8A8: A quantized per row and 1×128 group, then the FP8 wgmma GEMM
       auto* q = static_cast<uint8_t*>(get(static_cast<size_t>(R * K)));                  // [R, K] e4m3
       auto* sq = static_cast<float*>(get(sizeof(float) * R * ((K + kFp8GroupK - 1) / kFp8GroupK)));  // [R, n_kb]
