@@ -92,8 +92,8 @@ TEST_F(CudaInvariantOps, MatmulRowsAreBatchInvariant) {
 }
 
 // MoE experts: every token alone (small kernel, form 3) against the same token among 200
-// (600 routed rows: ≥ 64 per expert, so bf16 weights take the wgmma kernel — D and I are
-// multiples of 64 — and FP8 weights the tiled one), and the forms forced on one batch.
+// (600 routed rows: ≥ 64 per expert, so the wgmma kernel's invariant form — D and I are
+// multiples of 64; FP8 weights widened to bf16 first), and the forms forced on one batch.
 TEST_F(CudaInvariantOps, MoeExpertsRowsAreBatchInvariant) {
   const int64_t E = 9, k = 3, T = 200;
   // D = 1088, I = 576: K splits in both GEMMs (small_m_gemm's partials then go straight to the
@@ -149,7 +149,7 @@ TEST_F(CudaInvariantOps, MoeExpertsRowsAreBatchInvariant) {
     const Tensor tiled = run(0, 31);
     cuda.set_moe_gemm(3);
     const Tensor small = run(0, 31);
-    cuda.set_moe_gemm(4);  // FP8: unfit, the tiled form again
+    cuda.set_moe_gemm(4);  // FP8: widened to bf16 first
     const Tensor wgmma = run(0, 31);
     cuda.set_moe_gemm(-1);
     EXPECT_TRUE(same_rows(small, tiled, 0)) << dtype_name(dt) << ": small-M and tiled forms differ";

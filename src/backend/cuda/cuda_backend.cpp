@@ -611,10 +611,17 @@ void CudaBackend::invariant_gemm(const void* xb, int64_t M, const void* w, const
     ScratchScope scope(*this);
     float* part = splits > 1 ? dptr<float>(empty(DType::kF32, {splits, M, N})) : nullptr;
     cuda::small_m_gemm(a, K, w, scale, fp8, block_k, N, nullptr, nullptr, 1, M, M, out, ldc, part, s_->stream);
-  } else if (!fp8 && cuda::bf16_wgmma_invariant_ok(K)) {  // the same bits on wgmma
+  } else if (cuda::bf16_wgmma_invariant_ok(K) &&
+             (!fp8 || (cuda::widen_fp8_weights_ok(N, K, block_k) && 2 * N * K <= cuda::kMoeWidenMaxBytes))) {
+    // The same bits on wgmma; FP8 weights widened to bf16 first, as the small-M kernels widen them.
     ScratchScope scope(*this);
-    cuda::bf16_wgmma_dense_gemm(a, M, K, static_cast<const bf16*>(w), N, out, ldc,
-                                dptr<int32_t>(empty(DType::kI32, {2})), s_->stream, true);
+    const bf16* wb = static_cast<const bf16*>(w);
+    if (fp8) {
+      Tensor wide = empty(DType::kBF16, {N, K});
+      cuda::widen_fp8_weights(static_cast<const uint8_t*>(w), scale, N, K, block_k, dptr<bf16>(wide), s_->stream);
+      wb = cdptr<bf16>(wide);
+    }
+    cuda::bf16_wgmma_dense_gemm(a, M, K, wb, N, out, ldc, dptr<int32_t>(empty(DType::kI32, {2})), s_->stream, true);
   } else {
     cuda::dense_gemm_tiled(a, M, K, w, scale, fp8, block_k, N, out, ldc, s_->stream);
   }
@@ -989,12 +996,14 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
   const int64_t R = a.T * (a.k + a.n_shared);
   const bool small_ok = cuda::small_m_gemm_ok(a.D, a.fp8, a.block_k) && cuda::small_m_gemm_ok(a.I, a.fp8, a.block_k);
   const bool wgmma_ok = !a.fp8 && cuda::bf16_wgmma_grouped_ok(a.D) && cuda::bf16_wgmma_grouped_ok(a.I);
-  const bool wgmma_inv_ok = !a.fp8 && cuda::bf16_wgmma_invariant_ok(a.D) && cuda::bf16_wgmma_invariant_ok(a.I);
+  const bool wgmma_inv_ok = a.fp8 ? cuda::moe_wgmma_fp8_ok(a.E + a.n_shared, a.D, a.I, a.block_k)
+                                  : cuda::bf16_wgmma_invariant_ok(a.D) && cuda::bf16_wgmma_invariant_ok(a.I);
   const bool prefill_sized = R >= kMoePerExpertMinRows * (a.E + a.n_shared);
   const bool w8a8_ok = cuda::moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k);
   if (s_->moe_gemm >= 0) {
     const bool unfit = (s_->moe_gemm == 1 && !gemv_ok) || (s_->moe_gemm == 3 && !small_ok) ||
-                       (s_->moe_gemm == 4 && !wgmma_ok) || (s_->moe_gemm == 5 && !w8a8_ok);
+                       (s_->moe_gemm == 4 && !(s_->batch_invariant ? wgmma_inv_ok : wgmma_ok)) ||
+                       (s_->moe_gemm == 5 && !w8a8_ok);
     a.form = unfit ? 0 : s_->moe_gemm;
   } else if (s_->batch_invariant) {  // bitwise-equal forms (wgmma: its invariant K structure)
     a.form = R <= kMoeDecodeMaxRows && small_ok ? 3 : prefill_sized && wgmma_inv_ok ? 4 : 0;

@@ -282,7 +282,9 @@ struct MoeArgs {
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 the decode GEMV (bandwidth), 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
                            // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),
-                           // 4 bf16 wgmma (bf16 weights on sm_90, K % 8 == 0; many rows per expert),
+                           // 4 bf16 wgmma (bf16 weights on sm_90, K % 8 == 0; many rows per expert;
+                           //   FP8 weights only with `invariant`, widened to bf16 scratch first:
+                           //   moe_wgmma_fp8_ok),
                            // 5 W8A8: activations quantized per 1×128 group + the FP8 wgmma GEMM
                            //   (FP8 weights with block_k 128 on sm_90: moe_w8a8_ok)
   cublasHandle_t blas = nullptr;  // form 2
@@ -295,6 +297,10 @@ struct MoeArgs {
 bool moe_gemv_ok(int64_t D, int64_t I, bool fp8, int64_t block_k);
 // Form 5 fits: FP8 weights with 128-wide K blocks, D and I multiples of 16, an sm_90 GPU.
 bool moe_w8a8_ok(int64_t D, int64_t I, bool fp8, int64_t block_k);
+// Form 4 with FP8 weights (batch-invariant only): D, I % 64 == 0 on sm_90, block_k % 16 == 0, and
+// the larger of the widened w13 / w2 (one bf16 buffer, reused) within kMoeWidenMaxBytes.
+constexpr int64_t kMoeWidenMaxBytes = int64_t{1} << 30;
+bool moe_wgmma_fp8_ok(int64_t E_all, int64_t D, int64_t I, int64_t block_k);
 void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
 // ---- cuda_gemv.cu ----
 // The decode GEMV (default mode, a few rows): C[r, n] (row stride ldc, fp32) = Σ_k A[r, k] · W[n, k],
@@ -433,6 +439,12 @@ constexpr int64_t kInvariantSplitK = 512;
 inline int64_t invariant_k_splits(int64_t K) {
   return K <= kInvariantSplitK ? 1 : (K + kInvariantSplitK - 1) / kInvariantSplitK;
 }
+// FP8 weights [rows, K] (one fp32 scale per (row, block_k columns)) widened to bf16 exactly as
+// small_m_gemm and the tiled kernels widen them, bf16(float(code) · scale): with it the bf16
+// wgmma GEMM's invariant form serves FP8 weights at large steps with the same bits.
+bool widen_fp8_weights_ok(int64_t rows, int64_t K, int64_t block_k);  // K, block_k % 16 == 0
+void widen_fp8_weights(const uint8_t* W, const float* scale, int64_t rows, int64_t K, int64_t block_k, bf16* out,
+                       cudaStream_t s);
 // Whether small_m_gemm takes these sizes: K % 8 == 0 (bf16), K and block_k % 16 == 0 (FP8).
 bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k);
 // C[r, n] (row stride ldc) = Σ_k A[r, k] · W[e·N + n, k] over the rows r of each active expert

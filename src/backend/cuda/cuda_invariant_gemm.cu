@@ -245,7 +245,36 @@ __global__ void __launch_bounds__(kF32Warps * 32) gemm_f32_ordered_kernel(const 
       if (lane == i * kF32Cols + j && m0 + i < M && n0 + j < N) out[(m0 + i) * ld_out + n0 + j] = total[i][j];
 }
 
+// out[r, c..c+15] = bf16(float(W[r, c + i]) · scale[r, c / block_k]) for 16-code chunk `chunk` =
+// r·(K / 16) + c / 16 of each thread (grid-stride): widen_fp8x16, the small-M kernels' widening.
+__global__ void __launch_bounds__(256) widen_fp8_weights_kernel(const uint8_t* W, const float* scale, uint32_t chunks,
+                                                                 uint32_t row_chunks, uint32_t kb_chunks,
+                                                                 uint32_t n_kb, bf16* out) {
+  for (uint32_t c = blockIdx.x * 256u + threadIdx.x; c < chunks; c += gridDim.x * 256u) {
+    const uint32_t r = c / row_chunks, j = c % row_chunks;
+    const uint4 raw = *reinterpret_cast<const uint4*>(W + 16 * static_cast<uint64_t>(c));
+    widen_fp8x16(raw, scale[static_cast<uint64_t>(r) * n_kb + j / kb_chunks], out + 16 * static_cast<uint64_t>(c));
+  }
+}
+
 }  // namespace
+
+bool widen_fp8_weights_ok(int64_t rows, int64_t K, int64_t block_k) {
+  return K % 16 == 0 && block_k % 16 == 0 && rows * K / 16 < (int64_t{1} << 32);
+}
+
+void widen_fp8_weights(const uint8_t* W, const float* scale, int64_t rows, int64_t K, int64_t block_k, bf16* out,
+                       cudaStream_t s) {
+  DI_CUDA_REQUIRE_MSG(widen_fp8_weights_ok(rows, K, block_k),
+                      "widen_fp8_weights: needs K and block_k multiples of 16 and < 2^32 chunks");
+  if (rows == 0 || K == 0) return;
+  const int64_t chunks = rows * K / 16;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>((chunks + 255) / 256, 16 * sm_count()));
+  widen_fp8_weights_kernel<<<grid, 256, 0, s>>>(W, scale, static_cast<uint32_t>(chunks), static_cast<uint32_t>(K / 16),
+                                                static_cast<uint32_t>(block_k / 16),
+                                                static_cast<uint32_t>((K + block_k - 1) / block_k), out);
+  DI_CUDA_LAUNCHED();
+}
 
 bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k) {
   return fp8 ? K % 16 == 0 && block_k % 16 == 0 : K % 8 == 0;

@@ -974,6 +974,12 @@ void tiled_gemm_for_test(int version, const bf16* A, int64_t M, int64_t K, const
   grouped_gemm<float>(A, M, K, W, scale, fp8, block_k, N, nullptr, nullptr, 0, C, ldc, s, invariant, version);
 }
 
+bool moe_wgmma_fp8_ok(int64_t E_all, int64_t D, int64_t I, int64_t block_k) {
+  return bf16_wgmma_invariant_ok(D) && bf16_wgmma_invariant_ok(I) && widen_fp8_weights_ok(E_all * 2 * I, D, block_k) &&
+         widen_fp8_weights_ok(E_all * D, I, block_k) &&
+         static_cast<int64_t>(sizeof(bf16)) * E_all * std::max(2 * I * D, D * I) <= kMoeWidenMaxBytes;
+}
+
 bool moe_w8a8_ok(int64_t D, int64_t I, bool fp8, int64_t block_k) {
   return fp8 && block_k == kFp8GroupK && D % 16 == 0 && I % 16 == 0 && fp8_wgmma_available();
 }
@@ -1082,11 +1088,14 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   DI_CUDA_LAUNCHED();
   DI_CUDA_REQUIRE(a.form != 2 || a.blas != nullptr);
   DI_CUDA_REQUIRE(a.form != 3 || (small_m_gemm_ok(a.D, a.fp8, a.block_k) && small_m_gemm_ok(a.I, a.fp8, a.block_k)));
-  DI_CUDA_REQUIRE(a.form != 4 || (!a.fp8 && bf16_wgmma_grouped_ok(a.D) && bf16_wgmma_grouped_ok(a.I)));
+  DI_CUDA_REQUIRE(a.form != 4 || (bf16_wgmma_grouped_ok(a.D) && bf16_wgmma_grouped_ok(a.I)));
   DI_CUDA_REQUIRE(a.form != 4 || !a.invariant || (bf16_wgmma_invariant_ok(a.D) && bf16_wgmma_invariant_ok(a.I)));
+  DI_CUDA_REQUIRE_MSG(a.form != 4 || !a.fp8 || (a.invariant && moe_wgmma_fp8_ok(a.E, a.D, a.I, a.block_k)),
+                      "moe_experts: form 4 takes FP8 weights only batch-invariant, within the widening budget");
   DI_CUDA_REQUIRE(a.form != 5 || moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k));
   std::vector<int32_t> host_offsets;
-  bf16* wbuf = nullptr;  // form 2 with FP8 weights: one expert's weights dequantized
+  bf16* wbuf = nullptr;  // FP8 weights in bf16: form 2 one expert's (dequantized), form 4 all (widened)
+  if (a.form == 4 && a.fp8) wbuf = static_cast<bf16*>(get(sizeof(bf16) * a.E * std::max(2 * a.I * a.D, a.D * a.I)));
   if (a.form == 2) {
     host_offsets.resize(static_cast<size_t>(a.E + 1));
     DI_CUDA_CHECK(cudaMemcpyAsync(host_offsets.data(), offsets, sizeof(int32_t) * (a.E + 1), cudaMemcpyDeviceToHost, s));
@@ -1104,7 +1113,12 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
       grouped_gemm<float>(A, R, K, W, scale, a.fp8, a.block_k, N, offsets, tiles, a.E, C, N, s,
                           a.invariant);
     } else if (a.form == 4) {
-      bf16_wgmma_grouped_gemm(A, R, K, static_cast<const bf16*>(W), N, offsets, a.E, C, N, s, a.invariant);
+      const bf16* Wb = static_cast<const bf16*>(W);
+      if (a.fp8) {  // every expert's weights widened into wbuf (reused by the second GEMM, in stream order)
+        widen_fp8_weights(static_cast<const uint8_t*>(W), scale, a.E * N, K, a.block_k, wbuf, s);
+        Wb = wbuf;
+      }
+      bf16_wgmma_grouped_gemm(A, R, K, Wb, N, offsets, a.E, C, N, s, a.invariant);
     } else if (a.form == 5) {  // W8A8: A quantized per row and 1×128 group, then the FP8 wgmma GEMM
       auto* q = static_cast<uint8_t*>(get(static_cast<size_t>(R * K)));                  // [R, K] e4m3
       auto* sq = static_cast<float*>(get(sizeof(float) * R * ((K + kFp8GroupK - 1) / kFp8GroupK)));  // [R, n_kb]
