@@ -1208,13 +1208,14 @@ TEST_F(CudaMlaTc, MultiRowMatchesReference) {
 }
 
 // Bitwise: under the batch-invariant rule every row of a multi-row sequence, as the multi-row
-// kernel computes it, equals the same row from the one-row kernel: (a) on the same batch
-// (max_q_len 0); (b) in a decode-shaped batch of one sequence per row (q_len 1, kv_len = the
-// row's key count, the same pages and q rows); (c) launched alone, with the split slots CudaBackend
-// would give it. At max_splits 64, 4 (span classes of 1024 keys) and the backend's choice. Rows
-// hold 1 key, straddle tile (31..33) and split (254..260) boundaries, class boundaries
-// (1024/1025, 2048/2049) and reach 5000 keys; H = 16 and 20 (two head groups, the second
-// partial). A sequence left out of the multi-row launch keeps the sentinel; the others' bits stay.
+// kernel computes it, equals the same row from the one-row kernel (kernel 2 forces it: with
+// kernel 1 a decode-shaped launch of many rows takes the multi-row kernel too): (a) on the same
+// batch; (b) in a decode-shaped batch of one sequence per row (q_len 1, kv_len = the row's key
+// count, the same pages and q rows), and that batch on the multi-row kernel (kernel 1: 402 rows,
+// one per block); (c) launched alone, with the split slots CudaBackend would give it. At
+// max_splits 64, 4 (span classes of 1024 keys) and the backend's choice. Rows hold 1 key,
+// straddle tile (31..33) and split (254..260) boundaries, class boundaries (1024/1025,
+// 2048/2049) and reach 5000 keys; H = 16 and 20 (two head groups, the second partial). A sequence left out of the multi-row launch keeps the sentinel; the others' bits stay.
 TEST_F(CudaMlaTc, MultiRowRowsEqualOneRowLaunches) {
   const std::vector<Seq> seqs = {{7, 260},    {129, 300}, {64, 64},  {3, 33},
                                  {129, 1100}, {64, 2100}, {1, 5000}, {5, 5000}};
@@ -1239,7 +1240,7 @@ TEST_F(CudaMlaTc, MultiRowRowsEqualOneRowLaunches) {
       SCOPED_TRACE(::testing::Message() << "H " << H << " max_splits " << max_splits);
       pb_ = multi;
       const Tensor m = run({}, 1, 256, max_splits, true);
-      const Tensor same_batch = run({}, 1, 256, max_splits, false);
+      const Tensor same_batch = run({}, 2, 256, max_splits, false);
       std::vector<uint8_t> skip(seqs.size(), 1);
       skip[1] = 0;
       const Tensor part = run(skip, 1, 256, max_splits, true);
@@ -1255,10 +1256,13 @@ TEST_F(CudaMlaTc, MultiRowRowsEqualOneRowLaunches) {
           }
         }
       pb_ = single;
-      const Tensor one = run({}, 1, 256, max_splits, false);
-      for (int64_t row = 0; row < T(); ++row)
+      const Tensor one = run({}, 2, 256, max_splits, false), merged = run({}, 1, 256, max_splits, false);
+      for (int64_t row = 0; row < T(); ++row) {
         EXPECT_TRUE(row_bits_equal(m, one, row))
             << "row " << row << " (" << keys_of_row[static_cast<size_t>(row)] << " keys): (b) differs";
+        EXPECT_TRUE(row_bits_equal(m, merged, row))
+            << "row " << row << " (" << keys_of_row[static_cast<size_t>(row)] << " keys): (b) multi-row differs";
+      }
       for (int64_t n : {1, 33, 256, 257, 1024, 1025, 2048, 2049, 5000}) {
         const auto it = std::find(keys_of_row.begin(), keys_of_row.end(), n);
         ASSERT_NE(it, keys_of_row.end()) << n;

@@ -162,16 +162,17 @@ struct MlaDecodeArgs {
   int64_t split_keys = 0;
   int64_t max_splits = 0;  // with split_keys > 0: the launch's split slots, 1..kMlaMaxSplits
   // Most query rows of one selected sequence, counted on the host (0: unknown, taken as 1). With
-  // split_keys > 0, H < 64 and the tensor-core shape, a value > 1 selects the multi-row split
-  // kernel (several rows of a sequence per block, each row's bits unchanged); decode-shaped steps
-  // (1) keep the one-row kernel and its graph-stable launch.
+  // split_keys > 0, H < 64 and the tensor-core shape, a value > 1 selects the multi-row kernel
+  // (several rows of a sequence per block, their splits merged in the block; each row's bits
+  // unchanged); decode-shaped steps (1) take it from 3/8 of a block per SM, else the one-row
+  // kernel. Both launches are graph-safe.
   int64_t max_q_len = 0;
   // Split kernel: −1 automatic (the tensor-core kernels when r = 512 and dr = 64, else fp32),
   // 0 the fp32 CUDA-core kernel, 1 the tensor-core kernels (bf16 q̃, q_pe and probabilities, fp32
   // scores and accumulators; needs r = 512, dr = 64: checked) — with split_keys == 0 and H < 64
   // on sm_90a the warp-specialized one (TMA ring, two consumer warp groups), else the one-row
   // mma.sync kernel; 2 the one-row mma.sync kernel in every case (the previous default, kept
-  // for comparison and for GPUs without sm_90a).
+  // for comparison and for GPUs without sm_90a; also never the multi-row kernel).
   int64_t kernel = -1;
 };
 // Most split slots of an MLA decode launch (one row alone fills the 132 SMs of an H200 at H ≤ 16).
@@ -472,8 +473,9 @@ void small_m_fp8_few_rows(const bf16* A, int64_t K, const uint8_t* W, const floa
                           const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows,
                           int64_t max_rows, float* out, int64_t ld_out, cudaStream_t s);
 // C[m, n] (row stride ldc) = Σ_k X[m, k] · W[n, k] in fp32 (X row stride ldx, W [N, K]), each
-// element summed in one fixed order — per 256-wide K chunk, 32 lane-strided fmaf chains and a
-// butterfly; the chunk sums added in order — batch-invariant, for the fp32 router. partials
+// element summed in one fixed order — per 256-wide K chunk, 32 fmaf chains (lane l: k = 4l..4l+3,
+// then + 128) and a butterfly; the chunk sums added in order — batch-invariant, for the fp32
+// router. partials
 // null: each block adds its chunks in sequence; else [gemm_f32_ordered_chunks(K), M, N] fp32
 // scratch and the chunks run in parallel blocks (few rows: latency), the same bits either way.
 int64_t gemm_f32_ordered_chunks(int64_t K);

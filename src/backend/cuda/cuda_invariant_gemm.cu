@@ -12,7 +12,7 @@
 //    FP8 weights at ≤ kSmallMFewRows rows per expert go to a persistent form of the same
 //    arithmetic instead (cuda_small_m_fp8.cu).
 //  - gemm_f32_ordered: fp32 × fp32 (the MoE router): each element's sum in one fixed order
-//    (per 256-wide K chunk 32 strided fmaf chains and a butterfly, chunks added in order),
+//    (per 256-wide K chunk 32 fmaf chains over float4 steps and a butterfly, chunks added in order),
 //    whatever the tiling, with the chunks in sequence or in parallel blocks.
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_fp8_widen.cuh"
@@ -193,47 +193,64 @@ __global__ void sum_splits_kernel(const float* part, int64_t n_splits, int64_t r
 }
 
 // C[m, n] = Σ_k X[m, k] · W[n, k] in fp32, in one fixed order whatever the tiling: K in chunks
-// of kF32ChunkK; within chunk c, lane l of a warp sums k = c·256 + l, + 32, + 64, … with fmaf and
-// the 32 lane sums meet in a butterfly (xor 16, 8, 4, 2, 1); the chunk sums are added in chunk
-// order (the first as is). A warp owns 4 rows × 4 columns (16 sums per lane; x and w read as
-// coalesced 128-byte rows), a block of 4 warps 4 rows × 16 columns. part == null: a block adds
-// its chunks in sequence; else block z computes chunk z only into part [chunks, M, N] (one-row
-// decode steps: 8× the blocks, 8 loads per lane in flight instead of a 64-long chain) and
-// sum_splits adds them in the same order.
+// of kF32ChunkK; within chunk c, lane l of a warp sums k = c·256 + 4l + q + 128j for j = 0, 1 and
+// q = 0..3 in that order (j outer) with fmaf, skipping k ≥ K, and the 32 lane sums meet in a
+// butterfly (xor 16, 8, 4, 2, 1); the chunk sums are added in chunk order (the first as is). A
+// warp owns 4 rows × 4 columns (16 sums per lane; x and w read as float4 when rows are 16-byte
+// aligned, else one by one — the same order), a block of 4 warps 4 rows × 16 columns. part ==
+// null: a block adds its chunks in sequence; else block z computes chunk z only into part
+// [chunks, M, N] (decode steps: 8× the blocks) and sum_splits adds them in the same order.
 constexpr int kF32Rows = 4, kF32Cols = 4, kF32Warps = 4;
 constexpr int64_t kF32ChunkK = 256;
+static_assert(kF32ChunkK == 2 * 4 * 32, "a chunk is two float4 steps of a warp");
 __global__ void __launch_bounds__(kF32Warps * 32) gemm_f32_ordered_kernel(const float* X, int64_t ldx, const float* W,
                                                                           int64_t M, int64_t N, int64_t K, float* C,
-                                                                          int64_t ldc, float* part) {
+                                                                          int64_t ldc, float* part, bool vec) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kF32Rows;
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kF32Warps + warp) * kF32Cols;
   if (n0 >= N) return;
   const int64_t c_begin = part != nullptr ? blockIdx.z : 0;
   const int64_t c_end = part != nullptr ? c_begin + 1 : (K + kF32ChunkK - 1) / kF32ChunkK;
+  // Four consecutive values from k of a row (0 past its end or past K).
+  auto load4 = [&](const float* row, bool ok, int64_t k) {
+    if (!ok) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (vec) return *reinterpret_cast<const float4*>(row + k);  // K % 4 == 0: all four valid
+    return make_float4(k < K ? row[k] : 0.0f, k + 1 < K ? row[k + 1] : 0.0f, k + 2 < K ? row[k + 2] : 0.0f,
+                       k + 3 < K ? row[k + 3] : 0.0f);
+  };
   float total[kF32Rows][kF32Cols] = {};
   for (int64_t c = c_begin; c < c_end; ++c) {
     float acc[kF32Rows][kF32Cols] = {};
-    const int64_t k_end = min(K, (c + 1) * kF32ChunkK);
-#pragma unroll 8
-    for (int64_t k = c * kF32ChunkK + lane; k < k_end; k += 32) {
-      float x[kF32Rows], w[kF32Cols];
 #pragma unroll
-      for (int i = 0; i < kF32Rows; ++i) x[i] = m0 + i < M ? X[(m0 + i) * ldx + k] : 0.0f;
+    for (int j = 0; j < 2; ++j) {
+      const int64_t k = c * kF32ChunkK + 128 * j + 4 * lane;
+      if (k >= K) break;
+      const int n_valid = K - k < 4 ? static_cast<int>(K - k) : 4;
+      float4 x[kF32Rows], w[kF32Cols];
 #pragma unroll
-      for (int j = 0; j < kF32Cols; ++j) w[j] = n0 + j < N ? W[(n0 + j) * K + k] : 0.0f;
+      for (int i = 0; i < kF32Rows; ++i) x[i] = load4(X + (m0 + i) * ldx, m0 + i < M, k);
+#pragma unroll
+      for (int jj = 0; jj < kF32Cols; ++jj) w[jj] = load4(W + (n0 + jj) * K, n0 + jj < N, k);
 #pragma unroll
       for (int i = 0; i < kF32Rows; ++i)
 #pragma unroll
-        for (int j = 0; j < kF32Cols; ++j) acc[i][j] = fmaf(x[i], w[j], acc[i][j]);
+        for (int jj = 0; jj < kF32Cols; ++jj) {
+          float a = acc[i][jj];
+          a = fmaf(x[i].x, w[jj].x, a);
+          if (n_valid > 1) a = fmaf(x[i].y, w[jj].y, a);
+          if (n_valid > 2) a = fmaf(x[i].z, w[jj].z, a);
+          if (n_valid > 3) a = fmaf(x[i].w, w[jj].w, a);
+          acc[i][jj] = a;
+        }
     }
 #pragma unroll
     for (int i = 0; i < kF32Rows; ++i)
 #pragma unroll
-      for (int j = 0; j < kF32Cols; ++j) {
-        float v = acc[i][j];
+      for (int jj = 0; jj < kF32Cols; ++jj) {
+        float v = acc[i][jj];
         for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        total[i][j] = c == c_begin ? v : total[i][j] + v;
+        total[i][jj] = c == c_begin ? v : total[i][jj] + v;
       }
   }
   float* out = part != nullptr ? part + c_begin * M * N : C;
@@ -241,8 +258,8 @@ __global__ void __launch_bounds__(kF32Warps * 32) gemm_f32_ordered_kernel(const 
 #pragma unroll
   for (int i = 0; i < kF32Rows; ++i)
 #pragma unroll
-    for (int j = 0; j < kF32Cols; ++j)
-      if (lane == i * kF32Cols + j && m0 + i < M && n0 + j < N) out[(m0 + i) * ld_out + n0 + j] = total[i][j];
+    for (int jj = 0; jj < kF32Cols; ++jj)
+      if (lane == i * kF32Cols + jj && m0 + i < M && n0 + jj < N) out[(m0 + i) * ld_out + n0 + jj] = total[i][jj];
 }
 
 // out[r, c..c+15] = bf16(float(W[r, c + i]) · scale[r, c / block_k]) for 16-code chunk `chunk` =
@@ -323,7 +340,9 @@ void gemm_f32_ordered(const float* X, int64_t ldx, const float* W, int64_t M, in
   DI_CUDA_REQUIRE(chunks <= 65535);
   const dim3 grid(grid_for(N, kF32Warps * kF32Cols), static_cast<unsigned>((M + kF32Rows - 1) / kF32Rows),
                   partials != nullptr ? static_cast<unsigned>(chunks) : 1u);
-  gemm_f32_ordered_kernel<<<grid, kF32Warps * 32, 0, s>>>(X, ldx, W, M, N, K, C, ldc, partials);
+  const bool vec = K % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(W) % 16 == 0;
+  gemm_f32_ordered_kernel<<<grid, kF32Warps * 32, 0, s>>>(X, ldx, W, M, N, K, C, ldc, partials, vec);
   DI_CUDA_LAUNCHED();
   if (partials != nullptr) {
     launch_pdl(sum_splits_kernel, grid_for(M * N, 256), 256, 0, s, partials, chunks, M, N, C, ldc);

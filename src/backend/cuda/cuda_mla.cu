@@ -844,7 +844,7 @@ __device__ int64_t block_exclusive_scan(int64_t v, int64_t* warp_total, int64_t*
 // of q/out. Slots [count, n_bound) get n = 0 (the grid covers n_bound, a host bound).
 // One block, as mla_row_map_kernel: thread t owns the sequences [t·per, (t+1)·per), counts their
 // selected rows and tiles, two block scans give its first index of each, then it writes.
-// Only launched for steps with a sequence of several rows (never graphed).
+// Sizes from the host only, contents from the device: graph-safe.
 __global__ void __launch_bounds__(kThreads) mla_row_tiles_kernel(DecodePlan pl, int64_t n_bound, int4* tiles) {
   __shared__ int64_t warp_total[kWarps];
   const MlaDecodeArgs& a = pl.a;
@@ -1693,7 +1693,8 @@ __global__ void __launch_bounds__(kMergeRunThreads) mla_merge_running_kernel(Dec
 #pragma unroll
     for (int x = 0; x < kPer; ++x) {
       const int s = kPer * t + x;
-      ml[x] = s < n_splits ? pl.part_ml[(static_cast<int64_t>(s) * a.n_rows + i) * a.H + h] : make_float2(-INFINITY, 0.0f);
+      ml[x] = s < n_splits ? pl.part_ml[(static_cast<int64_t>(s) * a.n_rows + i) * a.H + h]
+                           : make_float2(-INFINITY, 0.0f);
       if (ml[x].y > 0.0f) mx = fmaxf(mx, ml[x].x);
     }
     for (int o = 1; o < 32; o <<= 1) {
@@ -1799,7 +1800,8 @@ __global__ void __launch_bounds__(kGemmThreads) mla_apply_tc_kernel(DecodePlan p
         float4 x[kMergeInline];
 #pragma unroll
         for (int s = 0; s < kMergeInline; ++s)
-          x[s] = sw[ii][s] > 0.0f ? *reinterpret_cast<const float4*>(src + s * stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          x[s] = sw[ii][s] > 0.0f ? *reinterpret_cast<const float4*>(src + s * stride)
+                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
         for (int s = 0; s < kMergeInline; ++s) {
           if (sw[ii][s] == 0.0f) continue;
@@ -2070,10 +2072,16 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
   // accumulation) where the head dims allow; the fp32 CUDA-core kernels otherwise.
   const bool tc_gemms = use_tc && a.dn % 16 == 0 && a.dn <= kAbsorbTcMaxDn && (a.dn + a.dr) % 4 == 0 && a.dv % 8 == 0;
   // Several rows of a sequence per block, every split of theirs merged in the kernel (bitwise each
-  // row's one-row result and merge): batch-invariant steps with a multi-row sequence, at 16-head
-  // groups (H ≥ 64 keeps the 64-head one-row kernel), with the tensor-core W_UV (which reads the
-  // merged o_lat).
-  const bool multi_row = tc_mt == 1 && a.split_keys > 0 && a.max_q_len > 1 && tc_gemms;
+  // row's one-row result and merge): batch-invariant steps at 16-head groups (H ≥ 64 keeps the
+  // 64-head one-row kernel) with the tensor-core W_UV (which reads the merged o_lat), when a
+  // sequence has several rows, or when one row per block already fills the SMs (decode-shaped
+  // steps of ≥ 3/8 of a block per SM: no partials and no merge launch; fewer rows keep the
+  // one-row kernel, whose splits spread a row over several SMs). Measured on V2-Lite's
+  // invariant decode (runs s10-7, s10-8; one-row → multi-row, ms per step): B = 32 12.63 →
+  // 12.96, 48 14.36 → 14.36, 64 15.80 → 15.49, 128 20.20 → 18.48, 256 24.99 → 21.10. The rows'
+  // bits are the same either way; kernel 2 forces the one-row kernel.
+  const bool multi_row = tc_mt == 1 && a.split_keys > 0 && tc_gemms && a.kernel != 2 &&
+                         (a.max_q_len > 1 || 8 * a.n_rows * pl.n_hg >= 3 * sm_count());
   auto get = [&](size_t bytes) { return alloc(ctx, bytes == 0 ? 16 : bytes); };
   const int64_t lat = a.n_rows * a.H * a.r;  // elements of one [n_rows, H, r] slab
   pl.q_lat = static_cast<float*>(get(sizeof(float) * lat));

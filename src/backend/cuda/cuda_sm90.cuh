@@ -64,6 +64,34 @@ __device__ __forceinline__ uint64_t sw128_desc(const void* tile) {
   const uint64_t addr = smem_u32(tile);
   return ((addr & 0x3ffff) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
+// The wgmma wrappers' inline-asm pieces (cuda_bf16_wgmma.cu, cuda_fp8_wgmma.cu): the placeholders
+// of the first 64 (and the next 64) accumulator registers, and the "+f" operand list of 8 or 64
+// consecutive fp32 accumulators d[o] ...
+#define DI_WGMMA_REGS64 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, " \
+  "%8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, " \
+  "%40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, " \
+  "%56, %57, %58, %59, %60, %61, %62, %63"
+#define DI_WGMMA_REGS64_HI \
+  "%64, %65, %66, %67, %68, %69, %70, %71, " \
+  "%72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, " \
+  "%88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, " \
+  "%104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, " \
+  "%120, %121, %122, %123, %124, %125, %126, %127"
+#define DI_WGMMA_ACC8(d, o)                                                                                \
+  "+f"(d[(o)]), "+f"(d[(o) + 1]), "+f"(d[(o) + 2]), "+f"(d[(o) + 3]), "+f"(d[(o) + 4]), "+f"(d[(o) + 5]), \
+      "+f"(d[(o) + 6]), "+f"(d[(o) + 7])
+#define DI_WGMMA_ACC64(d, o)                                                                                   \
+  DI_WGMMA_ACC8(d, (o)), DI_WGMMA_ACC8(d, (o) + 8), DI_WGMMA_ACC8(d, (o) + 16), DI_WGMMA_ACC8(d, (o) + 24),       \
+      DI_WGMMA_ACC8(d, (o) + 32), DI_WGMMA_ACC8(d, (o) + 40), DI_WGMMA_ACC8(d, (o) + 48), DI_WGMMA_ACC8(d, (o) + 56)
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 // Waits until at most kPending of this warp's committed wgmma groups are still running.
