@@ -938,23 +938,40 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   const int64_t S = shared.mlp != nullptr && shared.slices != nullptr ? static_cast<int64_t>(shared.slices->size()) : 0;
   // The shared slices as extra experts of the routed launch (combined after each token's routed
   // slots) at decode sizes (kMoeFusedSharedMaxTokens), where the separate shared MLP is ~6
-  // latency-bound launches (conversion, two GEMMs, split-K reduce, SiLU·mul, add), and in the
-  // batch-invariant mode at every size, so that a row's arithmetic never depends on its batch.
-  // Larger default-mode steps keep the shared MLP on its own (cuBLAS for bf16 weights).
+  // latency-bound launches (conversion, two GEMMs, split-K reduce, SiLU·mul, add); at
+  // prefill sizes with bf16 weights on sm_90 (the wgmma form, SiLU·mul in its epilogue: V2-Lite
+  // prefill 4,096 59.0 → 57.3 ms, 16,384 324 → 319 ms, run s10-12); and in the batch-invariant
+  // mode at every size, so that a row's arithmetic never depends on its batch. Other default-mode
+  // steps keep the shared MLP on its own (cuBLAS for bf16 weights), its output added by the
+  // routed combine.
   const bool fp8 = !experts.empty() && experts[0].gate_proj.dtype() == DType::kF8E4M3;
+  const int64_t E_all = static_cast<int64_t>(experts.size()) + S, R = x.size(0) * (ids.size(1) + S);
+  const int64_t D = x.size(1), I = experts.empty() ? 0 : experts[0].gate_proj.n_out();
+  const bool wgmma_prefill = !fp8 && R >= kMoePerExpertMinRows * E_all && cuda::bf16_wgmma_grouped_ok(D) &&
+                             cuda::bf16_wgmma_grouped_ok(I);
   const bool fuse = s_->batch_invariant || x.size(0) <= kMoeFusedSharedMaxTokens ||
-                    (fp8 && x.size(0) * (ids.size(1) + S) <= kMoeDecodeMaxRows);
+                    (fp8 && x.size(0) * (ids.size(1) + S) <= kMoeDecodeMaxRows) || wgmma_prefill;
   if (S > 0 && fuse) {
     OpTimer timer(*this, "moe_experts+shared");
     run_moe(x, ids, weights, experts, shared.slices, out);
     return;
   }
-  Backend::moe_ffn(x, ids, weights, experts, shared, out);
+  if (shared.mlp == nullptr) {
+    moe_experts(x, ids, weights, experts, out);
+    return;
+  }
+  // The shared MLP first, then the routed experts, whose combine adds its output (the add op's
+  // values without its pass over memory: 1.2 ms of a V2-Lite prefill at 4,096 tokens, run s9-7).
+  ScratchScope scope(*this);
+  Tensor s = empty(DType::kF32, {x.size(0), out.size(1)});  // [T, D]
+  mlp(x, *shared.mlp, s);
+  OpTimer timer(*this, "moe_experts");
+  run_moe(x, ids, weights, experts, nullptr, out, &s);
 }
 
 void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights,
                           const std::vector<MlpWeights>& experts, const std::vector<MlpWeights>* shared_slices,
-                          Tensor& out) {
+                          Tensor& out, const Tensor* addend) {
   const int64_t E = static_cast<int64_t>(experts.size());
   DI_CHECK_GT(E, 0);
   std::vector<const LinearWeight*> w13, w2;
@@ -988,6 +1005,10 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
     DI_CHECK(experts[0].gate_proj.dtype() == DType::kBF16);
   }
   a.out = dptr<float>(out);
+  if (addend != nullptr) {
+    DI_CHECK(addend->dtype() == DType::kF32 && addend->size(0) == a.T && addend->size(1) == out.size(1));
+    a.addend = cdptr<float>(*addend);
+  }
   // Decode-sized steps: the GEMV (≤ 2 tokens) or small_m_gemm; larger ones the tiled kernel, or (prefill-sized: ≥ 64
   // rows per expert on average) the wgmma grouped GEMMs on sm_90 — bf16 weights as they are, FP8
   // weights with the activations quantized per 1×128 group (W8A8, DeepSeek's "fp8" GEMM path) —

@@ -116,9 +116,10 @@ class CudaBackend : public Backend {
 
  private:
   // moe_experts over `experts`, plus (non-null) the shared slices stacked after them as extra
-  // experts of weight 1 in every token's last slots (cuda::MoeArgs::n_shared).
+  // experts of weight 1 in every token's last slots (cuda::MoeArgs::n_shared); addend (non-null,
+  // [T, D] fp32) is added to every token's combined row (cuda::MoeArgs::addend).
   void run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
-               const std::vector<MlpWeights>* shared_slices, Tensor& out);
+               const std::vector<MlpWeights>* shared_slices, Tensor& out, const Tensor* addend = nullptr);
   // Weight w as a bf16 [n_out, n_in] device pointer: the weight itself, or (FP8) a step-memory
   // dequantized copy.
   const void* bf16_weight(const LinearWeight& w);

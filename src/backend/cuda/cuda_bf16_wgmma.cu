@@ -5,12 +5,14 @@
 // folded from zero and the splits added in order — the arithmetic of the tiled kernels and
 // small_m_gemm, bit for bit, because a wgmma k16 step computes what the mma.sync m16n8k16 step of
 // the same operands and accumulator computes (measured on the H200, session 10:
-// CudaTiledGemmV3.WgmmaChainBitwiseEqualToMmaSync). Does not own: FP8 weights
-// (cuda_fp8_wgmma.cu with quantized activations), or few rows per expert (128-row tiles: the tiled
-// kernel's 64-row tiles, small_m_gemm or the GEMV serve those).
+// CudaTiledGemmV3.WgmmaBitwiseEqualToMmaSync). Also the MoE's gate|up GEMM with SiLU·mul in its
+// epilogue (bf16_wgmma_grouped_glu). Does not own: FP8 weights (cuda_fp8_wgmma.cu with quantized
+// activations; the invariant mode widens them to bf16 first), or few rows per expert (128-row
+// tiles: the tiled kernel's 64-row tiles, small_m_gemm or the GEMV serve those).
 #include <algorithm>
 #include <mutex>
 
+#include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_sm90.cuh"
@@ -45,11 +47,12 @@ constexpr size_t smem_bytes() {
 }
 
 struct Params {
-  int64_t M, N, n_kb;
+  int64_t M, N, n_kb;   // N: output columns (GLU: of act, from W's 2N rows per expert)
   int64_t n_row_tiles;  // the grouped bound ceil(M / 128) + min(E, M)
   float* c;             // [M, ldc]
+  bf16* act;            // GLU: [M, ldc] bf16(silu(gate) · up)
   int64_t ldc;
-  bool c_vec;  // ldc even and c 8-byte aligned: column pairs stored as float2
+  bool c_vec;  // ldc even and c (act: 4-byte) aligned: column pairs stored as one
   const int32_t* offsets;  // [E + 1]
   int64_t E;
 };
@@ -105,13 +108,20 @@ __device__ __forceinline__ void wgmma_k64(float (&d)[kAcc], uint64_t da, uint64_
 // computed but not stored. Preconditions: sm_90a, K % 8 == 0 (16-byte row pitch); batch-invariant:
 // K % 64 == 0 (no zero-filled K chunk, which could turn a −0 sum into +0 where the tiled kernels
 // issue no MMA).
-template <bool kInvariant>
+// kGlu (the MoE's gate|up GEMM with SiLU·mul in the epilogue): a tile's W rows are kBN / 2 gate
+// rows and the matching kBN / 2 up rows (load_tiles<..., true>), so each thread holds gate column
+// c (fragment j) and up column c (fragment j + kBN / 16) of its rows and stores
+// act = bf16(silu_times(gate, up)) — the values sum_silu_mul_kernel computes from the fp32 C of the
+// plain GEMM, without C's round trip through memory (a 4,096-token V2-Lite layer: 277 MB written
+// and read back).
+template <bool kInvariant, bool kGlu>
 __global__ void __launch_bounds__(kThreads, 1)
     bf16_wgmma_grouped_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
                               const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = Shape<kInvariant>;
   constexpr int kBM = S::kBM, kBN = S::kBN, kBK = S::kBK, kStages = S::kStages, kAcc = S::kAcc;
+  constexpr int kOutN = kGlu ? kBN / 2 : kBN;  // output columns per tile
   extern __shared__ uint8_t bw_smem_raw[];
   uint8_t* smem = bw_smem_raw + ((1024 - smem_u32(bw_smem_raw) % 1024) % 1024);
   uint8_t* ring = smem;                                                        // [kStages][A | W]
@@ -123,18 +133,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (t == 0) init_ring(full, empty, kStages, 1, kMathGroups * 4);  // one release per math warp
   __syncthreads();
   if (wg == kMathGroups && warp != kMathGroups * 4) return;  // idle loader warps
-  const int64_t n_col_tiles = (p.N + kBN - 1) / kBN, n_tiles = p.n_row_tiles * n_col_tiles, n_kb = p.n_kb;
+  const int64_t n_col_tiles = (p.N + kOutN - 1) / kOutN, n_tiles = p.n_row_tiles * n_col_tiles, n_kb = p.n_kb;
   int64_t* my_info = info + 4 * warp;
   if (wg == kMathGroups) {  // the loader warp
-    load_tiles<kBM, kBN, kBK>(&map_a, &map_w, ring, full, empty, kStages, S::kStageBytes, S::kABytes, p.n_row_tiles,
-                              p.N, n_kb, p.offsets, p.E, p.M, lane, my_info, [](int, const TileView&, int64_t) {});
+    load_tiles<kBM, kBN, kBK, kGlu>(&map_a, &map_w, ring, full, empty, kStages, S::kStageBytes, S::kABytes,
+                                    p.n_row_tiles, p.N, n_kb, p.offsets, p.E, p.M, lane, my_info,
+                                    [](int, const TileView&, int64_t) {});
     return;
   }
 
   uint32_t it = 0;  // K blocks this warp has consumed
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
     TileView v;
-    if (!resolve_tile<kBM, kBN>(tile, p.n_row_tiles, n_col_tiles, p.offsets, p.E, p.M, lane, my_info, &v)) continue;
+    if (!resolve_tile<kBM, kOutN>(tile, p.n_row_tiles, n_col_tiles, p.offsets, p.E, p.M, lane, my_info, &v)) continue;
     const int64_t m0 = v.m0, m_end = v.m_end, n0 = v.n0;
     float acc[kAcc];
     float total[kInvariant ? kAcc : 1];  // batch-invariant: the closed splits' sum
@@ -179,26 +190,49 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 
     const int64_t r0 = m0 + 64 * wg + 16 * (warp % 4) + lane / 4, r1 = r0 + 8;
+    if constexpr (kGlu) {
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      const int64_t col = n0 + 8 * j + 2 * (lane % 4);
-      if (col >= p.N) continue;
+      for (int j = 0; j < kOutN / 8; ++j) {
+        const int64_t col = n0 + 8 * j + 2 * (lane % 4);
+        if (col >= p.N) continue;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t row = h == 0 ? r0 : r1;
-        if (row >= m_end) continue;
-        float* dst = p.c + row * p.ldc + col;
-        if (p.c_vec && col + 1 < p.N) {
-          *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-        } else {
-          dst[0] = acc[4 * j + 2 * h];
-          if (col + 1 < p.N) dst[1] = acc[4 * j + 2 * h + 1];
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = h == 0 ? r0 : r1;
+          if (row >= m_end) continue;
+          const int g = 4 * j + 2 * h, u = g + 4 * (kOutN / 8);  // gate and up fragments of (row, col)
+          const float a0 = silu_times(acc[g], acc[u]), a1 = silu_times(acc[g + 1], acc[u + 1]);
+          bf16* dst = p.act + row * p.ldc + col;
+          if (p.c_vec && col + 1 < p.N) {
+            *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a0, a1);
+          } else {
+            dst[0] = __float2bfloat16(a0);
+            if (col + 1 < p.N) dst[1] = __float2bfloat16(a1);
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        const int64_t col = n0 + 8 * j + 2 * (lane % 4);
+        if (col >= p.N) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = h == 0 ? r0 : r1;
+          if (row >= m_end) continue;
+          float* dst = p.c + row * p.ldc + col;
+          if (p.c_vec && col + 1 < p.N) {
+            *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+          } else {
+            dst[0] = acc[4 * j + 2 * h];
+            if (col + 1 < p.N) dst[1] = acc[4 * j + 2 * h + 1];
+          }
         }
       }
     }
   }
 #else
   (void)Shape<kInvariant>::kAcc;
+  (void)p;
   (void)kSplitKb;
   __trap();  // built for another architecture: bf16_wgmma_grouped_ok() is false there
 #endif
@@ -210,31 +244,35 @@ __global__ void dense_offsets_kernel(int32_t* offsets, int32_t M) {
   offsets[1] = M;
 }
 
-template <bool kInvariant>
+// C (fp32) or, kGlu, act (bf16, N = I output columns from W's 2I rows per expert).
+template <bool kInvariant, bool kGlu>
 void launch(const bf16* A, int64_t R, int64_t K, const bf16* W, int64_t N, const int32_t* offsets, int64_t E, float* C,
-            int64_t ldc, cudaStream_t s) {
+            bf16* act, int64_t ldc, cudaStream_t s) {
   using S = Shape<kInvariant>;
+  constexpr int kOutN = kGlu ? S::kBN / 2 : S::kBN;
   Params p{};
   p.M = R;
   p.N = N;
   p.n_kb = (K + S::kBK - 1) / S::kBK;
   p.n_row_tiles = (R + S::kBM - 1) / S::kBM + std::min(E, R);
   p.c = C;
+  p.act = act;
   p.ldc = ldc;
-  p.c_vec = ldc % 2 == 0 && reinterpret_cast<uintptr_t>(C) % 8 == 0;
+  p.c_vec = ldc % 2 == 0 && (kGlu ? reinterpret_cast<uintptr_t>(act) % 4 : reinterpret_cast<uintptr_t>(C) % 8) == 0;
   p.offsets = offsets;
   p.E = E;
   const CUtensorMap ma = tensor_map_2d(A, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, R, K, S::kBK, S::kBM);
-  const CUtensorMap mw = tensor_map_2d(W, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, E * N, K, S::kBK, S::kBN);
+  const int64_t w_rows = E * N * (kGlu ? 2 : 1);
+  const CUtensorMap mw = tensor_map_2d(W, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, w_rows, K, S::kBK, kOutN);
   static std::once_flag once;
   std::call_once(once, [] {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(bf16_wgmma_grouped_kernel<kInvariant>,
+    DI_CUDA_CHECK(cudaFuncSetAttribute(bf16_wgmma_grouped_kernel<kInvariant, kGlu>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem_bytes<kInvariant>())));
   });
-  const int64_t n_tiles = p.n_row_tiles * ((N + S::kBN - 1) / S::kBN);
+  const int64_t n_tiles = p.n_row_tiles * ((N + kOutN - 1) / kOutN);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(n_tiles, sm_count())));  // persistent
-  bf16_wgmma_grouped_kernel<kInvariant><<<grid, kThreads, smem_bytes<kInvariant>(), s>>>(ma, mw, p);
+  bf16_wgmma_grouped_kernel<kInvariant, kGlu><<<grid, kThreads, smem_bytes<kInvariant>(), s>>>(ma, mw, p);
   DI_CUDA_LAUNCHED();
 }
 
@@ -251,8 +289,20 @@ void bf16_wgmma_grouped_gemm(const bf16* A, int64_t R, int64_t K, const bf16* W,
   DI_CUDA_REQUIRE(offsets != nullptr && E >= 1 && ldc >= N);
   DI_CUDA_REQUIRE_MSG(R + 128 < (int64_t{1} << 31) && E * N < (int64_t{1} << 31), "bf16 wgmma GEMM: too many rows");
   if (R == 0 || N == 0) return;
-  if (invariant) launch<true>(A, R, K, W, N, offsets, E, C, ldc, s);
-  else launch<false>(A, R, K, W, N, offsets, E, C, ldc, s);
+  if (invariant) launch<true, false>(A, R, K, W, N, offsets, E, C, nullptr, ldc, s);
+  else launch<false, false>(A, R, K, W, N, offsets, E, C, nullptr, ldc, s);
+}
+
+void bf16_wgmma_grouped_glu(const bf16* A, int64_t R, int64_t K, const bf16* W13, int64_t I, const int32_t* offsets,
+                            int64_t E, bf16* act, int64_t ld_act, cudaStream_t s, bool invariant) {
+  DI_CUDA_REQUIRE_MSG(bf16_wgmma_grouped_ok(K), "bf16 wgmma GEMM: needs an sm_90 GPU and K % 8 == 0");
+  DI_CUDA_REQUIRE_MSG(!invariant || bf16_wgmma_invariant_ok(K),
+                      "bf16 wgmma GEMM: the invariant form needs K % 64 == 0");
+  DI_CUDA_REQUIRE(offsets != nullptr && E >= 1 && ld_act >= I);
+  DI_CUDA_REQUIRE_MSG(R + 128 < (int64_t{1} << 31) && 2 * E * I < (int64_t{1} << 31), "bf16 wgmma GEMM: too many rows");
+  if (R == 0 || I == 0) return;
+  if (invariant) launch<true, true>(A, R, K, W13, I, offsets, E, nullptr, act, ld_act, s);
+  else launch<false, true>(A, R, K, W13, I, offsets, E, nullptr, act, ld_act, s);
 }
 
 void bf16_wgmma_dense_gemm(const bf16* A, int64_t M, int64_t K, const bf16* W, int64_t N, float* C, int64_t ldc,

@@ -280,6 +280,9 @@ struct MoeArgs {
   bool fp8;
   int64_t block_k;
   float* out;              // [T, D]
+  // [T, D] or null: out = the experts' combine + addend (the separate shared MLP's output,
+  // added as the add op would: one fp32 add per element, no extra pass over memory).
+  const float* addend = nullptr;
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 the decode GEMV (bandwidth), 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
                            // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),
@@ -355,6 +358,12 @@ bool bf16_wgmma_grouped_ok(int64_t K);    // sm_90 GPU and K % 8 == 0
 bool bf16_wgmma_invariant_ok(int64_t K);  // and K % 64 == 0 (whole 64-wide K blocks)
 void bf16_wgmma_grouped_gemm(const bf16* A, int64_t R, int64_t K, const bf16* W, int64_t N, const int32_t* offsets,
                              int64_t E, float* C, int64_t ldc, cudaStream_t s, bool invariant = false);
+// The MoE's gate|up GEMM with SiLU·mul in its epilogue: act[r, c] (row stride ld_act) =
+// bf16(silu(g) · u), g = Σ_k A[r, k] · W13[e·2I + c, k], u = the same with row e·2I + I + c, for
+// the rows r of each expert e — the values of the plain GEMM's fp32 [R, 2I] followed by the SiLU·mul
+// kernel (bitwise, `invariant` as above), without that intermediate.
+void bf16_wgmma_grouped_glu(const bf16* A, int64_t R, int64_t K, const bf16* W13, int64_t I, const int32_t* offsets,
+                            int64_t E, bf16* act, int64_t ld_act, cudaStream_t s, bool invariant);
 // Dense C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for m < M on the same kernel (one
 // "expert"); offsets: 2 int32 of device scratch it fills with {0, M} first (graph-safe).
 void bf16_wgmma_dense_gemm(const bf16* A, int64_t M, int64_t K, const bf16* W, int64_t N, float* C, int64_t ldc,

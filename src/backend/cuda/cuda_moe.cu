@@ -242,7 +242,21 @@ __global__ void permute_kernel(const float* x, const int32_t* perm, int64_t k, i
   const int64_t i = blockIdx.x;
   const int64_t entry = perm[i], t = entry / k;
   if (threadIdx.x == 0 && inv != nullptr) inv[entry] = static_cast<int32_t>(i);
-  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) xa[i * D + j] = __float2bfloat16(x[t * D + j]);
+  const float* src = x + t * D;
+  bf16* dst = xa + i * D;
+  if (D % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {  // 4 values per load (rows stay 16-byte aligned)
+    const int n4 = static_cast<int>(D / 4);
+    for (int j = threadIdx.x; j < n4; j += blockDim.x) {
+      const float4 v = reinterpret_cast<const float4*>(src)[j];
+      __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+      uint2 packed;
+      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+      reinterpret_cast<uint2*>(dst)[j] = packed;  // xa from the step arena: 256-byte aligned, D % 4 == 0
+    }
+    return;
+  }
+  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) dst[j] = __float2bfloat16(src[j]);
 }
 
 // [T, kt] expert ids: the routed ones [T, k], then the shared experts e_routed .. (slot_expert).
@@ -255,19 +269,44 @@ __global__ void extend_ids_kernel(const int32_t* ids, int64_t T, int64_t k, int6
 
 // act[r, c] = bf16(silu(g) · u) with g = h[r, c], u = h[r, I + c] (h [R, 2I]), each the sum of
 // n_parts partials h_p = h + p · stride added in order (the first as is): sum_splits then
-// silu_mul in one pass, the same arithmetic.
-__global__ void sum_silu_mul_kernel(const float* h, int64_t n_parts, int64_t stride, int64_t R, int64_t I, bf16* act) {
+// silu_mul in one pass, the same arithmetic. Block r (a row; grid-stride past 2^31 rows), its
+// threads over the row's columns: 4 at a time (float4 loads, 8-byte stores) when vec (I % 4 == 0,
+// h 16-byte aligned), else one at a time — the same values.
+__global__ void sum_silu_mul_kernel(const float* h, int64_t n_parts, int64_t stride, int64_t R, int64_t I, bool vec,
+                                    bf16* act) {
   pdl_wait();
   pdl_trigger();
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= R * I) return;
-  const int64_t g_at = (i / I) * 2 * I + i % I;
-  float g = h[g_at], u = h[g_at + I];
-  for (int64_t p = 1; p < n_parts; ++p) {
-    g = g + h[p * stride + g_at];
-    u = u + h[p * stride + g_at + I];
+  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+    const float* hg = h + r * 2 * I;
+    bf16* out = act + r * I;
+    if (vec) {
+      const int n4 = static_cast<int>(I / 4);
+      for (int j = threadIdx.x; j < n4; j += blockDim.x) {
+        float4 g = reinterpret_cast<const float4*>(hg)[j], u = reinterpret_cast<const float4*>(hg + I)[j];
+        for (int64_t p = 1; p < n_parts; ++p) {
+          const float4 gp = reinterpret_cast<const float4*>(hg + p * stride)[j];
+          const float4 up = reinterpret_cast<const float4*>(hg + p * stride + I)[j];
+          g = make_float4(g.x + gp.x, g.y + gp.y, g.z + gp.z, g.w + gp.w);
+          u = make_float4(u.x + up.x, u.y + up.y, u.z + up.z, u.w + up.w);
+        }
+        __nv_bfloat162 lo = __floats2bfloat162_rn(silu_times(g.x, u.x), silu_times(g.y, u.y));
+        __nv_bfloat162 hi = __floats2bfloat162_rn(silu_times(g.z, u.z), silu_times(g.w, u.w));
+        uint2 packed;
+        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+        reinterpret_cast<uint2*>(out)[j] = packed;
+      }
+      continue;
+    }
+    for (int64_t c = threadIdx.x; c < I; c += blockDim.x) {
+      float g = hg[c], u = hg[c + I];
+      for (int64_t p = 1; p < n_parts; ++p) {
+        g = g + hg[p * stride + c];
+        u = u + hg[p * stride + c + I];
+      }
+      out[c] = __float2bfloat16(silu_times(g, u));
+    }
   }
-  act[i] = __float2bfloat16(silu_times(g, u));
 }
 
 // out[t] = Σ_s w[t, s] · y[inv[t, s]] in slot order s = 0 .. k−1 (deterministic); w has kw ≤ k
@@ -283,7 +322,7 @@ constexpr int kCombineMaxK = 16;
 constexpr int kCombineThreads = 64, kCombineCols = 4 * kCombineThreads;
 __global__ void combine_kernel(const float* __restrict__ y, int64_t n_parts, int64_t stride,
                                const int32_t* __restrict__ inv, const float* __restrict__ w, int64_t kw, int64_t k,
-                               int64_t D, bool vec, float* __restrict__ out) {
+                               int64_t D, bool vec, const float* __restrict__ addend, float* __restrict__ out) {
   pdl_wait();
   pdl_trigger();
   __shared__ float sw[kCombineMaxK];
@@ -300,7 +339,7 @@ __global__ void combine_kernel(const float* __restrict__ y, int64_t n_parts, int
     for (int64_t j = c0 + threadIdx.x; j < c_end; j += blockDim.x) {
       float acc = 0;
       for (int64_t s = 0; s < k; ++s) acc += weight(s) * y_at(static_cast<int64_t>(inv[t * k + s]) * D + j);
-      out[t * D + j] = acc;
+      out[t * D + j] = addend != nullptr ? acc + addend[t * D + j] : acc;
     }
     return;
   }
@@ -327,6 +366,10 @@ __global__ void combine_kernel(const float* __restrict__ y, int64_t n_parts, int
         acc.z += sw[s] * v.z;
         acc.w += sw[s] * v.w;
       }
+      if (addend != nullptr) {
+        const float4 x = *reinterpret_cast<const float4*>(addend + t * D + j);
+        acc = make_float4(acc.x + x.x, acc.y + x.y, acc.z + x.z, acc.w + x.w);
+      }
       *reinterpret_cast<float4*>(out + t * D + j) = acc;
     }
     return;
@@ -334,7 +377,7 @@ __global__ void combine_kernel(const float* __restrict__ y, int64_t n_parts, int
   for (int64_t j = c0 + threadIdx.x; j < c_end; j += blockDim.x) {
     float acc = 0;
     for (int64_t s = 0; s < k; ++s) acc += sw[s] * y_at(srow[s] + j);
-    out[t * D + j] = acc;
+    out[t * D + j] = addend != nullptr ? acc + addend[t * D + j] : acc;
   }
 }
 
@@ -995,11 +1038,11 @@ namespace {
 // out[t] = the weighted sum of token t's slot rows of y (combine_kernel), y [n_parts, R, D].
 void combine(const MoeArgs& a, const float* y, int64_t n_parts, int64_t R, const int32_t* inv, int64_t k_routed,
              cudaStream_t s) {
-  const bool vec =
-      a.D % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+  const bool vec = a.D % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && reinterpret_cast<uintptr_t>(a.addend) % 16 == 0;
   const dim3 combine_grid(static_cast<unsigned>(a.T), grid_for(a.D, kCombineCols));
   launch_pdl(combine_kernel, combine_grid, kCombineThreads, 0, s, y, n_parts, R * a.D, inv, a.weights, k_routed, a.k,
-             a.D, vec, a.out);
+             a.D, vec, a.addend, a.out);
   DI_CUDA_LAUNCHED();
 }
 }  // namespace
@@ -1153,10 +1196,26 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   // Form 3 leaves its K splits' partial sums [parts, R, N] to the next kernel, which adds them in
   // split order as sum_splits would (the same bits, one launch fewer per GEMM).
   const int64_t parts13 = a.form == 3 ? invariant_k_splits(a.D) : 1, parts2 = a.form == 3 ? invariant_k_splits(a.I) : 1;
+  auto* act = static_cast<bf16*>(get(sizeof(bf16) * R * a.I));
+  if (a.form == 4) {  // SiLU·mul in the gate|up GEMM's epilogue (the same values, no fp32 [R, 2I])
+    const bf16* w13 = static_cast<const bf16*>(a.w13);
+    if (a.fp8) {
+      widen_fp8_weights(static_cast<const uint8_t*>(a.w13), a.w13_scale, a.E * 2 * a.I, a.D, a.block_k, wbuf, s);
+      w13 = wbuf;
+    }
+    bf16_wgmma_grouped_glu(xa, R, a.D, w13, a.I, offsets, a.E, act, a.I, s, a.invariant);
+    auto* y = static_cast<float*>(get(sizeof(float) * R * a.D));
+    gemm(act, a.I, a.w2, a.w2_scale, a.D, y);
+    combine(a, y, 1, R, inv, k_routed, s);
+    return;
+  }
   auto* h13 = static_cast<float*>(get(sizeof(float) * parts13 * R * 2 * a.I));
   gemm(xa, a.D, a.w13, a.w13_scale, 2 * a.I, h13);
-  auto* act = static_cast<bf16*>(get(sizeof(bf16) * R * a.I));
-  launch_pdl(sum_silu_mul_kernel, grid_for(R * a.I, 256), 256, 0, s, h13, parts13, R * 2 * a.I, R, a.I, act);
+  const bool silu_vec = a.I % 4 == 0 && reinterpret_cast<uintptr_t>(h13) % 16 == 0 &&
+                        reinterpret_cast<uintptr_t>(act) % 8 == 0 && (R * 2 * a.I) % 4 == 0;
+  const int silu_threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, (a.I / 4 + 31) / 32 * 32)));
+  launch_pdl(sum_silu_mul_kernel, static_cast<unsigned>(std::min<int64_t>(R, 1 << 20)), silu_threads, 0, s, h13,
+             parts13, R * 2 * a.I, R, a.I, silu_vec, act);
   DI_CUDA_LAUNCHED();
   auto* y = static_cast<float*>(get(sizeof(float) * parts2 * R * a.D));
   gemm(act, a.I, a.w2, a.w2_scale, a.D, y);

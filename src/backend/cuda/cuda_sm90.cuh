@@ -160,21 +160,25 @@ __device__ __forceinline__ bool resolve_tile(int64_t tile, int64_t n_row_tiles, 
 // The loader warp of a persistent GEMM: for each of this block's tiles (as resolve_tile sees
 // them) and each kBK-wide K block — the it-th overall, stage it % stages — lane 0 waits until
 // the stage is free, announces stage_bytes on full[s] and TMA-loads the A box at (kb·kBK, m0) and
-// the W box at (kb·kBK, e·N + n0) (w_offset bytes into the stage). Then the whole warp runs
-// extra(s, tile, kb) — more per-stage data, which must end with one more arrival on full[s]
-// when init_ring counted one — or nothing. The whole warp walks the tiles (resolve_tile is
-// warp-collective).
-template <int kBM, int kBN, int kBK, typename Extra>
+// the W box at (kb·kBK, e·N + n0) (w_offset bytes into the stage). kGlu: N output columns per
+// expert from W's 2N rows (gate rows, then up rows), tiles of kBN / 2 output columns, and the W
+// stage as two kBN / 2-row boxes — gate rows e·2N + n0.., then up rows e·2N + N + n0.. Then the
+// whole warp runs extra(s, tile, kb) — more per-stage data, which must end with one more arrival
+// on full[s] when init_ring counted one — or nothing. The whole warp walks the tiles
+// (resolve_tile is warp-collective).
+template <int kBM, int kBN, int kBK, bool kGlu = false, typename Extra>
 __device__ __forceinline__ void load_tiles(const CUtensorMap* map_a, const CUtensorMap* map_w, uint8_t* ring,
                                            uint64_t* full, uint64_t* empty, int stages, int stage_bytes, int w_offset,
                                            int64_t n_row_tiles, int64_t N, int64_t n_kb, const int32_t* offsets,
                                            int64_t E, int64_t M, int lane, int64_t* scratch, Extra&& extra) {
-  const int64_t n_col_tiles = (N + kBN - 1) / kBN, n_tiles = n_row_tiles * n_col_tiles;
+  constexpr int kOutN = kGlu ? kBN / 2 : kBN;
+  const int64_t n_col_tiles = (N + kOutN - 1) / kOutN, n_tiles = n_row_tiles * n_col_tiles;
   uint32_t it = 0;
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
     TileView v;
-    if (!resolve_tile<kBM, kBN>(tile, n_row_tiles, n_col_tiles, offsets, E, M, lane, scratch, &v)) continue;
-    const int32_t y_a = static_cast<int32_t>(v.m0), y_w = static_cast<int32_t>(v.e * N + v.n0);
+    if (!resolve_tile<kBM, kOutN>(tile, n_row_tiles, n_col_tiles, offsets, E, M, lane, scratch, &v)) continue;
+    const int32_t y_a = static_cast<int32_t>(v.m0);
+    const int32_t y_w = static_cast<int32_t>(v.e * (kGlu ? 2 * N : N) + v.n0);
     for (int64_t kb = 0; kb < n_kb; ++kb, ++it) {
       const int s = static_cast<int>(it % stages);
       if (lane == 0) mbar_wait(&empty[s], ((it / stages) & 1u) ^ 1u);
@@ -185,6 +189,8 @@ __device__ __forceinline__ void load_tiles(const CUtensorMap* map_a, const CUten
         const int32_t x = static_cast<int32_t>(kb * kBK);
         tma_load_2d(stage, map_a, x, y_a, &full[s]);
         tma_load_2d(stage + w_offset, map_w, x, y_w, &full[s]);
+        if constexpr (kGlu)
+          tma_load_2d(stage + w_offset + kOutN * 128, map_w, x, y_w + static_cast<int32_t>(N), &full[s]);  // 128-B rows
       }
       extra(s, v, kb);
     }
