@@ -189,45 +189,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < kAcc; ++i) acc[i] = __fadd_rn(total[i], acc[i]);
     }
 
-    const int64_t r0 = m0 + 64 * wg + 16 * (warp % 4) + lane / 4, r1 = r0 + 8;
-    if constexpr (kGlu) {
-#pragma unroll
-      for (int j = 0; j < kOutN / 8; ++j) {
-        const int64_t col = n0 + 8 * j + 2 * (lane % 4);
-        if (col >= p.N) continue;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t row = h == 0 ? r0 : r1;
-          if (row >= m_end) continue;
-          const int g = 4 * j + 2 * h, u = g + 4 * (kOutN / 8);  // gate and up fragments of (row, col)
-          const float a0 = silu_times(acc[g], acc[u]), a1 = silu_times(acc[g + 1], acc[u + 1]);
-          bf16* dst = p.act + row * p.ldc + col;
-          if (p.c_vec && col + 1 < p.N) {
-            *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a0, a1);
-          } else {
-            dst[0] = __float2bfloat16(a0);
-            if (col + 1 < p.N) dst[1] = __float2bfloat16(a1);
-          }
-        }
-      }
+    const int64_t r0 = m0 + 64 * wg + 16 * (warp % 4) + lane / 4;
+    if constexpr (kGlu) {  // gate column c at fragment i, up column c at i + 4·(kOutN / 8)
+      for_each_acc_pair(kOutN / 8, n0, p.N, r0, m_end, lane, [&](int64_t row, int64_t col, int i) {
+        const float a0 = silu_times(acc[i], acc[i + kOutN / 2]), a1 = silu_times(acc[i + 1], acc[i + 1 + kOutN / 2]);
+        store_acc_pair(p.act + row * p.ldc + col, a0, a1, p.c_vec && col + 1 < p.N, col + 1 < p.N);
+      });
     } else {
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        const int64_t col = n0 + 8 * j + 2 * (lane % 4);
-        if (col >= p.N) continue;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t row = h == 0 ? r0 : r1;
-          if (row >= m_end) continue;
-          float* dst = p.c + row * p.ldc + col;
-          if (p.c_vec && col + 1 < p.N) {
-            *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-          } else {
-            dst[0] = acc[4 * j + 2 * h];
-            if (col + 1 < p.N) dst[1] = acc[4 * j + 2 * h + 1];
-          }
-        }
-      }
+      for_each_acc_pair(kBN / 8, n0, p.N, r0, m_end, lane, [&](int64_t row, int64_t col, int i) {
+        store_acc_pair(p.c + row * p.ldc + col, acc[i], acc[i + 1], p.c_vec && col + 1 < p.N, col + 1 < p.N);
+      });
     }
   }
 #else
@@ -281,26 +252,29 @@ void launch(const bf16* A, int64_t R, int64_t K, const bf16* W, int64_t N, const
 bool bf16_wgmma_grouped_ok(int64_t K) { return K % 8 == 0 && K > 0 && fp8_wgmma_available(); }
 bool bf16_wgmma_invariant_ok(int64_t K) { return K % 64 == 0 && bf16_wgmma_grouped_ok(K); }
 
-void bf16_wgmma_grouped_gemm(const bf16* A, int64_t R, int64_t K, const bf16* W, int64_t N, const int32_t* offsets,
-                             int64_t E, float* C, int64_t ldc, cudaStream_t s, bool invariant) {
+namespace {
+// Both entry points' preconditions (w_rows: W's rows, E·N or E·2I); false: nothing to compute.
+bool check_args(int64_t R, int64_t K, int64_t N, int64_t w_rows, const int32_t* offsets, int64_t E, int64_t ld,
+                bool invariant) {
   DI_CUDA_REQUIRE_MSG(bf16_wgmma_grouped_ok(K), "bf16 wgmma GEMM: needs an sm_90 GPU and K % 8 == 0");
   DI_CUDA_REQUIRE_MSG(!invariant || bf16_wgmma_invariant_ok(K),
                       "bf16 wgmma GEMM: the invariant form needs K % 64 == 0");
-  DI_CUDA_REQUIRE(offsets != nullptr && E >= 1 && ldc >= N);
-  DI_CUDA_REQUIRE_MSG(R + 128 < (int64_t{1} << 31) && E * N < (int64_t{1} << 31), "bf16 wgmma GEMM: too many rows");
-  if (R == 0 || N == 0) return;
+  DI_CUDA_REQUIRE(offsets != nullptr && E >= 1 && ld >= N);
+  DI_CUDA_REQUIRE_MSG(R + 128 < (int64_t{1} << 31) && w_rows < (int64_t{1} << 31), "bf16 wgmma GEMM: too many rows");
+  return R > 0 && N > 0;
+}
+}  // namespace
+
+void bf16_wgmma_grouped_gemm(const bf16* A, int64_t R, int64_t K, const bf16* W, int64_t N, const int32_t* offsets,
+                             int64_t E, float* C, int64_t ldc, cudaStream_t s, bool invariant) {
+  if (!check_args(R, K, N, E * N, offsets, E, ldc, invariant)) return;
   if (invariant) launch<true, false>(A, R, K, W, N, offsets, E, C, nullptr, ldc, s);
   else launch<false, false>(A, R, K, W, N, offsets, E, C, nullptr, ldc, s);
 }
 
 void bf16_wgmma_grouped_glu(const bf16* A, int64_t R, int64_t K, const bf16* W13, int64_t I, const int32_t* offsets,
                             int64_t E, bf16* act, int64_t ld_act, cudaStream_t s, bool invariant) {
-  DI_CUDA_REQUIRE_MSG(bf16_wgmma_grouped_ok(K), "bf16 wgmma GEMM: needs an sm_90 GPU and K % 8 == 0");
-  DI_CUDA_REQUIRE_MSG(!invariant || bf16_wgmma_invariant_ok(K),
-                      "bf16 wgmma GEMM: the invariant form needs K % 64 == 0");
-  DI_CUDA_REQUIRE(offsets != nullptr && E >= 1 && ld_act >= I);
-  DI_CUDA_REQUIRE_MSG(R + 128 < (int64_t{1} << 31) && 2 * E * I < (int64_t{1} << 31), "bf16 wgmma GEMM: too many rows");
-  if (R == 0 || I == 0) return;
+  if (!check_args(R, K, I, 2 * E * I, offsets, E, ld_act, invariant)) return;
   if (invariant) launch<true, true>(A, R, K, W13, I, offsets, E, nullptr, act, ld_act, s);
   else launch<false, true>(A, R, K, W13, I, offsets, E, nullptr, act, ld_act, s);
 }

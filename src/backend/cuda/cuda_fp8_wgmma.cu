@@ -178,25 +178,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
 
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int64_t col = n0 + 8 * j + 2 * (lane % 4);
-      if (col >= p.N) continue;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t row = h == 0 ? r0 : r1;
-        if (row >= m_end) continue;
-        const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-        OutT* dst = c + row * p.ldc + col;
-        if (p.c_vec && col + 1 < p.N) {
-          if constexpr (sizeof(OutT) == 4) *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
-          else *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
-        } else {
-          dst[0] = static_cast<OutT>(v0);
-          if (col + 1 < p.N) dst[1] = static_cast<OutT>(v1);
-        }
-      }
-    }
+    for_each_acc_pair(16, n0, p.N, r0, m_end, lane, [&](int64_t row, int64_t col, int i) {
+      store_acc_pair(c + row * p.ldc + col, acc[i], acc[i + 1], p.c_vec && col + 1 < p.N, col + 1 < p.N);
+    });
   }
 #else
   __trap();  // built for another architecture: fp8_wgmma_available() is false there

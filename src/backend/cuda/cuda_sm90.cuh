@@ -115,6 +115,38 @@ __device__ __forceinline__ void tile_coords(int64_t tile, int64_t n_row_tiles, i
   *ct = in_group / rows;
 }
 
+// The stores of a math warpgroup's wgmma accumulators (d[4j + v]: row r0 + 8·(v / 2), column
+// n0 + 8j + 2·(lane % 4) + v % 2): for each of the n_groups 8-column groups j and h = 0, 1, the
+// thread's column pair (col, col + 1) of row r0 + 8h calls fn(row, col, i) — d[i], d[i + 1] its
+// two values — skipping col ≥ N and row ≥ m_end.
+template <typename Fn>
+__device__ __forceinline__ void for_each_acc_pair(int n_groups, int64_t n0, int64_t N, int64_t r0, int64_t m_end,
+                                                  int lane, Fn&& fn) {
+#pragma unroll
+  for (int j = 0; j < n_groups; ++j) {
+    const int64_t col = n0 + 8 * j + 2 * (lane % 4);
+    if (col >= N) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = h == 0 ? r0 : r0 + 8;
+      if (row >= m_end) continue;
+      fn(row, col, 4 * j + 2 * h);
+    }
+  }
+}
+// dst[0..1] = (v0, v1) as OutT (fp32 or bf16): one paired store when `pair` (both columns valid
+// and dst aligned for it), else dst[0] and, when has_second, dst[1].
+template <typename OutT>
+__device__ __forceinline__ void store_acc_pair(OutT* dst, float v0, float v1, bool pair, bool has_second) {
+  if (pair) {
+    if constexpr (sizeof(OutT) == 4) *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+    else *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
+  } else {
+    dst[0] = static_cast<OutT>(v0);
+    if (has_second) dst[1] = static_cast<OutT>(v1);
+  }
+}
+
 // The ring's barriers: full[s] completes when the loader's n_loads arrivals and its TMA bytes are
 // in, empty[s] when each of the n_consumers math warps has released the stage. Thread 0
 // initializes; every thread of the block must then pass a __syncthreads before using them.
