@@ -228,10 +228,9 @@ TEST_F(CudaTiledGemmV3, WgmmaBitwiseEqualToMmaSync) {
       DevBuf a(sizeof(uint16_t) * static_cast<size_t>(sh.M * sh.K));
       random_a(a, sh.M, sh.K);
       const std::vector<float> v3 = run(3, a, sh.M, w, sh.N, invariant);
-      DevBuf off(sizeof(int32_t) * 2);
       DevBuf c(sizeof(float) * static_cast<size_t>(sh.M * sh.N));
-      cuda::bf16_wgmma_dense_gemm(a.as<bf16>(), sh.M, sh.K, w.w.as<bf16>(), sh.N, c.as<float>(), sh.N,
-                                  off.as<int32_t>(), stream_, invariant);
+      cuda::bf16_wgmma_dense_gemm(a.as<bf16>(), sh.M, sh.K, w.w.as<bf16>(), sh.N, c.as<float>(), sh.N, stream_,
+                                  invariant);
       DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
       const std::vector<float> wg = download(c, static_cast<size_t>(sh.M * sh.N));
       EXPECT_TRUE(same_bits(wg, v3)) << "M=" << sh.M << " N=" << sh.N << " K=" << sh.K << " invariant " << invariant

@@ -131,6 +131,13 @@ namespace {
 // average kMoePerExpertMinRows rows (prefill), where cuBLAS's tiles win and one host sync is cheap.
 constexpr int64_t kMoeDecodeMaxRows = 512;
 constexpr int64_t kMoePerExpertMinRows = 64;
+// Prefill-sized MoE steps (≥ kMoePerExpertMinRows rows per expert on average, shared slices
+// counted) and whether the bf16 wgmma grouped form takes them: the one rule of moe_ffn (whether the
+// shared slices join the routed launch) and run_moe (the form).
+bool moe_prefill_sized(int64_t rows, int64_t experts) { return rows >= kMoePerExpertMinRows * experts; }
+bool moe_wgmma_ok(bool fp8, int64_t D, int64_t I) {
+  return !fp8 && cuda::bf16_wgmma_grouped_ok(D) && cuda::bf16_wgmma_grouped_ok(I);
+}
 // Default mode: the shared experts run in the routed experts' launch (moe_ffn) for steps of at
 // most this many tokens (one 16-row pass over their slices) — and, with FP8 weights, for every
 // decode-sized step (≤ kMoeDecodeMaxRows routed rows), whose separate shared MLP would run on
@@ -621,7 +628,7 @@ void CudaBackend::invariant_gemm(const void* xb, int64_t M, const void* w, const
       cuda::widen_fp8_weights(static_cast<const uint8_t*>(w), scale, N, K, block_k, dptr<bf16>(wide), s_->stream);
       wb = cdptr<bf16>(wide);
     }
-    cuda::bf16_wgmma_dense_gemm(a, M, K, wb, N, out, ldc, dptr<int32_t>(empty(DType::kI32, {2})), s_->stream, true);
+    cuda::bf16_wgmma_dense_gemm(a, M, K, wb, N, out, ldc, s_->stream, true);
   } else {
     cuda::dense_gemm_tiled(a, M, K, w, scale, fp8, block_k, N, out, ldc, s_->stream);
   }
@@ -946,9 +953,8 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   // routed combine.
   const bool fp8 = !experts.empty() && experts[0].gate_proj.dtype() == DType::kF8E4M3;
   const int64_t E_all = static_cast<int64_t>(experts.size()) + S, R = x.size(0) * (ids.size(1) + S);
-  const int64_t D = x.size(1), I = experts.empty() ? 0 : experts[0].gate_proj.n_out();
-  const bool wgmma_prefill = !fp8 && R >= kMoePerExpertMinRows * E_all && cuda::bf16_wgmma_grouped_ok(D) &&
-                             cuda::bf16_wgmma_grouped_ok(I);
+  const bool wgmma_prefill = moe_prefill_sized(R, E_all) && !experts.empty() &&
+                             moe_wgmma_ok(fp8, x.size(1), experts[0].gate_proj.n_out());
   const bool fuse = s_->batch_invariant || x.size(0) <= kMoeFusedSharedMaxTokens ||
                     (fp8 && x.size(0) * (ids.size(1) + S) <= kMoeDecodeMaxRows) || wgmma_prefill;
   if (S > 0 && fuse) {
@@ -1016,10 +1022,10 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
   const bool gemv_ok = cuda::moe_gemv_ok(a.D, a.I, a.fp8, a.block_k);
   const int64_t R = a.T * (a.k + a.n_shared);
   const bool small_ok = cuda::small_m_gemm_ok(a.D, a.fp8, a.block_k) && cuda::small_m_gemm_ok(a.I, a.fp8, a.block_k);
-  const bool wgmma_ok = !a.fp8 && cuda::bf16_wgmma_grouped_ok(a.D) && cuda::bf16_wgmma_grouped_ok(a.I);
+  const bool wgmma_ok = moe_wgmma_ok(a.fp8, a.D, a.I);
   const bool wgmma_inv_ok = a.fp8 ? cuda::moe_wgmma_fp8_ok(a.E + a.n_shared, a.D, a.I, a.block_k)
                                   : cuda::bf16_wgmma_invariant_ok(a.D) && cuda::bf16_wgmma_invariant_ok(a.I);
-  const bool prefill_sized = R >= kMoePerExpertMinRows * (a.E + a.n_shared);
+  const bool prefill_sized = moe_prefill_sized(R, a.E + a.n_shared);
   const bool w8a8_ok = cuda::moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k);
   if (s_->moe_gemm >= 0) {
     const bool unfit = (s_->moe_gemm == 1 && !gemv_ok) || (s_->moe_gemm == 3 && !small_ok) ||

@@ -53,7 +53,7 @@ struct Params {
   bf16* act;            // GLU: [M, ldc] bf16(silu(gate) · up)
   int64_t ldc;
   bool c_vec;  // ldc even and c (act: 4-byte) aligned: column pairs stored as one
-  const int32_t* offsets;  // [E + 1]
+  const int32_t* offsets;  // [E + 1]; null: dense rows [0, M) (one "expert")
   int64_t E;
 };
 
@@ -209,12 +209,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// offsets = {0, M}: the dense form's one "expert".
-__global__ void dense_offsets_kernel(int32_t* offsets, int32_t M) {
-  offsets[0] = 0;
-  offsets[1] = M;
-}
-
 // C (fp32) or, kGlu, act (bf16, N = I output columns from W's 2I rows per expert).
 template <bool kInvariant, bool kGlu>
 void launch(const bf16* A, int64_t R, int64_t K, const bf16* W, int64_t N, const int32_t* offsets, int64_t E, float* C,
@@ -225,7 +219,9 @@ void launch(const bf16* A, int64_t R, int64_t K, const bf16* W, int64_t N, const
   p.M = R;
   p.N = N;
   p.n_kb = (K + S::kBK - 1) / S::kBK;
-  p.n_row_tiles = (R + S::kBM - 1) / S::kBM + std::min(E, R);
+  // Grouped: the bound ceil(R / 128) + min(E, R); dense (offsets null, resolve_tile's dense rows):
+  // exactly ceil(R / 128).
+  p.n_row_tiles = (R + S::kBM - 1) / S::kBM + (offsets != nullptr ? std::min(E, R) : 0);
   p.c = C;
   p.act = act;
   p.ldc = ldc;
@@ -253,13 +249,14 @@ bool bf16_wgmma_grouped_ok(int64_t K) { return K % 8 == 0 && K > 0 && fp8_wgmma_
 bool bf16_wgmma_invariant_ok(int64_t K) { return K % 64 == 0 && bf16_wgmma_grouped_ok(K); }
 
 namespace {
-// Both entry points' preconditions (w_rows: W's rows, E·N or E·2I); false: nothing to compute.
-bool check_args(int64_t R, int64_t K, int64_t N, int64_t w_rows, const int32_t* offsets, int64_t E, int64_t ld,
-                bool invariant) {
+// The entry points' preconditions (w_rows: W's rows, E·N or E·2I; grouped: offsets given);
+// false: nothing to compute.
+bool check_args(int64_t R, int64_t K, int64_t N, int64_t w_rows, bool grouped, const int32_t* offsets, int64_t E,
+                int64_t ld, bool invariant) {
   DI_CUDA_REQUIRE_MSG(bf16_wgmma_grouped_ok(K), "bf16 wgmma GEMM: needs an sm_90 GPU and K % 8 == 0");
   DI_CUDA_REQUIRE_MSG(!invariant || bf16_wgmma_invariant_ok(K),
                       "bf16 wgmma GEMM: the invariant form needs K % 64 == 0");
-  DI_CUDA_REQUIRE(offsets != nullptr && E >= 1 && ld >= N);
+  DI_CUDA_REQUIRE((!grouped || offsets != nullptr) && E >= 1 && ld >= N);
   DI_CUDA_REQUIRE_MSG(R + 128 < (int64_t{1} << 31) && w_rows < (int64_t{1} << 31), "bf16 wgmma GEMM: too many rows");
   return R > 0 && N > 0;
 }
@@ -267,25 +264,23 @@ bool check_args(int64_t R, int64_t K, int64_t N, int64_t w_rows, const int32_t* 
 
 void bf16_wgmma_grouped_gemm(const bf16* A, int64_t R, int64_t K, const bf16* W, int64_t N, const int32_t* offsets,
                              int64_t E, float* C, int64_t ldc, cudaStream_t s, bool invariant) {
-  if (!check_args(R, K, N, E * N, offsets, E, ldc, invariant)) return;
+  if (!check_args(R, K, N, E * N, true, offsets, E, ldc, invariant)) return;
   if (invariant) launch<true, false>(A, R, K, W, N, offsets, E, C, nullptr, ldc, s);
   else launch<false, false>(A, R, K, W, N, offsets, E, C, nullptr, ldc, s);
 }
 
 void bf16_wgmma_grouped_glu(const bf16* A, int64_t R, int64_t K, const bf16* W13, int64_t I, const int32_t* offsets,
                             int64_t E, bf16* act, int64_t ld_act, cudaStream_t s, bool invariant) {
-  if (!check_args(R, K, I, 2 * E * I, offsets, E, ld_act, invariant)) return;
+  if (!check_args(R, K, I, 2 * E * I, true, offsets, E, ld_act, invariant)) return;
   if (invariant) launch<true, true>(A, R, K, W13, I, offsets, E, nullptr, act, ld_act, s);
   else launch<false, true>(A, R, K, W13, I, offsets, E, nullptr, act, ld_act, s);
 }
 
 void bf16_wgmma_dense_gemm(const bf16* A, int64_t M, int64_t K, const bf16* W, int64_t N, float* C, int64_t ldc,
-                           int32_t* offsets, cudaStream_t s, bool invariant) {
-  DI_CUDA_REQUIRE_MSG(M < (int64_t{1} << 31) - 128, "bf16 wgmma GEMM: too many rows");
-  if (M == 0 || N == 0) return;
-  dense_offsets_kernel<<<1, 1, 0, s>>>(offsets, static_cast<int32_t>(M));
-  DI_CUDA_LAUNCHED();
-  bf16_wgmma_grouped_gemm(A, M, K, W, N, offsets, 1, C, ldc, s, invariant);
+                           cudaStream_t s, bool invariant) {
+  if (!check_args(M, K, N, N, false, nullptr, 1, ldc, invariant)) return;
+  if (invariant) launch<true, false>(A, M, K, W, N, nullptr, 1, C, nullptr, ldc, s);
+  else launch<false, false>(A, M, K, W, N, nullptr, 1, C, nullptr, ldc, s);
 }
 
 }  // namespace deepinfer::cuda

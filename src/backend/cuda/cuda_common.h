@@ -364,11 +364,10 @@ void bf16_wgmma_grouped_gemm(const bf16* A, int64_t R, int64_t K, const bf16* W,
 // kernel (bitwise, `invariant` as above), without that intermediate.
 void bf16_wgmma_grouped_glu(const bf16* A, int64_t R, int64_t K, const bf16* W13, int64_t I, const int32_t* offsets,
                             int64_t E, bf16* act, int64_t ld_act, cudaStream_t s, bool invariant);
-// Dense C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for m < M on the same kernel (one
-// "expert"); offsets: 2 int32 of device scratch it fills with {0, M} first (graph-safe).
+// Dense C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for m < M on the same kernel (its dense
+// row tiles, no offsets). Graph-safe.
 void bf16_wgmma_dense_gemm(const bf16* A, int64_t M, int64_t K, const bf16* W, int64_t N, float* C, int64_t ldc,
-                           int32_t* offsets, cudaStream_t s, bool invariant);
-// Dense C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for m < M with the tiled grouped GEMM
+                           cudaStream_t s, bool invariant);// Dense C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for m < M with the tiled grouped GEMM
 // (one "expert"): the same per-element fold as small_m_gemm, so either may serve any M in the
 // batch-invariant mode. W bf16 or FP8 (per (row, block_k) scales, widened to bf16).
 void dense_gemm_tiled(const bf16* A, int64_t M, int64_t K, const void* W, const float* scale, bool fp8,
