@@ -922,7 +922,7 @@ __global__ void __launch_bounds__(kThreads) mla_row_tiles_kernel(DecodePlan pl, 
 // chain issues the same MMAs in the same order; the softmax is the same function of the same
 // scores; the merge is the same function of the same split states, in the same order.
 // Shared (dynamic): latent ring [4][32][584] bf16, q [32][584] bf16, partial scores [2][32][36]
-// fp32, P [32][40] bf16, corr / α / β / L [32] fp32 each: 202,240 bytes, one block per SM.
+// fp32, P [32][40] bf16, corr / α / β / L [32] fp32 each: 199,168 bytes, one block per SM.
 // Preconditions: split_keys > 0, r = 512, dr = 64, cache rows 16-byte aligned, kv_len ≥ q_len.
 __global__ void __launch_bounds__(kThreads, 1) mla_rows_merged_kernel(DecodePlan pl, const int4* tiles,
                                                                        bf16* o_lat) {

@@ -235,6 +235,12 @@ __global__ void __launch_bounds__(1024) small_sort_kernel(const int32_t* ids, in
   }
 }
 
+// Four values rounded to bf16 (round to nearest even), packed for one 8-byte store.
+__device__ __forceinline__ uint2 bf16x4(float a, float b, float c, float d) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
+  return make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+}
+
 // xa[i] = bf16(x[perm[i] / k]); inv[perm[i]] = i (inv == null: the one-block sort wrote it).
 __global__ void permute_kernel(const float* x, const int32_t* perm, int64_t k, int64_t D, bf16* xa, int32_t* inv) {
   pdl_wait();
@@ -248,11 +254,7 @@ __global__ void permute_kernel(const float* x, const int32_t* perm, int64_t k, i
     const int n4 = static_cast<int>(D / 4);
     for (int j = threadIdx.x; j < n4; j += blockDim.x) {
       const float4 v = reinterpret_cast<const float4*>(src)[j];
-      __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-      uint2 packed;
-      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-      reinterpret_cast<uint2*>(dst)[j] = packed;  // xa from the step arena: 256-byte aligned, D % 4 == 0
+      reinterpret_cast<uint2*>(dst)[j] = bf16x4(v.x, v.y, v.z, v.w);  // xa: step arena (256-B aligned), D % 4 == 0
     }
     return;
   }
@@ -289,12 +291,8 @@ __global__ void sum_silu_mul_kernel(const float* h, int64_t n_parts, int64_t str
           g = make_float4(g.x + gp.x, g.y + gp.y, g.z + gp.z, g.w + gp.w);
           u = make_float4(u.x + up.x, u.y + up.y, u.z + up.z, u.w + up.w);
         }
-        __nv_bfloat162 lo = __floats2bfloat162_rn(silu_times(g.x, u.x), silu_times(g.y, u.y));
-        __nv_bfloat162 hi = __floats2bfloat162_rn(silu_times(g.z, u.z), silu_times(g.w, u.w));
-        uint2 packed;
-        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-        reinterpret_cast<uint2*>(out)[j] = packed;
+        reinterpret_cast<uint2*>(out)[j] =
+            bf16x4(silu_times(g.x, u.x), silu_times(g.y, u.y), silu_times(g.z, u.z), silu_times(g.w, u.w));
       }
       continue;
     }
