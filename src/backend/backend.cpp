@@ -82,6 +82,12 @@ void Backend::mla_rope_kv_write(Tensor& q, int64_t q_offset, Tensor& kv, const T
   mla_kv_write(kv, norm, eps, positions, rope, slots, cache);
 }
 
+void Backend::matmul_parts(const Tensor& x, const std::vector<const LinearWeight*>& w,
+                           const std::vector<Tensor*>& out) {
+  DI_CHECK_EQ(w.size(), out.size());
+  for (size_t i = 0; i < w.size(); ++i) matmul(x, 0, *w[i], *out[i]);
+}
+
 void Backend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                       const SharedExperts& shared, Tensor& out) {
   moe_experts(x, ids, weights, experts, out);

@@ -153,8 +153,16 @@ class Backend {
   // out[M, N] = x[M, K] · Wᵀ (fp32 accumulation). x F32 with row stride `x_stride` (0 = K).
   virtual void matmul(const Tensor& x, int64_t x_stride, const LinearWeight& w, Tensor& out) = 0;
 
+  // out[i][M, N_i] = x[M, K] · w[i]ᵀ for linears that read the same x (q_proj or q_a_proj, and
+  // kv_a_proj_with_mqa). A backend may run them as one GEMM where the placement stacked their
+  // rows in one buffer (deepseek_placement.h); the values are matmul's up to rounding order.
+  // Default: one matmul each. x F32 [M, K] contiguous; out[i] F32 [M, N_i].
+  virtual void matmul_parts(const Tensor& x, const std::vector<const LinearWeight*>& w,
+                            const std::vector<Tensor*>& out);
+
   // Rotates channels [offset, offset + rope.dim()) of every head in place.
-  // x [T, n_heads, head_stride] F32; positions [T] I32.
+  // x [T, n_heads, head_stride] F32; positions [T] I32, a step input copied from the host (as
+  // AttentionBatch's device arrays, and in mla_kv_write / mla_rope_kv_write too).
   virtual void rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeParams& rope) = 0;
 
   // out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i]. gate_up [T, 2I] F32; out [T, I] F32.

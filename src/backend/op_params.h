@@ -35,7 +35,9 @@ struct AttentionBatch {
   int64_t block_size = 0;  // tokens per page
   int64_t n_rows = 0;      // q_indptr[n_seqs] (query rows of the whole step)
 
-  // The same arrays in the backend's memory (equal to the pointers above on host backends).
+  // The same arrays in the backend's memory (equal to the pointers above on host backends):
+  // step inputs, copied from the host, never written by a device kernel (CUDA kernels read them
+  // before waiting for the previous kernel, cuda_launch.cuh).
   struct DeviceView {
     const int32_t* q_indptr = nullptr;
     const int32_t* kv_len = nullptr;

@@ -329,6 +329,44 @@ TEST_F(CudaOps, DecodeGemvMatchesBf16RoundedReference) {
   }
 }
 
+// matmul_parts on two row-stacked linears (q_proj / kv_a_proj's placement): at GEMV sizes one
+// launch over both, its output split at N0 = 37 (a 4-row unit straddles the cut), bitwise what
+// the two matmuls give (the same GEMV sums: both shapes and the pair run its block mode); past
+// GEMV sizes (M = 5) and for parts that are not stacked, the two matmuls themselves. The op
+// timer's names show which path ran.
+TEST_F(CudaOps, MatmulPartsEqualsTheSeparateMatmuls) {
+  const int64_t N0 = 37, N1 = 21, K = 272;
+  for (DType dt : {DType::kF32, DType::kF8E4M3})
+  for (bool stacked : {true, false})
+  for (int64_t M : {1, 2, 5}) {
+    const LinearWeight h0 = host_linear(N0, K, dt), h1 = host_linear(N1, K, dt);
+    LinearWeight w0, w1;
+    if (stacked) {
+      const LinearWeight all = gpu_->place_linear({&h0, &h1});
+      w0 = all.rows(0, N0), w1 = all.rows(N0, N1);
+    } else {
+      w0 = gpu_->place_linear({&h0}), w1 = gpu_->place_linear({&h1});
+    }
+    const Tensor x = up(randn({M, K}));
+    Tensor o0 = dev_empty(DType::kF32, {M, N0}), o1 = dev_empty(DType::kF32, {M, N1});
+    Tensor r0 = dev_empty(DType::kF32, {M, N0}), r1 = dev_empty(DType::kF32, {M, N1});
+    gpu_->set_op_timing(true);
+    gpu_->matmul_parts(x, {&w0, &w1}, {&o0, &o1});
+    const std::vector<OpTime> times = gpu_->take_op_times();
+    gpu_->set_op_timing(false);
+    const bool fused = stacked && M <= 2;
+    ASSERT_EQ(times.size(), fused ? 1u : 2u) << "M=" << M;
+    if (fused) {
+      EXPECT_EQ(times[0].op, "matmul 58x272");
+    }
+    gpu_->matmul(x, 0, w0, r0);
+    gpu_->matmul(x, 0, w1, r1);
+    const Tensor a0 = down(o0), a1 = down(o1), b0 = down(r0), b1 = down(r1);
+    EXPECT_EQ(0, std::memcmp(a0.raw_data(), b0.raw_data(), a0.n_bytes())) << dtype_name(dt) << " M=" << M;
+    EXPECT_EQ(0, std::memcmp(a1.raw_data(), b1.raw_data(), a1.n_bytes())) << dtype_name(dt) << " M=" << M;
+  }
+}
+
 TEST_F(CudaOps, KvWriteRoundsToBf16) {
   const int64_t T = 11, L = 40, n_blocks = 5, bs = 4;
   Tensor lat = randn({T, L});

@@ -533,6 +533,9 @@ LinearWeight CudaBackend::place_linear(const std::vector<const LinearWeight*>& p
 
 void CudaBackend::fill_random(Tensor& t, uint64_t seed, bool normal, float a, float b) {
   cuda::fill_random(dptr(t), elem_of(t.dtype()), t.numel(), seed, normal, a, b, s_->stream);
+  // Done before anything else runs: kernels read weights before waiting for the previous kernel
+  // (cuda_launch.cuh), so no kernel may still be writing one.
+  synchronize();
 }
 
 // ---- Ops -------------------------------------------------------------------------------------
@@ -763,6 +766,7 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
     cuda::MlaDecodeArgs a{};
     a.q = cdptr<float>(q);
     a.kv_b = kvb;
+    a.kv_b_stable = p.kv_b_proj->dtype() == DType::kBF16;  // the placed weight itself (bf16_weight)
     a.cache = cache_p;
     a.q_indptr = batch.dev.q_indptr;
     a.kv_len = batch.dev.kv_len;
@@ -933,6 +937,34 @@ bool stacked(const std::vector<const LinearWeight*>& parts) {
   return true;
 }
 }  // namespace
+
+void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWeight*>& w,
+                               const std::vector<Tensor*>& out) {
+  DI_CHECK_EQ(w.size(), out.size());
+  // Decode sizes, two parts stacked by the placement: one GEMV over both, its output split.
+  const bool two = w.size() == 2 && out[0]->size(0) == out[1]->size(0) && w[0]->dtype() == w[1]->dtype() &&
+                   w[0]->n_in() == w[1]->n_in() && w[0]->dtype() != DType::kF32 && stacked(w);
+  const int64_t M = out[0]->size(0), K = w[0]->n_in();
+  const bool fp8 = w[0]->dtype() == DType::kF8E4M3;
+  if (!two || s_->batch_invariant || M == 0 || M > kGemvMaxRows || x.size(1) != K || (fp8 && w[0]->block_n != 1) ||
+      !cuda::gemv_ok(Elem::kF32, x.raw_data(), K, elem_of(w[0]->dtype()), K, fp8 ? w[0]->block_k : 0) ||
+      reinterpret_cast<uintptr_t>(w[0]->weight.raw_data()) % 16 != 0) {
+    Backend::matmul_parts(x, w, out);
+    return;
+  }
+  const int64_t n0 = w[0]->n_out(), n1 = w[1]->n_out();
+  DI_CHECK(out[0]->size(1) == n0 && out[1]->size(1) == n1);
+  OpTimer timer(*this, "matmul", n0 + n1, K);
+  cuda::GemvArgs g;
+  g.a = x.raw_data(), g.a_elem = Elem::kF32, g.lda = K;
+  g.w = dptr(w[0]->weight), g.w_elem = elem_of(w[0]->dtype());
+  if (fp8) g.w_scale = cdptr<float>(w[0]->scale_inv), g.block_k = w[0]->block_k;
+  g.N = n0 + n1, g.K = K;
+  g.rows = M, g.max_rows = M;
+  g.c = dptr<float>(*out[0]), g.ldc = n0;
+  g.c2 = dptr<float>(*out[1]), g.ldc2 = n1, g.n_split = n0;
+  cuda::gemv(g, s_->stream);
+}
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                               const std::vector<MlpWeights>& experts, Tensor& out) {

@@ -57,6 +57,9 @@ class CudaBackend : public Backend {
   void rms_norm(const Tensor& x, int64_t x_stride, const Tensor& weight, float eps, Tensor& out) override;
   void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) override;
   void matmul(const Tensor& x, int64_t x_stride, const LinearWeight& w, Tensor& out) override;
+  // Two row-stacked linears at GEMV sizes: one GEMV launch writing the two outputs.
+  void matmul_parts(const Tensor& x, const std::vector<const LinearWeight*>& w,
+                    const std::vector<Tensor*>& out) override;
   void rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeParams& rope) override;
   void silu_mul(const Tensor& gate_up, Tensor& out) override;
   void kv_write(const Tensor& latent, const Tensor& slots, Tensor& cache) override;

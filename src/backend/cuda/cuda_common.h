@@ -136,6 +136,10 @@ void gemm_f32(cublasHandle_t h, int64_t M, int64_t N, int64_t K, const float* A,
 struct MlaDecodeArgs {
   const float* q;      // [T, H, dn + dr] = [q_nope | q_pe] per head, RoPE applied
   const bf16* kv_b;    // [H * (dn + dv), r]: per head W_UK [dn, r] then W_UV [dv, r]
+  // kv_b is a placed weight, never written by a kernel: the kernels may start reading it before
+  // the previous kernel in the stream ends (cuda_launch.cuh). False when a kernel of this step
+  // produced it (an FP8 kv_b dequantized into step memory).
+  bool kv_b_stable = false;
   const bf16* cache;   // [n_blocks, block_size, r + dr] = [c_kv | k_pe] per position
   const int32_t* q_indptr;      // [n_seqs + 1]
   const int32_t* kv_len;        // [n_seqs] (≥ the sequence's q_len)
@@ -339,6 +343,10 @@ struct GemvArgs {
   bool glu = false;
   float* c = nullptr;
   int64_t ldc = 0;
+  // Split output (dense, not gated; null: none): columns n ≥ n_split go to c2[r, n − n_split]
+  // (row stride ldc2) — two row-stacked linears of one A in one launch.
+  float* c2 = nullptr;
+  int64_t ldc2 = 0, n_split = 0;
 };
 // The kernel takes these operands: K a multiple of the 16-byte chunk (8 bf16, 16 FP8, 4 fp32
 // weights), FP8 block_k a multiple of 16, A 16-byte aligned rows (pointer and lda), fp32 weights

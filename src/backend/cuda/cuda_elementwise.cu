@@ -116,12 +116,13 @@ __global__ void dequant_fp8_kernel(const uint8_t* q, const float* scale, int64_t
 
 __global__ void rope_kernel(float* x, int64_t heads, int64_t stride, int64_t offset, const int32_t* positions,
                             RopeArgs a) {
-  pdl_wait();
-  pdl_trigger();
-  // The token's cos/sin once for all heads (double-precision trigonometry is the kernel's cost).
+  // The token's cos/sin once for all heads (double-precision trigonometry is the kernel's cost),
+  // before the wait for the previous kernel (positions are a step input; see mla_kv_write_kernel).
   __shared__ float cs[2 * kRopeMaxHalf];
   const int64_t t = blockIdx.x;
   rope_table(a, positions[t], cs);
+  pdl_wait();
+  pdl_trigger();
   for (int64_t k = threadIdx.x; k < heads * a.half; k += blockDim.x)
     rope_pair(a, cs, x + (t * heads + k / a.half) * stride + offset, k % a.half);
 }
@@ -133,16 +134,18 @@ __global__ void rope_kernel(float* x, int64_t heads, int64_t stride, int64_t off
 __global__ void mla_kv_write_kernel(float* kv, int64_t width, int64_t r, const void* w, Elem we, float eps,
                                     const int32_t* positions, RopeArgs a, const int32_t* slots, void* cache,
                                     Elem ce, MlaQRope q) {
-  pdl_wait();
-  pdl_trigger();
   __shared__ float cs[2 * kRopeMaxHalf];
   const int64_t t = blockIdx.x;
+  // The rotation table first, before the wait for the previous kernel: it reads only the step's
+  // positions (an input, never written by a kernel), so its trigonometry overlaps that kernel.
+  rope_table(a, positions[t], cs);
+  pdl_wait();
+  pdl_trigger();
   float* x = kv + t * width;
   float ss = 0;
   for (int64_t j = threadIdx.x; j < r; j += blockDim.x) ss += x[j] * x[j];
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(r) + eps);
   for (int64_t j = threadIdx.x; j < r; j += blockDim.x) x[j] = load(w, we, j) * (x[j] * inv);
-  rope_table(a, positions[t], cs);
   for (int i = threadIdx.x; i < a.half; i += blockDim.x) rope_pair(a, cs, x + r, i);
   if (q.q != nullptr)
     for (int64_t k = threadIdx.x; k < q.heads * a.half; k += blockDim.x)

@@ -6,8 +6,10 @@
 //  - Dense (rows [0, M) of one matrix) or grouped (MoE: the rows of expert e are [offsets[e],
 //    offsets[e+1]) of A and C, against W's rows [e·N, (e+1)·N)).
 //  - Options: a row map (row r of the product reads A row a_rows[r] / a_row_div: the MoE reads
-//    its tokens through the permutation instead of gathering them), and a gated form (C =
-//    silu(gate) · up of a gate row and its up row N rows later: SiLU·mul in the epilogue).
+//    its tokens through the permutation instead of gathering them), a gated form (C =
+//    silu(gate) · up of a gate row and its up row N rows later: SiLU·mul in the epilogue), and a
+//    split output (columns past n_split to a second matrix: two row-stacked linears of one A,
+//    such as q_proj and kv_a_proj, in one launch).
 // Work: a unit is (an active expert slot, 4 weight rows: 4 output columns, or 2 gated ones). The
 // grid is persistent (at most the blocks that fit at once) and each group takes a contiguous
 // range of units of equal size (±1), so every SM streams the same number of bytes and no wave
@@ -148,7 +150,6 @@ constexpr int min_blocks() {
 template <Elem kW, bool kAF32, int kM, bool kBlockK, bool kGlu>
 __global__ void __launch_bounds__(kThreads, min_blocks<kW, kM>())
     gemv_kernel(GemvArgs g, int64_t n_units, int64_t units_per_slot) {
-  pdl_wait();
   constexpr int kEl = chunk_elems<kW>();
   constexpr size_t kAElem = kAF32 ? sizeof(float) : sizeof(bf16);
   constexpr int kSums = kUnitRows * kM;
@@ -230,6 +231,11 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kW, kM>())
 #pragma unroll
     for (int m = 0; m < kM; ++m) acc[q][m] = 0.0f;
   int parity = 0;
+  // C[r, n], or (split output) c2[r, n − n_split] past n_split.
+  auto store = [&](int64_t r, int64_t n, float v) {
+    if (g.c2 == nullptr || n < g.n_split) g.c[r * g.ldc + n] = v;
+    else g.c2[r * g.ldc2 + (n - g.n_split)] = v;
+  };
   // Batch p.b of the pass: the chunks in buffer w into acc; at the pass's last batch, the sums
   // are reduced, stored and reset.
   auto step = [&](const Pos<kM>& p, const uint4 (&w)[kUnitRows][kBatch], const float (&sc)[kUnitRows][kBatch]) {
@@ -297,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kW, kM>())
         float v;
         if constexpr (kGlu) v = silu_times(total(tid), total(tid + 2 * kM));
         else v = total(tid);
-        if (m < m_here && p.n0 + q < g.N) g.c[(p.r0 + p.mc + m) * g.ldc + p.n0 + q] = v;
+        if (m < m_here && p.n0 + q < g.N) store(p.r0 + p.mc + m, p.n0 + q, v);
       }
       parity ^= 1;
     } else {
@@ -314,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kW, kM>())
           }
       const int q = lane / kM, m = lane % kM;
       if (lane < kCols * kM && m < m_here && p.n0 + q < g.N)
-        g.c[(p.r0 + p.mc + m) * g.ldc + p.n0 + q] = kGlu ? silu_times(v, u) : v;
+        store(p.r0 + p.mc + m, p.n0 + q, kGlu ? silu_times(v, u) : v);
     }
 #pragma unroll
     for (int q = 0; q < kUnitRows; ++q)
@@ -326,8 +332,21 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kW, kM>())
   // across pass and unit boundaries too.
   uint4 wa[kUnitRows][kBatch], wb[kUnitRows][kBatch];
   float sa[kUnitRows][kBatch], sb[kUnitRows][kBatch];
-  Pos<kM> cur = enter(group * n_units / n_groups);
-  if (cur.valid) issue(cur, wa, sa);
+  // Dense without a row map, the first position's weight loads go out before the wait for the
+  // previous kernel (weights are never written by a kernel, and `enter` reads only sizes), so
+  // their latency overlaps that kernel's tail; the grouped form's units come from the previous
+  // kernel's output (offsets, active experts, row map): everything after the wait.
+  const bool early = g.active == nullptr && g.a_rows == nullptr;
+  Pos<kM> cur{};
+  if (early) {
+    cur = enter(group * n_units / n_groups);
+    if (cur.valid) issue(cur, wa, sa);
+  }
+  pdl_wait();
+  if (!early) {
+    cur = enter(group * n_units / n_groups);
+    if (cur.valid) issue(cur, wa, sa);
+  }
   while (cur.valid) {
     const Pos<kM> nxt = advance(cur);
     if (nxt.valid) issue(nxt, wb, sb);
@@ -409,6 +428,8 @@ void gemv(const GemvArgs& g, cudaStream_t s) {
   DI_CUDA_REQUIRE(g.a_row_div >= 1 && g.a_row_div <= INT32_MAX);
   // 32-bit positions (Pos): columns, A rows and units below 2^31.
   DI_CUDA_REQUIRE(g.N <= INT32_MAX && g.rows <= INT32_MAX && g.n_active <= 65535);
+  DI_CUDA_REQUIRE_MSG(g.c2 == nullptr || (!g.glu && g.active == nullptr && g.n_split >= 0 && g.n_split <= g.N),
+                      "gemv: a split output takes the dense, ungated form and 0 <= n_split <= N");
   if (g.N == 0 || (g.active == nullptr && g.rows == 0)) return;
   const bool af32 = g.a_elem == Elem::kF32;
   switch (g.w_elem) {

@@ -57,7 +57,11 @@ __global__ void __launch_bounds__(kSmThreads) small_m_gemm_kernel(const bf16* A,
                                                                   int64_t N, const int32_t* offsets,
                                                                   const int32_t* active, int64_t dense_rows, float* C,
                                                                   int64_t ldc, float* part, int64_t part_rows) {
-  pdl_wait();
+  // Dense (active == null): the first pass's weight stages go out before the wait for the previous
+  // kernel (weights are never written by a kernel, cuda_launch.cuh); the grouped form's experts
+  // come from the previous kernel's output, so it waits first.
+  const bool early = active == nullptr;
+  if (!early) pdl_wait();
   // No early pdl_trigger: the dependents' CTAs would wait beside this multi-wave GEMM's last
   // wave (FP8 decode B = 32: 15.2 → 16.2 ms per step with it; bf16 B = 1 3.55 → 3.49; run s7-6).
   using namespace nvcuda;
@@ -93,14 +97,16 @@ __global__ void __launch_bounds__(kSmThreads) small_m_gemm_kernel(const bf16* A,
     const bf16* a_base = A + (r0 + mc) * K;
     // One stage: A 16 rows × 64 k (128 chunks of 8 bf16: one per thread); W 64 rows × 64 k
     // (bf16: 512 chunks, 4 per thread; FP8: 256 chunks of 16 bytes, 2 per thread).
-    auto issue = [&](int64_t step) {
+    auto issue_a = [&](int64_t step) {
       const int s = static_cast<int>(step % kSmStages);
       const int64_t k0 = k_begin + step * kSmK;
-      {
-        const int r = t / 8, c = (t % 8) * 8;
-        const bool ok = r < rows && k0 + c < k_end;
-        cp_async16(smem_u32(a_stage(s) + r * kSmLd + c), ok ? a_base + r * K + k0 + c : A, ok);
-      }
+      const int r = t / 8, c = (t % 8) * 8;
+      const bool ok = r < rows && k0 + c < k_end;
+      cp_async16(smem_u32(a_stage(s) + r * kSmLd + c), ok ? a_base + r * K + k0 + c : A, ok);
+    };
+    auto issue_w = [&](int64_t step) {
+      const int s = static_cast<int>(step % kSmStages);
+      const int64_t k0 = k_begin + step * kSmK;
       if constexpr (kFp8) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -128,13 +134,27 @@ __global__ void __launch_bounds__(kSmThreads) small_m_gemm_kernel(const bf16* A,
         }
       }
     };
+    auto issue = [&](int64_t step) {
+      issue_a(step);
+      issue_w(step);
+    };
 
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
     wmma::fill_fragment(acc, 0.0f);
+    const bool pre = early && mc == 0;  // the first stages' weights before the wait
+    if (pre) {
+#pragma unroll
+      for (int s = 0; s < kSmStages - 1; ++s)
+        if (s < n_steps) issue_w(s);
+      pdl_wait();
+    }
 #pragma unroll
     for (int s = 0; s < kSmStages - 1; ++s) {
-      if (s < n_steps) issue(s);
-      cp_async_commit();  // empty groups keep the wait count uniform
+      if (s < n_steps) {
+        if (!pre) issue_w(s);
+        issue_a(s);
+      }
+      cp_async_commit();  // empty groups keep the wait count uniform (the first also holds `pre`'s)
     }
     for (int64_t step = 0; step < n_steps; ++step) {
       cp_async_wait<kSmStages - 2>();
@@ -179,6 +199,7 @@ __global__ void __launch_bounds__(kSmThreads) small_m_gemm_kernel(const bf16* A,
     }
     __syncthreads();  // the next pass refills the stages
   }
+  if (early && n_rows == 0) pdl_wait();  // every thread waits once (no pass ran)
 }
 
 // C[r, n] = Σ_s part[s, r, n] in split order (the first term as is, then + each next).

@@ -4,15 +4,25 @@
 // to the step's latency — a decode step is a chain of ~35 small kernels per layer.
 //
 // The contract, per kernel launched with launch_pdl:
-//  - its first statement is pdl_wait(), which blocks until the previous grid in the stream has
-//    completed and its memory is visible: nothing is read or written before it, so the kernel
-//    sees exactly what a plain launch would (no read-after-write or write-after-read race);
-//  - it then calls pdl_trigger(), allowing the next kernel's blocks to be scheduled (they
-//    wait in their own pdl_wait until this grid completes) — except the decode GEMMs
-//    (small_m_gemm), whose dependents would wait beside its last wave; the persistent GEMV
-//    triggers once its work is done.
+//  - pdl_wait() blocks until the previous grid in the stream has completed and its memory is
+//    visible. Before it, a kernel only reads data that no kernel writes once the model is
+//    placed — weights (placed by host copies; fill_random synchronizes the stream) and the
+//    step's host-uploaded inputs (positions, AttentionBatch's device arrays) — and writes only
+//    its own shared memory: the dense GEMV's first weight loads, the MLA absorb and W_UV
+//    kernels' weight tiles, the split kernel's page lookups and the latent write's RoPE table
+//    go out there, overlapping the previous kernel's tail. Everything else comes after it, so
+//    the kernel sees exactly what a plain launch would (no read-after-write or write-after-read
+//    race);
+//  - after pdl_wait (never before: a kernel's pre-wait reads rely on every grid before the
+//    previous one having completed) it calls pdl_trigger(), allowing the next kernel's blocks to
+//    be scheduled (they run their pre-wait part, then wait until this grid completes) — except
+//    the decode GEMMs (small_m_gemm), whose dependents would wait beside its last wave; the
+//    persistent GEMV triggers once its work is done.
 // Measured (V2-Lite decode, run s7-6): bf16 B = 1 3.56 → 3.55 ms per step, FP8 B = 32 15.30 →
-// 15.20; triggering in the GEMMs too gave bf16 B = 1 3.49 but FP8 B = 32 16.18.
+// 15.20; triggering in the GEMMs too gave bf16 B = 1 3.49 but FP8 B = 32 16.18. The pre-wait
+// loads (run s11-6, same machine, without → with): bf16 B = 1 2.70 → 2.55 ms, FP8 2.85 → 2.71,
+// B = 32 −1 %. The GEMV triggering right after its wait instead (s11-7): bf16 B = 1 −0.6 %, FP8
+// +2.9 %; not kept.
 // Kernels launched the ordinary way (cuBLAS, prefill kernels) keep full stream serialization;
 // pdl_wait and pdl_trigger are no-ops in them. Graph capture records the programmatic edges.
 // DEEPINFER_CUDA_PDL=0 launches everything the ordinary way (a switch for bisecting).

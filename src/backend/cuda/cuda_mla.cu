@@ -1220,8 +1220,13 @@ __device__ __forceinline__ uint32_t ws_offset(int k, int c) {
 // kv_len ≥ q_len, split_keys == 0.
 __global__ void __launch_bounds__(kWsThreads, 1)
     mla_split_ws_kernel(const __grid_constant__ CUtensorMap map, int box_rows, DecodePlan pl) {
-  pdl_wait();
-  pdl_trigger();
+  // Before the wait for the previous kernel: the row's key range and its first tile's page (step
+  // inputs, never written by a kernel — unless a row map, a kernel's output, is in use).
+  const bool early = pl.row_map == nullptr;
+  if (!early) {
+    pdl_wait();
+    pdl_trigger();
+  }
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kWsTph = kWsGroupThreads / kHeads;      // softmax threads per head (8)
   constexpr int kWsChannels = kTcRank / kWsGroupWarps;  // o_lat channels per consumer warp (128)
@@ -1242,6 +1247,20 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const auto [b, row, n_keys, per] = row_keys(pl, i, 1);
   const int64_t k_begin = split * per, k_end = std::min(n_keys, k_begin + per);
   const int64_t n_tiles = k_begin < k_end ? (k_end - k_begin + kTcKeys - 1) / kTcKeys : 0;
+  const int32_t* pages = a.block_ids + a.block_indptr[b];
+  const int64_t bs = a.block_size;
+  // Cache row of the first key of box run `r` of tile `it` (−1: past the range).
+  auto first_row = [&](int64_t it, int r) -> int64_t {
+    const int64_t key = k_begin + it * kTcKeys + r * box_rows;
+    return it < n_tiles && key < k_end ? static_cast<int64_t>(pages[key / bs]) * bs + key % bs : -1;
+  };
+  const int n_box = kTcKeys / box_rows;  // box rows per tile: 1 or 2
+  const bool producer = warp == kWsConsumers / 32 && lane == 0;
+  int64_t row0 = producer ? first_row(0, 0) : -1, row1 = producer && n_box > 1 ? first_row(0, 1) : -1;
+  if (early) {
+    pdl_wait();
+    pdl_trigger();
+  }
   float2* ml_out = pl.part_ml + (static_cast<int64_t>(split) * a.n_rows + i) * a.H;
   if (n_tiles == 0) {
     if (t < kHeads && h0 + t < a.H) ml_out[h0 + t] = make_float2(-INFINITY, 0.0f);
@@ -1252,16 +1271,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   if (warp == kWsConsumers / 32) {  // the producer warp: lane 0 issues everything
     if (lane != 0) return;
-    const int32_t* pages = a.block_ids + a.block_indptr[b];
-    const int64_t bs = a.block_size;
-    const int n_box = kTcKeys / box_rows;  // box rows per tile: 1 or 2
     const uint32_t box_bytes = static_cast<uint32_t>(box_rows) * kWsBoxCols * 2;
-    // Cache row of the first key of box run `r` of tile `it` (−1: past the range).
-    auto first_row = [&](int64_t it, int r) -> int64_t {
-      const int64_t key = k_begin + it * kTcKeys + r * box_rows;
-      return it < n_tiles && key < k_end ? static_cast<int64_t>(pages[key / bs]) * bs + key % bs : -1;
-    };
-    int64_t row0 = first_row(0, 0), row1 = n_box > 1 ? first_row(0, 1) : -1;
     for (int64_t it = 0; it < n_tiles; ++it) {
       // The next tile's page ids, in flight while this tile's slot frees up.
       const int64_t next0 = first_row(it + 1, 0), next1 = n_box > 1 ? first_row(it + 1, 1) : -1;
@@ -1569,8 +1579,6 @@ constexpr size_t kApplyTcSmemBytes = sizeof(bf16) * (kGemmTileM + kApplyTileN) *
 // an ldmatrix A fragment and ldmatrix.trans B pairs. Preconditions: r = 512, dn % 16 == 0,
 // dn ≤ 192, (dn + dr) % 4 == 0.
 __global__ void __launch_bounds__(kGemmThreads) mla_absorb_tc_kernel(DecodePlan pl) {
-  pdl_wait();
-  pdl_trigger();
   extern __shared__ __align__(16) unsigned char gemm_smem[];
   const MlaDecodeArgs& a = pl.a;
   const int dn = static_cast<int>(a.dn), sa = dn + 8, sb = kAbsorbTileN + 8;
@@ -1581,10 +1589,18 @@ __global__ void __launch_bounds__(kGemmThreads) mla_absorb_tc_kernel(DecodePlan 
   const int64_t i0 = static_cast<int64_t>(blockIdx.z) * kGemmTileM;
   const int rows = static_cast<int>(std::min<int64_t>(kGemmTileM, a.n_rows - i0));
   const bf16* w_uk = a.kv_b + h * (a.dn + a.dv) * kTcRank;  // [dn, r]
-  for (int e = t; e < dn * (kAbsorbTileN / 8); e += kGemmThreads) {
-    const int j = e / (kAbsorbTileN / 8), c8 = e % (kAbsorbTileN / 8);
-    cp_async16(smem_u32(s_b + j * sb + 8 * c8), w_uk + j * kTcRank + n0 + 8 * c8, true);
-  }
+  // A placed kv_b (a.kv_b_stable) is never written by a kernel: its tile's copies go out before
+  // the wait for the previous kernel (cuda_launch.cuh), overlapping its tail.
+  auto load_w = [&] {
+    for (int e = t; e < dn * (kAbsorbTileN / 8); e += kGemmThreads) {
+      const int j = e / (kAbsorbTileN / 8), c8 = e % (kAbsorbTileN / 8);
+      cp_async16(smem_u32(s_b + j * sb + 8 * c8), w_uk + j * kTcRank + n0 + 8 * c8, true);
+    }
+  };
+  if (a.kv_b_stable) load_w();
+  pdl_wait();
+  pdl_trigger();
+  if (!a.kv_b_stable) load_w();
   cp_async_commit();
   const int64_t dqk = a.dn + a.dr;
   for (int e = t; e < kGemmTileM * (dn / 4); e += kGemmThreads) {
@@ -1749,8 +1765,6 @@ __global__ void __launch_bounds__(kMergeRunThreads) mla_merge_running_kernel(Dec
 // (ldmatrix A fragments; B = W_UV rows, channel-contiguous, by ldmatrix). Preconditions: r = 512,
 // dv % 8 == 0.
 __global__ void __launch_bounds__(kGemmThreads) mla_apply_tc_kernel(DecodePlan pl, const bf16* o_lat) {
-  pdl_wait();
-  pdl_trigger();
   extern __shared__ __align__(16) unsigned char gemm_smem[];
   __shared__ float sw[kGemmTileM][kMergeInline];    // merge weights; batch-invariant rule: l_s
   __shared__ float2 sab[kGemmTileM][kMergeInline];  // batch-invariant rule: (α, β) per split
@@ -1764,11 +1778,17 @@ __global__ void __launch_bounds__(kGemmThreads) mla_apply_tc_kernel(DecodePlan p
   const int64_t i0 = static_cast<int64_t>(blockIdx.z) * kGemmTileM;
   const int rows = static_cast<int>(std::min<int64_t>(kGemmTileM, a.n_rows - i0));
   const bf16* w_uv = a.kv_b + (h * (a.dn + a.dv) + a.dn) * kTcRank;  // [dv, r]
-  for (int e = t; e < kApplyTileN * (kTcRank / 8); e += kGemmThreads) {
-    const int n = e / (kTcRank / 8), c8 = e % (kTcRank / 8);
-    const bool ok = n0 + n < a.dv;
-    cp_async16(smem_u32(s_b + n * kApplyStride + 8 * c8), ok ? w_uv + (n0 + n) * kTcRank + 8 * c8 : w_uv, ok);
-  }
+  auto load_w = [&] {  // before the wait when kv_b is a placed weight (as in mla_absorb_tc_kernel)
+    for (int e = t; e < kApplyTileN * (kTcRank / 8); e += kGemmThreads) {
+      const int n = e / (kTcRank / 8), c8 = e % (kTcRank / 8);
+      const bool ok = n0 + n < a.dv;
+      cp_async16(smem_u32(s_b + n * kApplyStride + 8 * c8), ok ? w_uv + (n0 + n) * kTcRank + 8 * c8 : w_uv, ok);
+    }
+  };
+  if (a.kv_b_stable) load_w();
+  pdl_wait();
+  pdl_trigger();
+  if (!a.kv_b_stable) load_w();
   if (o_lat != nullptr) {
     for (int e = t; e < kGemmTileM * (kTcRank / 8); e += kGemmThreads) {
       const int ii = e / (kTcRank / 8), c8 = e % (kTcRank / 8);

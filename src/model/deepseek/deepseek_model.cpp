@@ -87,19 +87,20 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
   const int64_t r = c.kv_lora_rank, dr = c.qk_rope_head_dim, width = c.kv_latent_dim();
   const float eps = static_cast<float>(c.rms_norm_eps);
 
+  // The two linears of x (q_proj or q_a_proj, and kv_a_proj_with_mqa) together: placements
+  // stack their rows, so decode steps read them in one launch.
   Tensor q = backend.empty(DType::kF32, {T, H * dqk});  // [T, H * (dn + dr)]
+  Tensor kv = backend.empty(DType::kF32, {T, width});  // [T, r + dr] = [c_kv | k_pe]
   if (c.q_lora_rank == 0) {
-    backend.matmul(x, 0, w.q_proj, q);
+    backend.matmul_parts(x, {&w.q_proj, &w.kv_a_proj_with_mqa}, {&q, &kv});
   } else {
     Tensor qa = backend.empty(DType::kF32, {T, c.q_lora_rank});  // [T, q_lora_rank]
-    backend.matmul(x, 0, w.q_a_proj, qa);
+    backend.matmul_parts(x, {&w.q_a_proj, &w.kv_a_proj_with_mqa}, {&qa, &kv});
     backend.rms_norm(qa, 0, w.q_a_layernorm, eps, qa);
     backend.matmul(qa, 0, w.q_b_proj, q);
   }
   Tensor q3 = q.reshape({T, H, dqk});
 
-  Tensor kv = backend.empty(DType::kF32, {T, width});  // [T, r + dr] = [c_kv | k_pe]
-  backend.matmul(x, 0, w.kv_a_proj_with_mqa, kv);
   // q_pe rotated; c_kv normed, k_pe rotated, both cached.
   backend.mla_rope_kv_write(q3, c.qk_nope_head_dim, kv, w.kv_a_layernorm, eps, positions, rope_, slots, cache_layer);
 

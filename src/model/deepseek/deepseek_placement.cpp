@@ -99,14 +99,26 @@ class Placer {
     const int64_t d = c_.hidden_size, H = c_.num_attention_heads;
     out->input_layernorm = norm(h ? &h->input_layernorm : nullptr, d);
     out->post_attention_layernorm = norm(h ? &h->post_attention_layernorm : nullptr, d);
-    if (c_.q_lora_rank == 0) {
-      out->q_proj = one(h ? &h->q_proj : nullptr, H * c_.qk_head_dim(), d, true);
+    // q_proj (or q_a_proj) and kv_a_proj_with_mqa stacked: both read the layer's normed input.
+    const bool lora = c_.q_lora_rank > 0;
+    const LinearWeight* hq = h ? (lora ? &h->q_a_proj : &h->q_proj) : nullptr;
+    const int64_t nq = lora ? c_.q_lora_rank : H * c_.qk_head_dim();
+    // (A checkpoint may store them in different formats: then each on its own.)
+    const LinearWeight* hkv = h ? &h->kv_a_proj_with_mqa : nullptr;
+    if (h && (hq->dtype() != hkv->dtype() || (hq->dtype() == DType::kF8E4M3 && hq->block_k != hkv->block_k))) {
+      (lora ? out->q_a_proj : out->q_proj) = one(hq, nq, d, true);
+      out->kv_a_proj_with_mqa = one(hkv, c_.kv_latent_dim(), d, true);
     } else {
-      out->q_a_proj = one(h ? &h->q_a_proj : nullptr, c_.q_lora_rank, d, true);
+      const std::vector<const LinearWeight*> parts =
+          h ? std::vector<const LinearWeight*>{hq, hkv} : std::vector<const LinearWeight*>{};
+      const std::vector<LinearWeight> qkv = stack(parts, {nq, c_.kv_latent_dim()}, d);
+      (lora ? out->q_a_proj : out->q_proj) = qkv[0];
+      out->kv_a_proj_with_mqa = qkv[1];
+    }
+    if (lora) {
       out->q_a_layernorm = norm(h ? &h->q_a_layernorm : nullptr, c_.q_lora_rank);
       out->q_b_proj = one(h ? &h->q_b_proj : nullptr, H * c_.qk_head_dim(), c_.q_lora_rank, true);
     }
-    out->kv_a_proj_with_mqa = one(h ? &h->kv_a_proj_with_mqa : nullptr, c_.kv_latent_dim(), d, true);
     out->kv_a_layernorm = norm(h ? &h->kv_a_layernorm : nullptr, c_.kv_lora_rank);
     out->kv_b_proj = one(h ? &h->kv_b_proj : nullptr, H * (c_.qk_nope_head_dim + c_.v_head_dim), c_.kv_lora_rank, true);
     if (!b_.on_host() && out->kv_b_proj.dtype() == DType::kF8E4M3)
