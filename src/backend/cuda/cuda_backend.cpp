@@ -593,22 +593,26 @@ void CudaBackend::linear(const void* xb, int64_t M, const LinearWeight& w, float
   cuda::gemm(s_->blas, M, N, K, static_cast<const bf16*>(xb), K, 0, wb, K, 0, true, out, Elem::kF32, ldc, 0, 1);
 }
 
-bool CudaBackend::try_gemv(const void* a, cuda::Elem a_elem, int64_t lda, int64_t M, const LinearWeight& w,
-                           int64_t n_rows, float* out, int64_t ldc) {
+bool CudaBackend::gemv_fits(const void* a, cuda::Elem a_elem, int64_t lda, int64_t M, const LinearWeight& w) const {
   if (s_->batch_invariant || M > kGemvMaxRows) return false;
   const bool fp8 = w.dtype() == DType::kF8E4M3;
   if (fp8 && w.block_n != 1) return false;
-  const Elem w_elem = elem_of(w.dtype());
-  if (!cuda::gemv_ok(a_elem, a, lda, w_elem, w.n_in(), fp8 ? w.block_k : 0) ||
-      reinterpret_cast<uintptr_t>(w.weight.raw_data()) % 16 != 0)
-    return false;
+  return cuda::gemv_ok(a_elem, a, lda, elem_of(w.dtype()), w.n_in(), fp8 ? w.block_k : 0) &&
+         reinterpret_cast<uintptr_t>(w.weight.raw_data()) % 16 == 0;
+}
+
+bool CudaBackend::try_gemv(const void* a, cuda::Elem a_elem, int64_t lda, int64_t M, const LinearWeight& w,
+                           int64_t n_rows, float* out, int64_t ldc, float* out2, int64_t n2) {
+  if (!gemv_fits(a, a_elem, lda, M, w)) return false;
+  const bool fp8 = w.dtype() == DType::kF8E4M3;
   cuda::GemvArgs g;
   g.a = a, g.a_elem = a_elem, g.lda = lda;
-  g.w = dptr(w.weight), g.w_elem = w_elem;
+  g.w = dptr(w.weight), g.w_elem = elem_of(w.dtype());
   if (fp8) g.w_scale = cdptr<float>(w.scale_inv), g.block_k = w.block_k;
-  g.N = n_rows, g.K = w.n_in();
+  g.N = n_rows + n2, g.K = w.n_in();
   g.rows = M, g.max_rows = M;
   g.c = out, g.ldc = ldc;
+  if (out2 != nullptr) g.c2 = out2, g.ldc2 = n2, g.n_split = n_rows;
   cuda::gemv(g, s_->stream);
   return true;
 }
@@ -945,25 +949,14 @@ void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWe
   const bool two = w.size() == 2 && out[0]->size(0) == out[1]->size(0) && w[0]->dtype() == w[1]->dtype() &&
                    w[0]->n_in() == w[1]->n_in() && w[0]->dtype() != DType::kF32 && stacked(w);
   const int64_t M = out[0]->size(0), K = w[0]->n_in();
-  const bool fp8 = w[0]->dtype() == DType::kF8E4M3;
-  if (!two || s_->batch_invariant || M == 0 || M > kGemvMaxRows || x.size(1) != K || (fp8 && w[0]->block_n != 1) ||
-      !cuda::gemv_ok(Elem::kF32, x.raw_data(), K, elem_of(w[0]->dtype()), K, fp8 ? w[0]->block_k : 0) ||
-      reinterpret_cast<uintptr_t>(w[0]->weight.raw_data()) % 16 != 0) {
+  if (!two || M == 0 || x.size(1) != K || !gemv_fits(x.raw_data(), Elem::kF32, K, M, *w[0])) {
     Backend::matmul_parts(x, w, out);
     return;
   }
   const int64_t n0 = w[0]->n_out(), n1 = w[1]->n_out();
   DI_CHECK(out[0]->size(1) == n0 && out[1]->size(1) == n1);
   OpTimer timer(*this, "matmul", n0 + n1, K);
-  cuda::GemvArgs g;
-  g.a = x.raw_data(), g.a_elem = Elem::kF32, g.lda = K;
-  g.w = dptr(w[0]->weight), g.w_elem = elem_of(w[0]->dtype());
-  if (fp8) g.w_scale = cdptr<float>(w[0]->scale_inv), g.block_k = w[0]->block_k;
-  g.N = n0 + n1, g.K = K;
-  g.rows = M, g.max_rows = M;
-  g.c = dptr<float>(*out[0]), g.ldc = n0;
-  g.c2 = dptr<float>(*out[1]), g.ldc2 = n1, g.n_split = n0;
-  cuda::gemv(g, s_->stream);
+  try_gemv(x.raw_data(), Elem::kF32, K, M, *w[0], n0, dptr<float>(*out[0]), n0, dptr<float>(*out[1]), n1);
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,

@@ -131,10 +131,14 @@ class CudaBackend : public Backend {
   // dequantized copy and cuBLAS.
   void linear(const void* xb, int64_t M, const LinearWeight& w, float* out, int64_t ldc);
   // The decode GEMV (cuda_gemv.cu) for out[M, n_rows] (row stride ldc) = a · w's first n_rows
-  // rows (n_rows > w.n_out(): the rows stacked after w in its buffer), when it applies: the
-  // default mode, M ≤ kGemvMaxRows, operands gemv_ok. Returns whether it ran.
+  // rows (n_rows > w.n_out(): the rows stacked after w in its buffer), when it applies
+  // (gemv_fits). With out2, the n2 rows stacked after those too, into out2[M, n2] (the GEMV's
+  // split output). Returns whether it ran.
   bool try_gemv(const void* a, cuda::Elem a_elem, int64_t lda, int64_t M, const LinearWeight& w, int64_t n_rows,
-                float* out, int64_t ldc);
+                float* out, int64_t ldc, float* out2 = nullptr, int64_t n2 = 0);
+  // Whether the GEMV takes these operands: the default mode, M ≤ kGemvMaxRows, gemv_ok, FP8 with
+  // per-row scales, 16-byte aligned weights.
+  bool gemv_fits(const void* a, cuda::Elem a_elem, int64_t lda, int64_t M, const LinearWeight& w) const;
   // Batch-invariant out[M, N] (row stride ldc) = xb[M, K] BF16 · wᵀ (w bf16, or FP8 with per
   // (row, block_k) scales): small_m_gemm or the tiled kernel by M (bitwise-equal folds).
   void invariant_gemm(const void* xb, int64_t M, const void* w, const float* scale, bool fp8, int64_t block_k,

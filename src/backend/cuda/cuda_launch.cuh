@@ -1,7 +1,7 @@
 // Programmatic dependent launch (PDL, sm_90): the decode path's kernels let the stream's next
 // kernel start launching while they run, so the gap between two dependent kernels (launch
 // processing, block scheduling, prologue) overlaps the previous kernel's tail instead of adding
-// to the step's latency — a decode step is a chain of ~35 small kernels per layer.
+// to the step's latency — a decode step is a chain of ~16 small kernels per layer.
 //
 // The contract, per kernel launched with launch_pdl:
 //  - pdl_wait() blocks until the previous grid in the stream has completed and its memory is
