@@ -143,6 +143,9 @@ class CudaBackend : public Backend {
   // (row, block_k) scales): small_m_gemm or the tiled kernel by M (bitwise-equal folds).
   void invariant_gemm(const void* xb, int64_t M, const void* w, const float* scale, bool fp8, int64_t block_k,
                       int64_t N, int64_t K, float* out, int64_t ldc);
+  // Marks the step arena's first bytes as the stream's L2-persisting window (once per arena
+  // chunk; DEEPINFER_CUDA_L2_PERSIST_MB=0 turns it off). Called by begin_step.
+  void keep_step_memory_in_l2();
   // mla_kv_write's kernel, with the queries' RoPE (q.q non-null) or without.
   void latent_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions, const RopeParams& rope,
                     const Tensor& slots, Tensor& cache, const cuda::MlaQRope& q);

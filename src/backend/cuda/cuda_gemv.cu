@@ -33,6 +33,7 @@
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_ptx.cuh"
 
 #include <algorithm>
 
@@ -47,12 +48,12 @@ constexpr int kUnitRows = 4;    // weight rows per unit
 constexpr int kBatch = 2;       // 16-byte chunks per row per batch
 constexpr int kThreads = kWarps * 32;
 
-// Streaming 16-byte load (read once: no L1 allocation).
-__device__ __forceinline__ uint4 ld_stream(const void* p) {
+// Streaming 16-byte load (read once: no L1 allocation; L2 policy: l2_evict_first_policy).
+__device__ __forceinline__ uint4 ld_stream(const void* p, uint64_t policy) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+               : "l"(p), "l"(policy));
   return v;
 }
 
@@ -166,6 +167,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kW, kM>())
   const int64_t n_kb = kW == Elem::kF8 ? (g.K + g.block_k - 1) / g.block_k : 0;
   const int bk = static_cast<int>(g.block_k);
   const unsigned char* wbase = static_cast<const unsigned char*>(g.w);
+  const uint64_t w_policy = l2_evict_first_policy();  // read once per step
   // Output columns per unit: 4, or (glu) 2, each from a gate row and its up row N rows later.
   constexpr int kCols = kGlu ? kUnitRows / 2 : kUnitRows;
   // Unit row q: its weight row (offset from w_row0) and output column (offset from n0).
@@ -219,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kW, kM>())
         const int64_t c = (p.b * kBatch + j) * kGroup + gtid;
         const bool ok = c < n_chunks && p.n0 + col(q) < g.N;
         const int64_t wr = p.w_row0 + w_off(q);
-        w[q][j] = ok ? ld_stream(wbase + (wr * n_chunks + c) * 16) : make_uint4(0, 0, 0, 0);
+        w[q][j] = ok ? ld_stream(wbase + (wr * n_chunks + c) * 16, w_policy) : make_uint4(0, 0, 0, 0);
         if constexpr (kW == Elem::kF8)
           sc[q][j] = ok ? __ldg(g.w_scale + wr * n_kb + static_cast<int>(c) * kEl / bk) : 0.0f;
       }

@@ -156,15 +156,30 @@ __device__ __forceinline__ float4 q_chunk(const DecodePlan& pl, int64_t i, int64
   return make_float4(qp[0], qp[1], qp[2], qp[3]);
 }
 
-// The one-row split kernels' q tile: sq [n_heads][kTcStride] bf16, row qh = [q̃ | q_pe] of head
-// h0 + qh (zero for heads ≥ H: their scores are 0 and unused), by threads t = 0 .. n_threads − 1.
-__device__ __forceinline__ void stage_q_tile(const DecodePlan& pl, int64_t i, int64_t row, int64_t h0, int n_heads,
-                                             bf16* sq, int t, int n_threads) {
-  for (int e = t; e < n_heads * (kTcWidth / 4); e += n_threads) {
-    const int qh = e / (kTcWidth / 4), c = 4 * (e % (kTcWidth / 4));
-    const int64_t h = h0 + qh;
-    const float4 v = h < pl.a.H ? q_chunk(pl, i, row, h, c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    *reinterpret_cast<uint2*>(sq + qh * kTcStride + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+// The one-row split kernels' q tile: sq [kNHeads][kTcStride] bf16, row qh = [q̃ | q_pe] of head
+// h0 + qh (zero for heads ≥ H: their scores are 0 and unused), by threads t = 0 .. kNThreads − 1.
+// Each thread issues a batch of its loads before it converts and stores any, so the tile costs
+// one round trip to L2 per batch, not one per load (the tile is read right after the wait).
+template <int kNHeads, int kNThreads>
+__device__ __forceinline__ void stage_q_tile(const DecodePlan& pl, int64_t i, int64_t row, int64_t h0, bf16* sq,
+                                             int t) {
+  constexpr int kPer = kNHeads * (kTcWidth / 4) / kNThreads;  // float4 chunks per thread
+  constexpr int kLoadBatch = kPer < 9 ? kPer : 9;
+  static_assert(kNHeads * (kTcWidth / 4) % kNThreads == 0 && kPer % kLoadBatch == 0, "whole batches per thread");
+#pragma unroll
+  for (int b = 0; b < kPer; b += kLoadBatch) {
+    float4 v[kLoadBatch];
+#pragma unroll
+    for (int j = 0; j < kLoadBatch; ++j) {
+      const int e = t + (b + j) * kNThreads, qh = e / (kTcWidth / 4), c = 4 * (e % (kTcWidth / 4));
+      v[j] = h0 + qh < pl.a.H ? q_chunk(pl, i, row, h0 + qh, c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int j = 0; j < kLoadBatch; ++j) {
+      const int e = t + (b + j) * kNThreads, qh = e / (kTcWidth / 4), c = 4 * (e % (kTcWidth / 4));
+      *reinterpret_cast<uint2*>(sq + qh * kTcStride + c) =
+          make_uint2(pack_bf16(v[j].x, v[j].y), pack_bf16(v[j].z, v[j].w));
+    }
   }
 }
 

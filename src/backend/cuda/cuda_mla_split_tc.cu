@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_tc_kernel(DecodePlan pl
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) load_tile(st);
 
-  stage_q_tile(pl, i, row, h0, HB, sq, t, kThreads);
+  stage_q_tile<HB, kThreads>(pl, i, row, h0, sq, t);
 
   // Scores: this warp's m-tile, key tiles and channel range; ldmatrix row addresses per lane.
   const int s_mt = MT == 1 ? 0 : warp / 2, s_nt = MT == 1 ? warp % 4 : 2 * (warp % 2);

@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
 
   // Consumers: the q tile, then the tiles.
-  stage_q_tile(pl, i, row, h0, kHeads, sq, t, kWsConsumers);
+  stage_q_tile<kHeads, kWsConsumers>(pl, i, row, h0, sq, t);
   named_barrier(kWsBarAll, kWsConsumers);
 
   const int grp = warp / kWsGroupWarps, wg = warp % kWsGroupWarps, tg = t % kWsGroupThreads;

@@ -18,6 +18,17 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
+// An L2 policy marking lines evict-first (createpolicy), for weight streams read once per step:
+// a decode step's weights pass through L2 without displacing the small activations, partials and
+// cache rows its latency-bound kernels hand each other (the decode GEMV, run s12-1: bf16 B = 1
+// −4.5 %). Loads only: nvcc 13.0's ptxas miscompiles cp.async with a fractional policy (an
+// illegal instruction in the FP8 small-M kernels, run s12-2; Triton disables the combination
+// before ptxas 13.4).
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
 __device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 8 : 0));
 }
