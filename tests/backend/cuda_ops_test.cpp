@@ -305,9 +305,12 @@ TEST_F(CudaOps, MatmulBf16AndFp8) {
 // partial 128-wide scale block), N = 37 (a partial 4-row unit; the block mode) and 20,001 with
 // K = 272 (more units than the persistent grid's warps: the warp mode, several units per warp),
 // strides padded to 16-byte rows.
+// (8191, 1408): 1,024 units of 8 rows, so FP8 at one row runs the tensor-core form
+// (cuda_gemv_fp8_tc.cu: 11 scale blocks, a partial last batch, a partial last unit); M = 2 and the
+// other shapes the CUDA-core form. Bound 1e-5: fp32 sums of the same products in other orders.
 TEST_F(CudaOps, DecodeGemvMatchesBf16RoundedReference) {
   struct Case { int64_t N, K; };
-  for (const Case c : {Case{37, 1424}, Case{20001, 272}})
+  for (const Case c : {Case{37, 1424}, Case{20001, 272}, Case{8191, 1408}})
   for (int kind : {0, 1, 2})  // bf16, FP8, fp32 weights
   for (int64_t M : {1, 2}) {
     const DType dt = kind == 1 ? DType::kF8E4M3 : DType::kF32;
@@ -488,13 +491,16 @@ TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
   }
 }
 
-// The decode GEMV as MoE form 1 in both of its modes: gate|up (2 · 4,096 rows per expert: more
-// units than warps, the warp mode) and down (256 rows: the block mode), for 1–3 tokens (one
-// token: the fused form — rows read through the permutation, SiLU·mul in the gate|up epilogue;
-// 2 and 3: passes of 2 and 4 rows), bf16 and FP8, against the reference (bound 1e-2 as for the
-// other MoE forms).
+// The decode GEMV as MoE form 1 in both of its modes: at D = 256, I = 4,096 gate|up (2 · 4,096
+// rows per expert: more units than warps, the warp mode) and down (256 rows: the block mode);
+// at D = 4,096, I = 256 the other way round; for 1–3 tokens (one token: the fused form — rows
+// read through the permutation, SiLU·mul in the gate|up epilogue; FP8 on the tensor cores in
+// the warp-mode GEMV: gated at the first shape, the down GEMV over each expert's rows at the
+// second; 2 and 3: passes of 2 and 4 rows), bf16 and FP8, against the reference (bound 1e-2 as
+// for the other MoE forms).
 TEST_F(CudaOps, DecodeGemvMoeBothModes) {
-  const int64_t D = 256, I = 4096, E = 4, k = 2;
+  const int64_t E = 4, k = 2;
+  for (const auto& [D, I] : {std::pair<int64_t, int64_t>{256, 4096}, {4096, 256}})
   for (DType dt : {DType::kF32, DType::kF8E4M3}) {
     const std::vector<MlpWeights> experts = host_experts(E, D, I, dt);
     const std::vector<MlpWeights> d_experts = place_experts(*gpu_, experts);
@@ -514,7 +520,7 @@ TEST_F(CudaOps, DecodeGemvMoeBothModes) {
       Tensor d_o = dev_empty(DType::kF32, {T, D});
       gpu_->moe_experts(up(x), up(t_ids), up(w), d_experts, d_o);
       set_moe_gemm(*gpu_, -1);
-      EXPECT_LT(rel_err(down(d_o), ref_o), 1e-2) << dtype_name(dt) << " T=" << T;
+      EXPECT_LT(rel_err(down(d_o), ref_o), 1e-2) << dtype_name(dt) << " D=" << D << " T=" << T;
     }
   }
 }

@@ -353,6 +353,10 @@ struct GemvArgs {
 // with fp32 A.
 bool gemv_ok(Elem a_elem, const void* a, int64_t lda, Elem w_elem, int64_t K, int64_t block_k);
 void gemv(const GemvArgs& g, cudaStream_t s);
+// cuda_gemv_fp8_tc.cu: gemv's FP8 form on the tensor cores, run by gemv when it applies (FP8
+// weights with 128-column scale blocks, one A row per pass, K ≤ 8192, enough units of 8 rows for
+// every SM's warps, sm_90a); returns whether it ran.
+bool gemv_fp8_tc(const GemvArgs& g, cudaStream_t s);
 // ---- cuda_bf16_wgmma.cu ----
 // Grouped bf16 GEMM on wgmma (sm_90): C[r, n] (row stride ldc, fp32) = Σ_k A[r, k] · W[e·N + n, k]
 // for the rows r of expert e, [offsets[e], offsets[e+1]). A [R, K] and W [E·N, K] bf16, 16-byte

@@ -29,7 +29,8 @@
 // tiled and cuBLAS GEMMs: the batch-invariant mode does not use this kernel.
 // Measured (bench/decode_gemm_bench, run s8-3, one row): 0.78–0.86 of the copy rate for bf16
 // matrices of 45–115 MB, ~0.5 for 8–13 MB ones (~2 µs of latency), ~3 µs for 0.5–2.4 MB ones;
-// FP8 0.37–0.49 (the widening's instructions).
+// FP8 0.37–0.49 (the widening's instructions) — so FP8 at one row per pass on matrices with
+// many rows runs the tensor-core form instead (cuda_gemv_fp8_tc.cu; gemv picks it).
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_launch.cuh"
@@ -433,6 +434,7 @@ void gemv(const GemvArgs& g, cudaStream_t s) {
   DI_CUDA_REQUIRE_MSG(g.c2 == nullptr || (!g.glu && g.active == nullptr && g.n_split >= 0 && g.n_split <= g.N),
                       "gemv: a split output takes the dense, ungated form and 0 <= n_split <= N");
   if (g.N == 0 || (g.active == nullptr && g.rows == 0)) return;
+  if (gemv_fp8_tc(g, s)) return;  // FP8 at one row per pass: the tensor-core form
   const bool af32 = g.a_elem == Elem::kF32;
   switch (g.w_elem) {
     case Elem::kBF16:
