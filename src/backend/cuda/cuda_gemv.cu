@@ -33,6 +33,7 @@
 // many rows runs the tensor-core form instead (cuda_gemv_fp8_tc.cu; gemv picks it).
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_gemv_walk.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 
@@ -331,35 +332,17 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kW, kM>())
       for (int m = 0; m < kM; ++m) acc[q][m] = 0.0f;
   };
 
-  // The stream, double-buffered: the next position's loads are issued before this one's math,
-  // across pass and unit boundaries too.
-  uint4 wa[kUnitRows][kBatch], wb[kUnitRows][kBatch];
-  float sa[kUnitRows][kBatch], sb[kUnitRows][kBatch];
-  // Dense without a row map, the first position's weight loads go out before the wait for the
-  // previous kernel (weights are never written by a kernel, and `enter` reads only sizes), so
-  // their latency overlaps that kernel's tail; the grouped form's units come from the previous
-  // kernel's output (offsets, active experts, row map): everything after the wait.
-  const bool early = g.active == nullptr && g.a_rows == nullptr;
-  Pos<kM> cur{};
-  if (early) {
-    cur = enter(group * n_units / n_groups);
-    if (cur.valid) issue(cur, wa, sa);
-  }
-  pdl_wait();
-  if (!early) {
-    cur = enter(group * n_units / n_groups);
-    if (cur.valid) issue(cur, wa, sa);
-  }
-  while (cur.valid) {
-    const Pos<kM> nxt = advance(cur);
-    if (nxt.valid) issue(nxt, wb, sb);
-    step(cur, wa, sa);
-    if (!nxt.valid) break;
-    cur = advance(nxt);
-    if (cur.valid) issue(cur, wa, sa);
-    step(nxt, wb, sb);
-  }
-  pdl_trigger();
+  // The stream (walk_positions). Dense without a row map, the first position's weight loads go
+  // out before the wait for the previous kernel (weights are never written by a kernel, and
+  // `enter` reads only sizes), so their latency overlaps that kernel's tail; the grouped form's
+  // units come from the previous kernel's output (offsets, active experts, row map).
+  struct Buf {
+    uint4 w[kUnitRows][kBatch];
+    float sc[kUnitRows][kBatch];
+  };
+  walk_positions<Pos<kM>, Buf>(
+      g.active == nullptr && g.a_rows == nullptr, group * n_units / n_groups, enter, advance,
+      [&](const Pos<kM>& p, Buf& b) { issue(p, b.w, b.sc); }, [&](const Pos<kM>& p, Buf& b) { step(p, b.w, b.sc); });
 }
 
 template <Elem kW, bool kAF32, int kM, bool kBlockK, bool kGlu>

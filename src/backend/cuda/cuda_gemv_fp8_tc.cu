@@ -22,6 +22,7 @@
 // block on the MMA units, then scaled), so results differ by fp32 rounding only.
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_gemv_walk.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 
@@ -237,30 +238,14 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kGlu>())
     tot[0] = tot[1] = 0.0f;
   };
 
-  uint4 wa[kBatchBlocks][2], wb[kBatchBlocks][2];
-  float sa[kBatchBlocks][2], sb[kBatchBlocks][2];
+  struct Buf {
+    uint4 w[kBatchBlocks][2];
+    float sc[kBatchBlocks][2];
+  };
   // As cuda_gemv.cu: dense without a row map, the first batch's weights go out before the wait.
-  const bool early = g.active == nullptr && g.a_rows == nullptr;
-  Pos cur{};
-  if (early) {
-    cur = enter(static_cast<int32_t>(group * n_units / n_groups));
-    if (cur.valid) issue(cur, wa, sa);
-  }
-  pdl_wait();
-  if (!early) {
-    cur = enter(static_cast<int32_t>(group * n_units / n_groups));
-    if (cur.valid) issue(cur, wa, sa);
-  }
-  while (cur.valid) {
-    const Pos nxt = advance(cur);
-    if (nxt.valid) issue(nxt, wb, sb);
-    step(cur, wa, sa);
-    if (!nxt.valid) break;
-    cur = advance(nxt);
-    if (cur.valid) issue(cur, wa, sa);
-    step(nxt, wb, sb);
-  }
-  pdl_trigger();
+  walk_positions<Pos, Buf>(
+      g.active == nullptr && g.a_rows == nullptr, static_cast<int32_t>(group * n_units / n_groups), enter, advance,
+      [&](const Pos& p, Buf& b) { issue(p, b.w, b.sc); }, [&](const Pos& p, Buf& b) { step(p, b.w, b.sc); });
 }
 
 template <bool kAF32, bool kGlu>
