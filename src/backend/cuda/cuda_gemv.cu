@@ -50,15 +50,6 @@ constexpr int kUnitRows = 4;    // weight rows per unit
 constexpr int kBatch = 2;       // 16-byte chunks per row per batch
 constexpr int kThreads = kWarps * 32;
 
-// Streaming 16-byte load (read once: no L1 allocation; L2 policy: l2_evict_first_policy).
-__device__ __forceinline__ uint4 ld_stream(const void* p, uint64_t policy) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p), "l"(policy));
-  return v;
-}
-
 __device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 

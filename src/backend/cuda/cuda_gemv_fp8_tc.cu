@@ -46,13 +46,6 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
   return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
 }
 
-__device__ __forceinline__ uint4 ld_weights(const void* p, uint64_t policy) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p), "l"(policy));
-  return v;
-}
 
 // A warp's place in its stream of work: unit, pass (A row m of the slot's rows), batch.
 struct Pos {
@@ -133,7 +126,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kGlu>())
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int32_t c = blk * 8 + ui + 4 * h;
-        w[bb][h] = row_ok && blk < n_blocks ? ld_weights(wbase + (wr * n_chunks + c) * 16, policy)
+        w[bb][h] = row_ok && blk < n_blocks ? ld_stream(wbase + (wr * n_chunks + c) * 16, policy)
                                             : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll

@@ -1,5 +1,6 @@
 // Inline-PTX building blocks shared by the CUDA kernels (.cu files only): asynchronous
-// global → shared copies, ldmatrix and the bf16 and f16 m16n8k16 tensor-core MMAs.
+// global → shared copies, L2 cache policies and streaming loads, ldmatrix and the bf16 and f16
+// m16n8k16 tensor-core MMAs.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,15 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
+}
+// A streaming 16-byte global load under an L2 policy (l2_evict_first_policy): read once, no L1
+// allocation — the decode GEMVs' weight stream.
+__device__ __forceinline__ uint4 ld_stream(const void* p, uint64_t policy) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(policy));
+  return v;
 }
 __device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 8 : 0));
