@@ -8,7 +8,7 @@
 // than 2× L2 are rotated through enough copies that each launch reads them from HBM.
 // Does not check results (tests/backend/cuda_fp8_gemm_test.cpp does). Usage:
 //   fp8_gemm_bench [--model v2lite|v3|all] [--m 1,16,64,256,1024,4096,16384] [--variants -1,2,3] [--reps 9]
-//                  [--grouped-only | --dense-only]
+//                  [--grouped-only | --dense-only] [--clusters 0,1,2]
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -81,7 +81,7 @@ void fill_scales(void* p, int64_t n, uint64_t seed, cudaStream_t s) {
 struct Result {
   std::string kernel, model, name;
   int64_t M, N, K, E = 0, top_k = 0, rows = 0, active_experts = 0;
-  int variant = 0;
+  int variant = 0, cluster = 0;
   int64_t splits = 1;
   double seconds, flops, weight_bytes, copy_bps;
 };
@@ -90,16 +90,17 @@ void print(const Result& r) {
   const double tflops = r.flops / r.seconds * 1e-12, wgbps = r.weight_bytes / r.seconds * 1e-9;
   std::printf(
       "{\"kernel\": \"%s\", \"model\": \"%s\", \"name\": \"%s\", \"M\": %ld, \"N\": %ld, \"K\": %ld, \"E\": %ld, "
-      "\"top_k\": %ld, \"rows\": %ld, \"active_experts\": %ld, \"variant\": %d, \"splits\": %ld, \"us\": %.2f, "
+      "\"top_k\": %ld, \"rows\": %ld, \"active_experts\": %ld, \"variant\": %d, \"cluster\": %d, \"splits\": %ld, "
+      "\"us\": %.2f, "
       "\"tflops\": %.1f, \"weight_gbps\": %.1f, \"copy_gbps\": %.1f, \"weight_frac_of_copy\": %.3f}\n",
       r.kernel.c_str(), r.model.c_str(), r.name.c_str(), static_cast<long>(r.M), static_cast<long>(r.N),
       static_cast<long>(r.K), static_cast<long>(r.E), static_cast<long>(r.top_k), static_cast<long>(r.rows),
-      static_cast<long>(r.active_experts), r.variant, static_cast<long>(r.splits), r.seconds * 1e6, tflops, wgbps,
-      r.copy_bps * 1e-9, wgbps / (r.copy_bps * 1e-9));
+      static_cast<long>(r.active_experts), r.variant, r.cluster, static_cast<long>(r.splits), r.seconds * 1e6, tflops,
+      wgbps, r.copy_bps * 1e-9, wgbps / (r.copy_bps * 1e-9));
   std::fflush(stdout);
 }
 
-Result bench_dense(const DenseShape& d, int64_t M, int variant, int reps, double copy_bps, Workspace& ws,
+Result bench_dense(const DenseShape& d, int64_t M, int variant, int cluster, int reps, double copy_bps, Workspace& ws,
                    cudaStream_t s) {
   const int64_t n_kb = (d.K + 127) / 128;
   const int64_t w_bytes = d.N * d.K;
@@ -117,6 +118,7 @@ Result bench_dense(const DenseShape& d, int64_t M, int variant, int reps, double
   args.M = M, args.N = d.N, args.K = d.K, args.block_n = 128;
   args.c = c.p, args.c_elem = Elem::kBF16, args.ldc = d.N;
   args.variant = variant;
+  args.cluster = cluster;
   const Fp8GemmPlan plan = fp8_gemm_plan(args);
   ws.reserve(plan.workspace_bytes);
   const double t = time_launches(
@@ -129,6 +131,7 @@ Result bench_dense(const DenseShape& d, int64_t M, int variant, int reps, double
       reps, s);
   Result r{"deepinfer_fp8_gemm", d.model, d.name, M, d.N, d.K};
   r.variant = plan.variant;
+  r.cluster = cluster;
   r.splits = plan.splits;
   r.seconds = t;
   r.flops = 2.0 * static_cast<double>(M) * static_cast<double>(d.N) * static_cast<double>(d.K);
@@ -137,7 +140,10 @@ Result bench_dense(const DenseShape& d, int64_t M, int variant, int reps, double
   return r;
 }
 
-Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int reps, double copy_bps, cudaStream_t s) {
+// row_scales: the model's MoE form (per-row weight scales, block_n = 1, fp32 output) instead of
+// the checkpoint's 128×128 blocks and bf16.
+Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int cluster, bool row_scales, int reps,
+                     double copy_bps, cudaStream_t s) {
   // Uniform random routing: each token picks top_k distinct experts.
   std::mt19937 rng(42);
   std::vector<int32_t> counts(static_cast<size_t>(x.E), 0);
@@ -156,27 +162,30 @@ Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int reps, dou
     offsets[static_cast<size_t>(e + 1)] = offsets[static_cast<size_t>(e)] + counts[static_cast<size_t>(e)];
     active += counts[static_cast<size_t>(e)] > 0;
   }
-  const int64_t R = T * x.top_k, n_kb = (x.K + 127) / 128;
+  const int64_t R = T * x.top_k, n_kb = (x.K + 127) / 128, sw_rows = row_scales ? x.N : (x.N + 127) / 128;
   Dev a(static_cast<size_t>(R * x.K)), sa(static_cast<size_t>(R * n_kb) * 4),
-      w(static_cast<size_t>(x.E * x.N * x.K)), sw(static_cast<size_t>(x.E * ((x.N + 127) / 128) * n_kb) * 4),
-      c(static_cast<size_t>(R * x.N) * 2), off(offsets.size() * 4);
+      w(static_cast<size_t>(x.E * x.N * x.K)), sw(static_cast<size_t>(x.E * sw_rows * n_kb) * 4),
+      c(static_cast<size_t>(R * x.N) * (row_scales ? 4 : 2)), off(offsets.size() * 4);
   fill_fp8(a.p, R * x.K, 5, s);
   fill_scales(sa.p, R * n_kb, 6, s);
   fill_fp8(w.p, x.E * x.N * x.K, 7, s);
-  fill_scales(sw.p, x.E * ((x.N + 127) / 128) * n_kb, 8, s);
+  fill_scales(sw.p, x.E * sw_rows * n_kb, 8, s);
   DI_CUDA_CHECK(cudaMemcpyAsync(off.p, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice, s));
   Fp8GemmArgs args;
   args.a = static_cast<const uint8_t*>(a.p);
   args.a_scale = static_cast<const float*>(sa.p);
   args.w = static_cast<const uint8_t*>(w.p);
   args.w_scale = static_cast<const float*>(sw.p);
-  args.M = R, args.N = x.N, args.K = x.K, args.block_n = 128;
-  args.c = c.p, args.c_elem = Elem::kBF16, args.ldc = x.N;
+  args.M = R, args.N = x.N, args.K = x.K, args.block_n = row_scales ? 1 : 128;
+  args.c = c.p, args.c_elem = row_scales ? Elem::kF32 : Elem::kBF16, args.ldc = x.N;
   args.offsets = static_cast<const int32_t*>(off.p), args.E = x.E;
   args.variant = variant;
+  args.cluster = cluster;
   const double t = time_launches([&](int) { fp8_grouped_gemm(args, s); }, reps, s);
-  Result r{"deepinfer_fp8_grouped_gemm", x.model, x.name, T, x.N, x.K, x.E, x.top_k, R, active};
+  Result r{row_scales ? "deepinfer_fp8_grouped_gemm_rowscales" : "deepinfer_fp8_grouped_gemm", x.model, x.name, T,
+           x.N, x.K, x.E, x.top_k, R, active};
   r.variant = fp8_grouped_gemm_variant(args);
+  r.cluster = cluster;
   r.seconds = t;
   r.flops = 2.0 * static_cast<double>(R) * static_cast<double>(x.N) * static_cast<double>(x.K);
   r.weight_bytes = static_cast<double>(active) * static_cast<double>(x.N * x.K);
@@ -191,17 +200,19 @@ bool usable(int64_t variant, int64_t M) { return variant != 3 || (M >= 64 && fp8
 
 int main(int argc, char** argv) {
   CLI::App app{"FP8 block-scaled GEMM benchmark (DeepSeek shapes)"};
-  std::string model = "all", ms = "1,16,64,256,1024,4096,16384", variants = "-1";
+  std::string model = "all", ms = "1,16,64,256,1024,4096,16384", variants = "-1", clusters = "0";
   int reps = 9;
-  bool grouped_only = false, dense_only = false;
+  bool grouped_only = false, dense_only = false, row_scales = false;
   app.add_option("--model", model, "v2lite | v3 | all");
   app.add_option("--m", ms, "token counts, comma-separated");
   app.add_option("--variants", variants, "tile variants, comma-separated (-1: by size; 3: wgmma)");
+  app.add_option("--clusters", clusters, "wgmma form: blocks per A-sharing cluster, comma-separated (0: default)");
   app.add_option("--reps", reps, "timed batches (median)");
   app.add_flag("--grouped-only", grouped_only);
   app.add_flag("--dense-only", dense_only);
+  app.add_flag("--row-scales", row_scales, "grouped: per-row weight scales and fp32 output (the model's MoE form)");
   CLI11_PARSE(app, argc, argv);
-  const std::vector<int64_t> Ms = parse_list(ms), Vs = parse_list(variants);
+  const std::vector<int64_t> Ms = parse_list(ms), Vs = parse_list(variants), Cs = parse_list(clusters);
 
   cudaStream_t s;
   DI_CUDA_CHECK(cudaStreamCreate(&s));
@@ -213,14 +224,18 @@ int main(int argc, char** argv) {
       if (model != "all" && model != d.model) continue;
       for (int64_t M : Ms)
         for (int64_t v : Vs)
-          if (usable(v, M)) print(bench_dense(d, M, static_cast<int>(v), reps, copy_bps, ws, s));
+          for (int64_t cl : Cs)
+            if (usable(v, M) && (cl == Cs[0] || v == 3))
+              print(bench_dense(d, M, static_cast<int>(v), static_cast<int>(cl), reps, copy_bps, ws, s));
     }
   if (!dense_only)
     for (const ExpertShape& x : kExperts) {
       if (model != "all" && model != x.model) continue;
       for (int64_t M : Ms)
         for (int64_t v : Vs)
-          if (usable(v, M)) print(bench_grouped(x, M, static_cast<int>(v), reps, copy_bps, s));
+          for (int64_t cl : Cs)
+            if (usable(v, M) && (cl == Cs[0] || v == 3))
+              print(bench_grouped(x, M, static_cast<int>(v), static_cast<int>(cl), row_scales, reps, copy_bps, s));
     }
   ws.buf.reset();
   DI_CUDA_CHECK(cudaStreamDestroy(s));

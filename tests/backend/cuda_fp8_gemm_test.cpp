@@ -308,6 +308,11 @@ TEST_F(CudaFp8Gemm, DenseMatchesReferenceAllVariants) {
           << what << " variant 3 (wgmma)";
       std::printf("[fp8_gemm] %s: wgmma worst |err|/bound %.3g\n", what.c_str(), worst);
       EXPECT_EQ(run_dense(v, c.elem, ldc, dc), bits) << what << " variant 3 not reproducible";
+      // Clusters of two blocks sharing A tiles by multicast (and one block alone): the same bits.
+      for (int cluster : {1, 2}) {
+        v.cluster = cluster;
+        EXPECT_EQ(run_dense(v, c.elem, ldc, dc), bits) << what << " variant 3, cluster " << cluster;
+      }
     }
   }
 }
@@ -415,6 +420,15 @@ TEST_F(CudaFp8Gemm, GroupedMatchesReferenceWithEmptyExperts) {
       worst_all = std::max(worst_all, worst);
     }
     std::printf("[fp8_gemm] grouped E=%ld: wgmma worst |err|/bound %.3g\n", static_cast<long>(E), worst_all);
+    // Clusters of two blocks sharing A tiles by multicast (and one block alone): the same bits.
+    const auto wgmma_bits = download<uint8_t>(dc, c_bytes);
+    for (int cluster : {1, 2}) {
+      v.cluster = cluster;
+      if (c_bytes > 0) DI_CUDA_CHECK(cudaMemset(dc.as<void>(), 0xff, c_bytes));
+      cuda::fp8_grouped_gemm(v, nullptr);
+      DI_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(download<uint8_t>(dc, c_bytes), wgmma_bits) << "E=" << E << " variant 3, cluster " << cluster;
+    }
   }
 }
 

@@ -425,6 +425,10 @@ struct Fp8GemmArgs {
   // expert) unless batch_invariant, since its bits differ from 0–2). Tests force it.
   int variant = -1;
   int64_t splits = 0;  // dense K splits: 0 by size, ≥ 1 forced (clamped to ceil(K/128))
+  // The wgmma form only: blocks per cluster, each loading 1/cluster of every A tile and
+  // multicasting it to the others (their column tiles are adjacent: the same rows, half the A
+  // traffic from L2); 0: the form's default; 1 or 2 forced. The bits do not depend on it.
+  int cluster = 0;
 };
 // The dense launch's shape, a function of the sizes, the flags above, the SM count and the
 // kernels' occupancy only (splits: as many as keep one wave of blocks resident, ≥ 2 K blocks each).

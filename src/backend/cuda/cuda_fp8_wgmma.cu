@@ -2,7 +2,7 @@
 // cuda_fp8_gemm.cu, with the same semantics (1×128 activation groups, 128×128 weight blocks,
 // per-K-block fp32 promotion) — dense and grouped (MoE). Owns: the TMA + mbarrier pipeline, the
 // wgmma tile kernel, the tensor-map encoding. Does not own: dispatch by size (fp8_gemm /
-// fp8_grouped_gemm pick it), split-K, block_n = 1 scales, or batch invariance (its MMA order
+// fp8_grouped_gemm pick it), split-K, or batch invariance (its MMA order
 // differs from the mma.sync variants', so it is never used in the batch-invariant mode).
 // Why wgmma: on sm_90a ptxas lowers mma.sync .e4m3 to an fp8 → fp16 unpack plus an fp16 HMMA
 // (~200 TFLOP/s); wgmma .e4m3 runs at the FP8 rate (≈1,435 TFLOP/s measured on the H200).
@@ -18,18 +18,35 @@ namespace {
 constexpr int kBM = 128;        // rows per block: two math warpgroups of 64
 constexpr int kBN = 128;        // columns per block: one weight scale block
 constexpr int kBK = 128;        // K per stage: one scale block (128 bytes of e4m3 per row)
-constexpr int kStages = 6;      // stages in the shared-memory ring
+constexpr int kStages = 5;      // stages in the shared-memory ring (6 leave no room for the output staging)
 constexpr int kMathGroups = 2;  // warpgroups issuing wgmma; one more warpgroup loads
+// Blocks per cluster sharing each A tile by TMA multicast when Fp8GemmArgs::cluster is 0.
+constexpr int kDefaultCluster = 1;
 constexpr int kThreads = 128 * (kMathGroups + 1);
+// Registers per thread after the reallocation (setmaxnreg): the launch reserves 168 per thread
+// (65,536 / 384, rounded down to 8); the loader warpgroup gives some back, the math warpgroups
+// take them (2·128·math + 128·loader = 64,512 = 384·168). Two K blocks in flight (kPairs: the
+// accumulator and two blocks' sums, 192 registers) need 232 dense; the grouped forms' loader
+// (the expert search, per-row scales) needs more than 40 — ptxas spills it there.
+template <bool kGrouped, bool kPairs>
+struct RegSplit {
+  static constexpr int kLoader = !kPairs ? 104 : kGrouped ? 56 : 40;
+  static constexpr int kMath = !kPairs ? 200 : kGrouped ? 224 : 232;
+  static_assert(kMathGroups * 128 * kMath + 128 * kLoader <= kThreads * 168, "register budget");
+};
 constexpr int kTileBytes = kBM * kBK;  // one operand tile (A: kBM rows, W: kBN rows) of 128 bytes
 static_assert(kBN * kBK == kTileBytes, "A and W tiles have the same size");
 constexpr int kStageBytes = 2 * kTileBytes;
-// Ring, then full/empty barriers, then each warp's grouped tile (expert, first row, rows); the base is
-// aligned up to 1024 bytes at run time (the 128-byte swizzle repeats every 8 rows of 128 bytes).
+// Ring, then the output staging, then full/empty barriers, then each warp's grouped tile (expert,
+// first row, rows); the base is aligned up to 1024 bytes at run time (the 128-byte swizzle repeats
+// every 8 rows of 128 bytes).
 constexpr int kWarps = kThreads / 32;
+// Each math warpgroup's output staging for the TMA store: 64 rows × 256 bytes, as two boxes of
+// [64 rows][128 bytes] with the 128-byte swizzle (bf16: the 128 columns at once; fp32: 64 at a time).
+constexpr int kOutBoxBytes = 64 * 128, kOutBytes = 2 * kOutBoxBytes;
 // Then, for per-row weight scales (block_n = 1), the stage's column scales [kStages][kBN] fp32.
-constexpr size_t kSmemBytes = kStages * kStageBytes + 2 * kStages * sizeof(uint64_t) + 4 * kWarps * sizeof(int64_t) +
-                              kStages * kBN * sizeof(float) + 1024;
+constexpr size_t kSmemBytes = kStages * kStageBytes + kMathGroups * kOutBytes + 2 * kStages * sizeof(uint64_t) +
+                              4 * kWarps * sizeof(int64_t) + kStages * kBN * sizeof(float) + 1024;
 
 struct WgmmaParams {
   const float* sa;  // [M, n_kb] fp32
@@ -39,6 +56,7 @@ struct WgmmaParams {
   void* c;  // [M, ldc] OutT
   int64_t ldc;
   bool c_vec;  // column pairs stored as one vector (ldc even, c 8-byte aligned)
+  bool c_tma;  // whole warpgroup tiles stored by TMA from shared memory (map_c; c, ldc 16-byte aligned)
   const int32_t* offsets;  // grouped: [E + 1]
   int64_t E;
 };
@@ -56,92 +74,169 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a
                : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// C[m, n] = Σ_kb (Σ_{k ∈ kb} a[m, k]·w[n, k]) · sa[m, kb] · sw[n / 128, kb], 128×128 output tiles.
-// Persistent: block b takes tiles b, b + gridDim.x, … (tile_coords; grouped row tiles through
-// cuda_grouped_tile.cuh, tiles past the last expert skipped). Warpgroups 0 and 1 compute rows
-// 64·wg.. of each tile; warp 8 (warpgroup 2) is the loader, the rest of warpgroup 2 exits.
-// Per K block (the it-th of this block, over all its tiles: stage s = it % kStages): the loader
-// waits until the math warps have released s (empty[s]), then TMA-loads the A tile (kBM rows ×
-// 128 bytes at (kb·128, m0)) and the W tile (kBN rows at (kb·128, w_row0)) into s, completing
-// full[s]; it runs up to kStages K blocks ahead, into the next tile while the math warps store
-// this one. Each math warpgroup waits on full[s], issues four m64n128k32 wgmmas over the stage's
-// 128-wide K (the first overwrites `part`), waits for them, releases s (one arrival per warp)
-// and promotes: acc = fmaf(part, sa·sw, acc) — DeepGEMM's promotion, in K-block order
-// (deterministic: a tile's result does not depend on which block computes it); the two
-// warpgroups' MMAs and promotions interleave on the SM. Scales are read from global memory one
-// K block ahead. (Tried and dropped, docs/perf.md version 3: each warpgroup's 128 columns as two
-// staggered 64-column halves, so a half's promotion overlaps MMAs — no gain; 2-CTA clusters
-// multicasting A — half the rate, branch wip/fp8-wgmma-cluster.)
-// Shared memory: kStages × (A [kBM][128] | W [kBN][128]) e4m3 — rows of 128 bytes, 16-byte chunk c
-// of row r at chunk c ^ (r % 8) (TMA's 128-byte swizzle, which wgmma's descriptor reads) —
-// full[kStages], empty[kStages] mbarriers, per-warp tile info; ~194 KB: one block per SM.
-// Rows past M (and K past K, columns past the tensor) are zero-filled by TMA; a grouped tile's
-// rows past its expert belong to the next one and are computed but not stored. Only in-range
-// outputs are written. Preconditions: sm_90a, K % 16 == 0.
-// kRowScales (block_n = 1: one weight scale per output row and K block, as CudaBackend places FP8
-// weights): the loader warp also copies the tile's 128 column scales of each K block into the
-// stage's slot of `ssw` (one more arrival on full[s]), and the promotion uses sa(row)·sw(column)
-// per element; the stage is released after the promotion, which reads them.
-template <bool kGrouped, typename OutT, bool kRowScales>
-__global__ void __launch_bounds__(kThreads, 1)
-    fp8_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
-                     const WgmmaParams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ uint8_t wg_smem_raw[];
-  uint8_t* smem = wg_smem_raw + ((1024 - smem_u32(wg_smem_raw) % 1024) % 1024);
-  uint8_t* ring = smem;                                                     // [kStages][A | W]
-  auto* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);  // [kStages]
-  uint64_t* empty = full + kStages;                                         // [kStages]
-  auto* info = reinterpret_cast<int64_t*>(empty + kStages);                // [kWarps][4]: e, m0, rows
-  float* ssw = reinterpret_cast<float*>(info + 4 * kWarps);                 // [kStages][kBN] (kRowScales)
+// The loader warp (see fp8_wgmma_kernel): load_tiles over this block's tiles, plus the stage's
+// column scales under kRowScales.
+template <bool kGrouped, bool kRowScales, int kCluster>
+__device__ __forceinline__ void load_stages(const CUtensorMap& map_a, const CUtensorMap& map_w, const WgmmaParams& p,
+                                            uint8_t* ring, uint64_t* full, uint64_t* empty, float* ssw,
+                                            int64_t* my_info, int lane) {
+  const int64_t n_kb = p.n_kb;
+  auto column_scales = [&](int s, const TileView& v, int64_t kb) {
+    if constexpr (kRowScales) {
+      for (int c = lane; c < kBN; c += 32)
+        ssw[s * kBN + c] = v.n0 + c < p.N ? p.sw[(v.e * p.N + v.n0 + c) * n_kb + kb] : 0.0f;
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&full[s]);  // release: the math warps' wait acquires the stores
+    }
+  };
+  load_tiles<kBM, kBN, kBK, false, kCluster>(&map_a, &map_w, ring, full, empty, kStages, kStageBytes, kTileBytes,
+                                             p.n_row_tiles, p.N, n_kb, kGrouped ? p.offsets : nullptr, p.E, p.M,
+                                             lane, my_info, column_scales);
+}
 
-  const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
-  if (t == 0) init_ring(full, empty, kStages, kRowScales ? 2 : 1, kMathGroups * 4);  // one release per math warp
-  __syncthreads();
-  if (wg == kMathGroups && warp != kMathGroups * 4) return;  // idle loader warps
-  const int64_t n_col_tiles = (p.N + kBN - 1) / kBN, n_tiles = p.n_row_tiles * n_col_tiles, n_kb = p.n_kb;
-  const int32_t* offsets = kGrouped ? p.offsets : nullptr;
-  int64_t* my_info = info + 4 * warp;
-  if (wg == kMathGroups) {  // the loader warp
-    auto column_scales = [&](int s, const TileView& v, int64_t kb) {
-      if constexpr (kRowScales) {
-        for (int c = lane; c < kBN; c += 32)
-          ssw[s * kBN + c] = v.n0 + c < p.N ? p.sw[(v.e * p.N + v.n0 + c) * n_kb + kb] : 0.0f;
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&full[s]);  // release: the math warps' wait acquires the stores
+// A stage consumed: one arrival per math warp on empty[s] of every block of the cluster.
+template <int kCluster>
+__device__ __forceinline__ void release_stage(uint64_t* empty_s, int lane) {
+  __syncwarp();
+  if (lane == 0) {
+    if constexpr (kCluster == 1) {
+      mbar_arrive(empty_s);
+    } else {
+      const auto rank = static_cast<uint32_t>(blockIdx.x % kCluster);
+      mbar_arrive(empty_s);
+#pragma unroll
+      for (uint32_t r = 1; r < kCluster; ++r) mbar_arrive_cluster(empty_s, (rank + r) % kCluster);
+    }
+  }
+}
+
+// A math warp's share of a finished tile (acc: rows r0 and r0 + 8, the m64n128 fragment) into C.
+// Where both rows and all 128 columns are in range and pairs are aligned — every tile but the
+// edges — the 64 values are converted first, then stored at fixed offsets from two row pointers:
+// a store keeps its source and address registers until it issues, so converting and addressing
+// each pair into the same few registers serialized the stores on their latency (a quarter of
+// the math warps' time in the ncu samples of run s13-7).
+template <typename OutT>
+__device__ __forceinline__ void store_tile(OutT* c, int64_t ldc, int64_t N, int64_t n0, int64_t r0, int64_t m_end,
+                                           bool c_vec, int lane, const float (&acc)[64]) {
+  if (c_vec && n0 + kBN <= N && r0 + 8 < m_end) {
+    OutT* row0 = c + r0 * ldc + n0 + 2 * (lane % 4);
+    OutT* row1 = row0 + 8 * ldc;
+    if constexpr (sizeof(OutT) == 4) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        *reinterpret_cast<float2*>(row0 + 8 * j) = make_float2(acc[4 * j], acc[4 * j + 1]);
+        *reinterpret_cast<float2*>(row1 + 8 * j) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
       }
-    };
-    load_tiles<kBM, kBN, kBK>(&map_a, &map_w, ring, full, empty, kStages, kStageBytes, kTileBytes, p.n_row_tiles,
-                              p.N, n_kb, offsets, p.E, p.M, lane, my_info, column_scales);
+    } else {
+      __nv_bfloat162 packed[32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) packed[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        *reinterpret_cast<__nv_bfloat162*>(row0 + 8 * j) = packed[2 * j];
+        *reinterpret_cast<__nv_bfloat162*>(row1 + 8 * j) = packed[2 * j + 1];
+      }
+    }
     return;
   }
+  for_each_acc_pair(16, n0, N, r0, m_end, lane, [&](int64_t row, int64_t col, int i) {
+    store_acc_pair(c + row * ldc + col, acc[i], acc[i + 1], c_vec && col + 1 < N, col + 1 < N);
+  });
+}
 
-  uint32_t it = 0;  // K blocks this warp has consumed
+// Whether the math warps keep two K blocks in flight (compute_tiles): not in the grouped form
+// with per-row weight scales, whose registers do not hold them (ptxas spills ~300 bytes).
+template <bool kGrouped, bool kRowScales>
+constexpr bool pairs_in_flight() {
+  return !(kGrouped && kRowScales);
+}
+
+// A math warpgroup's 64 rows × 128 columns (acc: this thread's m64n128 fragment) into C at
+// (row y0, column n0) through shared memory `out` and TMA stores, which run on while the
+// warpgroup moves on to its next tile: bf16 in one pass (two boxes of 64 columns), fp32 in two
+// (columns 0–63, 64–127, two boxes of 32 each). Per pass the warpgroup's leader first waits until
+// its previous stores have read `out`; each thread writes its pairs swizzled (16-byte chunk c of
+// box row r at chunk c ^ (r % 8): the 8 rows a warp writes at once fall in different banks).
+// Warpgroup-collective (named barrier 1 + warpgroup).
+template <typename OutT>
+__device__ __forceinline__ void store_tile_tma(const CUtensorMap& map_c, uint8_t* out, int64_t n0, int64_t y0,
+                                               int warp, int lane, const float (&acc)[64]) {
+  constexpr int kPasses = sizeof(OutT) == 2 ? 1 : 2, kGroupsPerPass = 16 / kPasses;  // 8-column groups
+  constexpr int kBoxCols = 128 / static_cast<int>(sizeof(OutT));
+  const int bar = 1 + warp / 4, q = lane % 4;
+  const bool leader = warp % 4 == 0 && lane == 0;
+  const int r0 = 16 * (warp % 4) + lane / 4;  // this thread's rows r0, r0 + 8 of the 64
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    if (leader) bulk_wait_all<true>();
+    named_barrier(bar, 128);
+#pragma unroll
+    for (int g = 0; g < kGroupsPerPass; ++g) {
+      const int j = pass * kGroupsPerPass + g;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h;
+        const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        if constexpr (sizeof(OutT) == 2) {  // byte 16g + 4q of the 256-byte row: box g / 8, chunk g % 8
+          uint8_t* box = out + (g / 8) * kOutBoxBytes + r * 128;
+          *reinterpret_cast<__nv_bfloat162*>(box + (((g % 8) ^ (r % 8)) * 16) + 4 * q) = __floats2bfloat162_rn(v0, v1);
+        } else {  // byte 32g + 8q of the pass's 256-byte row: box g / 4, chunk 2·(g % 4) + q / 2
+          uint8_t* box = out + (g / 4) * kOutBoxBytes + r * 128;
+          const int chunk = (2 * (g % 4) + q / 2) ^ (r % 8);
+          *reinterpret_cast<float2*>(box + chunk * 16 + 8 * (q % 2)) = make_float2(v0, v1);
+        }
+      }
+    }
+    fence_proxy_async();
+    named_barrier(bar, 128);
+    if (leader) {
+      for (int b = 0; b < 2; ++b)
+        tma_store_2d(&map_c, out + b * kOutBoxBytes, static_cast<int32_t>(n0 + (2 * pass + b) * kBoxCols),
+                     static_cast<int32_t>(y0));
+      bulk_commit();
+    }
+  }
+}
+
+// A math warp (warpgroup wg, see fp8_wgmma_kernel): its 16 rows of each of this block's tiles.
+template <bool kGrouped, typename OutT, bool kRowScales, int kCluster>
+__device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtensorMap& map_c, const uint8_t* ring,
+                                              uint8_t* out, uint64_t* full, uint64_t* empty, const float* ssw,
+                                              int64_t* my_info, int wg, int warp, int lane) {
+  const int64_t n_col_tiles = (p.N + kBN - 1) / kBN, n_kb = p.n_kb;
+  const int64_t n_tiles = p.n_row_tiles * ((n_col_tiles + kCluster - 1) / kCluster);
+  const int32_t* offsets = kGrouped ? p.offsets : nullptr;
+  const int rank = static_cast<int>(blockIdx.x % kCluster);
+  int s = 0;           // the stage of the next K block (the it-th this warp consumes: s = it % kStages)
+  uint32_t phase = 0;  // full[s]'s parity for it: (it / kStages) & 1
   OutT* c = static_cast<OutT*>(p.c);
-  for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+  for (int64_t tile = blockIdx.x / kCluster; tile < n_tiles; tile += gridDim.x / kCluster) {
     TileView v;
-    if (!resolve_tile<kBM, kBN>(tile, p.n_row_tiles, n_col_tiles, offsets, p.E, p.M, lane, my_info, &v)) continue;
+    if (!resolve_tile<kBM, kBN, kCluster>(tile, p.n_row_tiles, n_col_tiles, offsets, p.E, p.M, lane, my_info, &v,
+                                          rank))
+      continue;
     const int64_t e = v.e, m0 = v.m0, m_end = v.m_end, n0 = v.n0;
     // Rows r0 = m0 + 64·wg + 16·(warp % 4) + lane / 4 and r0 + 8 of this tile.
     const int64_t r0 = m0 + 64 * wg + 16 * (warp % 4) + lane / 4, r1 = r0 + 8;
     const float* sa0 = p.sa + (r0 < p.M ? r0 : 0) * n_kb;  // rows past M read row 0's scales (not stored)
     const float* sa1 = p.sa + (r1 < p.M ? r1 : 0) * n_kb;
-    const float* swp = kRowScales ? nullptr : p.sw + (e * n_col_tiles + n0 / kBN) * n_kb;
-    float acc[64], part[64];
+    // A cluster's last column tile may lie past N (nothing stored): it reads the last tile's scales.
+    const int64_t ct = min(n0 / kBN, n_col_tiles - 1);
+    const float* swp = kRowScales ? nullptr : p.sw + (e * n_col_tiles + ct) * n_kb;
+    float acc[64], part0[64], part1[64];  // part: a K block's MMA sums (its first MMA overwrites)
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = part[i] = 0.0f;
-    float next_a0 = sa0[0], next_a1 = sa1[0], next_w = kRowScales ? 1.0f : swp[0];
-    for (int64_t kb = 0; kb < n_kb; ++kb, ++it) {
-      const int s = static_cast<int>(it % kStages);
-      const float a0 = next_a0, a1 = next_a1, s0 = next_a0 * next_w, s1 = next_a1 * next_w;
-      if (kb + 1 < n_kb) {  // the next K block's scales, loaded a block ahead
-        next_a0 = sa0[kb + 1];
-        next_a1 = sa1[kb + 1];
-        if constexpr (!kRowScales) next_w = swp[kb + 1];
-      }
-      mbar_wait(&full[s], (it / kStages) & 1u);
+    for (int i = 0; i < 64; ++i) acc[i] = part0[i] = part1[i] = 0.0f;
+    // K block kb's MMAs into `part` from stage s (waiting until it is full), and its scales.
+    struct Scales {
+      float a0, a1, w;
+    };
+    auto issue = [&](float (&part)[64], int kb, Scales& sc) {
+      sc.a0 = sa0[kb];
+      sc.a1 = sa1[kb];
+      sc.w = kRowScales ? 1.0f : swp[kb];
+      mbar_wait(&full[s], phase);
       const uint8_t* stage = ring + s * kStageBytes;
       const uint64_t da = sw128_desc(stage + wg * 64 * kBK), db = sw128_desc(stage + kTileBytes);
 #pragma unroll
@@ -150,24 +245,29 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int k = 0; k < kBK / 32; ++k) wgmma_m64n128k32(part, da + 2 * k, db + 2 * k, k);  // +32 bytes of K
       wgmma_commit();
-      wgmma_wait<0>();
+      if (++s == kStages) {
+        s = 0;
+        phase ^= 1u;
+      }
+    };
+    // The finished K block in `part` (its MMAs waited for) from stage sr: released, then promoted.
+    auto promote = [&](float (&part)[64], int sr, const Scales& sc) {
 #pragma unroll
       for (int i = 0; i < 64; ++i) fence_operand(part[i]);
       if constexpr (kRowScales) {
-        const float* cs = ssw + s * kBN + 2 * (lane % 4);  // columns 8j + 2·(lane % 4), +1
+        const float* cs = ssw + sr * kBN + 2 * (lane % 4);  // columns 8j + 2·(lane % 4), +1
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
           const float2 w2 = *reinterpret_cast<const float2*>(cs + 8 * j);
-          acc[4 * j + 0] = fmaf(part[4 * j + 0], a0 * w2.x, acc[4 * j + 0]);
-          acc[4 * j + 1] = fmaf(part[4 * j + 1], a0 * w2.y, acc[4 * j + 1]);
-          acc[4 * j + 2] = fmaf(part[4 * j + 2], a1 * w2.x, acc[4 * j + 2]);
-          acc[4 * j + 3] = fmaf(part[4 * j + 3], a1 * w2.y, acc[4 * j + 3]);
+          acc[4 * j + 0] = fmaf(part[4 * j + 0], sc.a0 * w2.x, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(part[4 * j + 1], sc.a0 * w2.y, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(part[4 * j + 2], sc.a1 * w2.x, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(part[4 * j + 3], sc.a1 * w2.y, acc[4 * j + 3]);
         }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[s]);  // MMAs and column scales read: the loader may refill
+        release_stage<kCluster>(&empty[sr], lane);  // MMAs and column scales read: the loader may refill
       } else {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[s]);  // the stage is read: the loader may refill it
+        release_stage<kCluster>(&empty[sr], lane);  // the stage is read: the loader may refill it
+        const float s0 = sc.a0 * sc.w, s1 = sc.a1 * sc.w;
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
           acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
@@ -176,38 +276,167 @@ __global__ void __launch_bounds__(kThreads, 1)
           acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
         }
       }
+    };
+    // K blocks in pairs: block kb + 1's MMAs run while block kb is promoted; nothing is in flight
+    // across the loop's back edge (ptxas serializes every wgmma when an accumulator may be).
+    constexpr bool kPairs = pairs_in_flight<kGrouped, kRowScales>();
+    const int kbs = static_cast<int>(n_kb);
+    Scales sc0, sc1;
+    int kb = 0;
+    for (; kPairs && kb + 1 < kbs; kb += 2) {
+      const int s0 = s;
+      issue(part0, kb, sc0);
+      const int s1 = s;
+      issue(part1, kb + 1, sc1);
+      wgmma_wait<1>();
+      promote(part0, s0, sc0);
+      wgmma_wait<0>();
+      promote(part1, s1, sc1);
+    }
+    for (; kb < kbs; ++kb) {  // an odd block count's last block; every block without kPairs
+      const int s0 = s;
+      issue(part0, kb, sc0);
+      wgmma_wait<0>();
+      promote(part0, s0, sc0);
     }
 
-    for_each_acc_pair(16, n0, p.N, r0, m_end, lane, [&](int64_t row, int64_t col, int i) {
-      store_acc_pair(c + row * p.ldc + col, acc[i], acc[i + 1], p.c_vec && col + 1 < p.N, col + 1 < p.N);
-    });
+    // TMA for the warpgroup's 64 rows when they all belong to this tile (a grouped tile's rows
+    // past its expert are the next expert's: never written); the stores clip at M and N.
+    if (p.c_tma && (!kGrouped || m0 + 64 * (wg + 1) <= m_end)) {
+      store_tile_tma<OutT>(map_c, out, n0, m0 + 64 * wg, warp, lane, acc);
+    } else {
+      store_tile(c, p.ldc, p.N, n0, r0, m_end, p.c_vec, lane, acc);
+    }
   }
+  if (p.c_tma && warp % 4 == 0 && lane == 0) bulk_wait_all<false>();  // the last stores complete before exit
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// C[m, n] = Σ_kb (Σ_{k ∈ kb} a[m, k]·w[n, k]) · sa[m, kb] · sw[n / 128, kb], 128×128 output tiles.
+// Persistent: block b takes tiles b, b + gridDim.x, … (tile_coords; grouped row tiles through
+// cuda_grouped_tile.cuh, tiles past the last expert skipped). Warpgroups 0 and 1 compute rows
+// 64·wg.. of each tile; warp 8 (warpgroup 2) is the loader, the rest of warpgroup 2 idles. The
+// loader warpgroup hands registers to the math warpgroups (setmaxnreg, RegSplit).
+// Per K block (the it-th of this block, over all its tiles: stage s = it % kStages): the loader
+// waits until the math warps have released s (empty[s]), then TMA-loads the A tile (kBM rows ×
+// 128 bytes at (kb·128, m0)) and the W tile (kBN rows at (kb·128, w_row0)) into s, completing
+// full[s]; it runs up to kStages K blocks ahead, into the next tile while the math warps store
+// this one. Each math warpgroup takes its K blocks in pairs (compute_tiles): it issues the four
+// m64n128k32 wgmmas of block kb (into part0, the first overwriting) and of block kb + 1 (part1),
+// waits for kb's, releases its stage (one arrival per warp) and promotes while kb + 1's run —
+// acc = fmaf(part, sa·sw, acc), DeepGEMM's promotion, in K-block order (deterministic: a tile's
+// result does not depend on which block computes it) — then the same for kb + 1. The tile's
+// result leaves through shared memory and TMA stores (store_tile_tma) that complete while the
+// warpgroup starts its next tile. (docs/perf.md version 11: the pairs and the TMA stores took
+// V2-Lite q_proj at 4,096 rows from 750 to 1,036 TFLOP/s. Tried and dropped, version 3: each
+// warpgroup's 128 columns as two staggered 64-column halves; version 11: the two warpgroups'
+// issues forced to alternate by named barriers — no gain either.)
+// kCluster = 2: the blocks of a cluster take adjacent column tiles of one row tile and each
+// loads half of its A tile, multicast to both (load_tiles); a stage's release is one arrival
+// per math warp of both blocks. Half the A traffic from L2, the same bits; not faster on the
+// H200 at the model's shapes (version 11), so the default is 1.
+// Shared memory: kStages × (A [kBM][128] | W [kBN][128]) e4m3 — rows of 128 bytes, 16-byte chunk c
+// of row r at chunk c ^ (r % 8) (TMA's 128-byte swizzle, which wgmma's descriptor reads) — the
+// math warpgroups' output staging (2 × 16 KB), full[kStages], empty[kStages] mbarriers, per-warp
+// tile info; ~196 KB: one block per SM.
+// Rows past M (and K past K, columns past the tensor) are zero-filled by TMA; a grouped tile's
+// rows past its expert belong to the next one and are computed but not stored. Only in-range
+// outputs are written. Preconditions: sm_90a, K % 16 == 0.
+// kRowScales (block_n = 1: one weight scale per output row and K block, as CudaBackend places FP8
+// weights): the loader warp also copies the tile's 128 column scales of each K block into the
+// stage's slot of `ssw` (one more arrival on full[s]), and the promotion uses sa(row)·sw(column)
+// per element; the stage is released after the promotion, which reads them. Grouped with
+// kRowScales, one K block at a time (pairs_in_flight).
+template <bool kGrouped, typename OutT, bool kRowScales, int kCluster>
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
+                     const __grid_constant__ CUtensorMap map_c, const WgmmaParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t wg_smem_raw[];
+  uint8_t* smem = wg_smem_raw + ((1024 - smem_u32(wg_smem_raw) % 1024) % 1024);
+  uint8_t* ring = smem;                                                     // [kStages][A | W]
+  uint8_t* out = ring + kStages * kStageBytes;                              // [kMathGroups][kOutBytes]
+  auto* full = reinterpret_cast<uint64_t*>(out + kMathGroups * kOutBytes);  // [kStages]
+  uint64_t* empty = full + kStages;                                         // [kStages]
+  auto* info = reinterpret_cast<int64_t*>(empty + kStages);                // [kWarps][4]: e, m0, rows
+  float* ssw = reinterpret_cast<float*>(info + 4 * kWarps);                 // [kStages][kBN] (kRowScales)
+
+  const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
+  // One release per math warp of every block of the cluster (a stage's A rows come from all of them).
+  if (t == 0) init_ring(full, empty, kStages, kRowScales ? 2 : 1, kMathGroups * 4 * kCluster);
+  if constexpr (kCluster > 1) cluster_sync();
+  else __syncthreads();
+  if (wg == kMathGroups) {
+    setmaxnreg_dec<RegSplit<kGrouped, pairs_in_flight<kGrouped, kRowScales>()>::kLoader>();
+    if (warp == kMathGroups * 4) load_stages<kGrouped, kRowScales, kCluster>(map_a, map_w, p, ring, full, empty, ssw,
+                                                                             info + 4 * warp, lane);
+  } else {
+    setmaxnreg_inc<RegSplit<kGrouped, pairs_in_flight<kGrouped, kRowScales>()>::kMath>();
+    compute_tiles<kGrouped, OutT, kRowScales, kCluster>(p, map_c, ring, out + wg * kOutBytes, full, empty, ssw,
+                                                        info + 4 * warp, wg, warp, lane);
+  }
+  if constexpr (kCluster > 1) cluster_sync();  // no block leaves while a peer may still signal or fill it
 #else
   __trap();  // built for another architecture: fp8_wgmma_available() is false there
 #endif
 }
 
-// A [rows, K] e4m3 row-major matrix as a TMA map of 128 × 128-byte boxes, 128-byte swizzle;
+// A [rows, K] e4m3 row-major matrix as a TMA map of box_rows × 128-byte boxes, 128-byte swizzle;
 // out-of-range boxes read zeros.
-CUtensorMap e4m3_map(const uint8_t* base, int64_t rows, int64_t K) {
-  return tensor_map_2d(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, rows, K, kBK, kBM);
+CUtensorMap e4m3_map(const uint8_t* base, int64_t rows, int64_t K, int box_rows) {
+  return tensor_map_2d(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, rows, K, kBK, box_rows);
 }
 
-template <bool kGrouped, typename OutT, bool kRowScales>
-void launch(const CUtensorMap& ma, const CUtensorMap& mw, const WgmmaParams& p, dim3 grid, cudaStream_t s) {
+// Launches fp8_wgmma_kernel on `tiles` cluster tiles: persistent, as many blocks (whole
+// clusters) as can be resident at once — a cluster's blocks must share a GPC, so at kCluster = 2
+// that can be fewer than the SM count (cudaOccupancyMaxActiveClusters), and a grid of more
+// clusters than fit would run its last ones as a second wave.
+template <bool kGrouped, typename OutT, bool kRowScales, int kCluster>
+void launch(const CUtensorMap& ma, const CUtensorMap& mw, const CUtensorMap& mc, const WgmmaParams& p, int64_t tiles,
+            cudaStream_t s) {
+  auto* kernel = fp8_wgmma_kernel<kGrouped, OutT, kRowScales, kCluster>;
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  static int max_clusters = 0;
   static std::once_flag once;
-  std::call_once(once, [] {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma_kernel<kGrouped, OutT, kRowScales>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
+  std::call_once(once, [&] {
+    DI_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
+    cudaLaunchConfig_t q = cfg;
+    q.gridDim = dim3(static_cast<unsigned>(sm_count() / kCluster * kCluster), 1, 1);
+    DI_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &q));
+    DI_CUDA_REQUIRE_MSG(max_clusters >= 1, "fp8 wgmma GEMM: no cluster of its blocks fits on this GPU");
   });
-  fp8_wgmma_kernel<kGrouped, OutT, kRowScales><<<grid, kThreads, kSmemBytes, s>>>(ma, mw, p);
+  cfg.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(tiles, max_clusters) * kCluster), 1, 1);
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mw, mc, p));
   DI_CUDA_LAUNCHED();
 }
-template <bool kGrouped, typename OutT>
-void launch_scales(bool row_scales, const CUtensorMap& ma, const CUtensorMap& mw, const WgmmaParams& p, dim3 grid,
-                   cudaStream_t s) {
-  if (row_scales) launch<kGrouped, OutT, true>(ma, mw, p, grid, s);
-  else launch<kGrouped, OutT, false>(ma, mw, p, grid, s);
+template <bool kGrouped, typename OutT, int kCluster>
+void launch_scales(bool row_scales, const CUtensorMap& ma, const CUtensorMap& mw, const CUtensorMap& mc,
+                   const WgmmaParams& p, int64_t tiles, cudaStream_t s) {
+  if (row_scales) launch<kGrouped, OutT, true, kCluster>(ma, mw, mc, p, tiles, s);
+  else launch<kGrouped, OutT, false, kCluster>(ma, mw, mc, p, tiles, s);
+}
+template <int kCluster>
+void launch_cluster(bool grouped, bool f32, bool row_scales, const CUtensorMap& ma, const CUtensorMap& mw,
+                    const CUtensorMap& mc, const WgmmaParams& p, int64_t tiles, cudaStream_t s) {
+  if (grouped) {
+    if (f32) launch_scales<true, float, kCluster>(row_scales, ma, mw, mc, p, tiles, s);
+    else launch_scales<true, bf16, kCluster>(row_scales, ma, mw, mc, p, tiles, s);
+  } else {
+    if (f32) launch_scales<false, float, kCluster>(row_scales, ma, mw, mc, p, tiles, s);
+    else launch_scales<false, bf16, kCluster>(row_scales, ma, mw, mc, p, tiles, s);
+  }
 }
 
 }  // namespace
@@ -234,18 +463,24 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   p.E = grouped ? a.E : 1;
   const int64_t w_rows = p.E * a.N;
   DI_CUDA_REQUIRE_MSG(a.M < (int64_t{1} << 31) && w_rows < (int64_t{1} << 31), "fp8 wgmma GEMM: too many rows");
-  const CUtensorMap ma = e4m3_map(a.a, a.M, a.K), mw = e4m3_map(a.w, w_rows, a.K);
+  const int cluster = a.cluster > 0 ? a.cluster : kDefaultCluster;
+  DI_CUDA_REQUIRE_MSG(cluster == 1 || cluster == 2, "fp8 wgmma GEMM: cluster must be 0, 1 or 2");
+  const CUtensorMap ma = e4m3_map(a.a, a.M, a.K, kBM / cluster), mw = e4m3_map(a.w, w_rows, a.K, kBN);
   p.n_row_tiles = grouped ? (a.M + kBM - 1) / kBM + std::min(a.E, a.M) : (a.M + kBM - 1) / kBM;
-  const int64_t n_tiles = p.n_row_tiles * ((a.N + kBN - 1) / kBN);
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(n_tiles, sm_count())), 1, 1);  // persistent
+  const int64_t col_groups = ((a.N + kBN - 1) / kBN + cluster - 1) / cluster;
+  const int64_t tiles = p.n_row_tiles * col_groups;  // cluster tiles
   const bool f32 = a.c_elem == Elem::kF32, rows = a.block_n == 1;
-  if (grouped) {
-    if (f32) launch_scales<true, float>(rows, ma, mw, p, grid, s);
-    else launch_scales<true, bf16>(rows, ma, mw, p, grid, s);
-  } else {
-    if (f32) launch_scales<false, float>(rows, ma, mw, p, grid, s);
-    else launch_scales<false, bf16>(rows, ma, mw, p, grid, s);
+  // C as a TMA map of [64 rows][128 bytes] boxes (rows clip at M, columns at N), where TMA can
+  // address it: 16-byte aligned base and row pitch.
+  const int64_t elem = f32 ? 4 : 2;
+  p.c_tma = reinterpret_cast<uintptr_t>(a.c) % 16 == 0 && (a.ldc * elem) % 16 == 0;
+  CUtensorMap mc{};
+  if (p.c_tma) {
+    mc = tensor_map_2d_strided(a.c, f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, elem,
+                               a.M, a.N, a.ldc, static_cast<int>(128 / elem), 64);
   }
+  if (cluster == 2) launch_cluster<2>(grouped, f32, rows, ma, mw, mc, p, tiles, s);
+  else launch_cluster<1>(grouped, f32, rows, ma, mw, mc, p, tiles, s);
 }
 
 }  // namespace deepinfer::cuda

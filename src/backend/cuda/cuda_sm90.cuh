@@ -44,6 +44,26 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
       "l"(src), "r"(bytes), "r"(smem_u32(bar))
       : "memory");
 }
+// ---- 2-CTA clusters (the FP8 wgmma GEMM's A-tile multicast) ----
+// A 1-D grid launched with cluster dimension (n, 1, 1) groups blocks n·c .. n·c + n − 1 into
+// cluster c; a block's rank in its cluster is blockIdx.x % n.
+// Every thread of every block of the cluster arrives and waits (release / acquire at cluster
+// scope): the cluster's barriers initialized before any peer signals them, and no block exits
+// while a peer may still write its shared memory.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// An arrival on the mbarrier at bar's offset in the shared memory of cluster block `rank`, with
+// the arrive's default (CTA-scope) release, as CUTLASS's ClusterBarrier::arrive does: a stage
+// release orders only this block's reads of its own stage before the peer's multicast refills it
+// (a cluster-scope release costs a fence per arrival: run s13-3 measured the GEMM at half rate).
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+      "r"(rank)
+      : "memory");
+}
 // Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (whole warps).
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -56,6 +76,36 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(x), "r"(y)
       : "memory");
 }
+// tma_load_2d into the same shared-memory offset of every cluster block in cta_mask, each
+// completing the box's bytes on its own mbarrier at bar's offset.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, int32_t x, int32_t y,
+                                                      uint64_t* bar, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(x), "r"(y), "h"(cta_mask)
+      : "memory");
+}
+// The box of the 2-D tensor map at (x = column, y = row) ← src (the box as TMA lays it out in
+// shared memory, swizzle included), as one bulk group of this thread; boxes past the tensor's
+// bounds are not written. Before the store, every thread that wrote src must have run
+// fence_proxy_async() and synchronized with this one.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int32_t x, int32_t y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_u32(src)), "r"(x), "r"(y)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until this thread's bulk groups have finished reading shared memory (the source may be
+// overwritten) — kRead — or have completed.
+template <bool kRead>
+__device__ __forceinline__ void bulk_wait_all() {
+  if constexpr (kRead) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  else asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+// Makes this thread's generic-proxy shared-memory writes visible to the async proxy (TMA).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // A shared-memory matrix descriptor for a K-major tile of 128-byte rows written by TMA with the
 // 128-byte swizzle: start address >> 4 (bits 0–13), leading offset unused for this layout (1),
 // stride between 8-row groups 1024 bytes (bits 32–45), swizzle mode 1 = 128B (bits 62–63). The
@@ -92,6 +142,18 @@ __device__ __forceinline__ uint64_t sw128_desc(const void* tile) {
   DI_WGMMA_ACC8(d, (o)), DI_WGMMA_ACC8(d, (o) + 8), DI_WGMMA_ACC8(d, (o) + 16), DI_WGMMA_ACC8(d, (o) + 24),       \
       DI_WGMMA_ACC8(d, (o) + 32), DI_WGMMA_ACC8(d, (o) + 40), DI_WGMMA_ACC8(d, (o) + 48), DI_WGMMA_ACC8(d, (o) + 56)
 
+// Warpgroup-collective register reallocation (every thread of the warpgroup executes it): the
+// loader warpgroup gives registers back (dec), the math warpgroups take them (inc), so math code
+// may hold more than the launch's per-thread share (65,536 / threads). kRegs: a multiple of 8 in
+// [24, 256]; the block's total must stay within the registers the launch reserved.
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 // Waits until at most kPending of this warp's committed wgmma groups are still running.
@@ -167,13 +229,16 @@ struct TileView {
 // Tile `tile` of kBM-row, kBN-column tiles (tile_coords raster): dense (offsets null) row tile rt
 // of [0, M), or the rt-th grouped tile (cuda_grouped_tile.cuh, through this warp's [4] int64
 // `scratch` in shared memory; warp-collective). False past the last grouped tile.
-template <int kBM, int kBN>
+// kClusterN > 1: `tile` counts cluster tiles of one row tile × kClusterN column tiles (the raster
+// over ceil(n_col_tiles / kClusterN) column groups); cluster block `rank` takes column tile
+// kClusterN·group + rank, which may lie past the last column tile (n0 ≥ N: nothing to store).
+template <int kBM, int kBN, int kClusterN = 1>
 __device__ __forceinline__ bool resolve_tile(int64_t tile, int64_t n_row_tiles, int64_t n_col_tiles,
                                              const int32_t* offsets, int64_t E, int64_t M, int lane, int64_t* scratch,
-                                             TileView* v) {
+                                             TileView* v, int rank = 0) {
   int64_t rt, ct;
-  tile_coords(tile, n_row_tiles, n_col_tiles, &rt, &ct);
-  v->n0 = ct * kBN;
+  tile_coords(tile, n_row_tiles, (n_col_tiles + kClusterN - 1) / kClusterN, &rt, &ct);
+  v->n0 = (ct * kClusterN + rank) * kBN;
   if (offsets == nullptr) {
     v->e = 0;
     v->m0 = rt * kBM;
@@ -198,17 +263,27 @@ __device__ __forceinline__ bool resolve_tile(int64_t tile, int64_t n_row_tiles, 
 // whole warp runs extra(s, tile, kb) — more per-stage data, which must end with one more arrival
 // on full[s] when init_ring counted one — or nothing. The whole warp walks the tiles
 // (resolve_tile is warp-collective).
-template <int kBM, int kBN, int kBK, bool kGlu = false, typename Extra>
+// kClusterN > 1 (a 1-D grid of clusters of kClusterN blocks that share each A tile): the blocks
+// of cluster c take cluster tiles c, c + gridDim.x / kClusterN, … (resolve_tile's cluster raster:
+// the same row tile, so the same K blocks in the same stages), and block `rank` loads only A rows
+// rank·kBM / kClusterN .. of the tile, multicast into every block of the cluster (map_a's box is
+// kBM / kClusterN rows of 128 bytes); each block's full[s] still receives stage_bytes. empty[s]
+// must count the releases of every block's math warps (a load overwrites the peers' stage too).
+template <int kBM, int kBN, int kBK, bool kGlu = false, int kClusterN = 1, typename Extra>
 __device__ __forceinline__ void load_tiles(const CUtensorMap* map_a, const CUtensorMap* map_w, uint8_t* ring,
                                            uint64_t* full, uint64_t* empty, int stages, int stage_bytes, int w_offset,
                                            int64_t n_row_tiles, int64_t N, int64_t n_kb, const int32_t* offsets,
                                            int64_t E, int64_t M, int lane, int64_t* scratch, Extra&& extra) {
   constexpr int kOutN = kGlu ? kBN / 2 : kBN;
-  const int64_t n_col_tiles = (N + kOutN - 1) / kOutN, n_tiles = n_row_tiles * n_col_tiles;
+  constexpr int kShareRows = kBM / kClusterN;  // A rows this block loads for the cluster
+  const int rank = static_cast<int>(blockIdx.x % kClusterN);
+  const int64_t n_col_tiles = (N + kOutN - 1) / kOutN;
+  const int64_t n_tiles = n_row_tiles * ((n_col_tiles + kClusterN - 1) / kClusterN);
   uint32_t it = 0;
-  for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+  for (int64_t tile = blockIdx.x / kClusterN; tile < n_tiles; tile += gridDim.x / kClusterN) {
     TileView v;
-    if (!resolve_tile<kBM, kOutN>(tile, n_row_tiles, n_col_tiles, offsets, E, M, lane, scratch, &v)) continue;
+    if (!resolve_tile<kBM, kOutN, kClusterN>(tile, n_row_tiles, n_col_tiles, offsets, E, M, lane, scratch, &v, rank))
+      continue;
     const int32_t y_a = static_cast<int32_t>(v.m0);
     const int32_t y_w = static_cast<int32_t>(v.e * (kGlu ? 2 * N : N) + v.n0);
     for (int64_t kb = 0; kb < n_kb; ++kb, ++it) {
@@ -219,7 +294,12 @@ __device__ __forceinline__ void load_tiles(const CUtensorMap* map_a, const CUten
         mbar_arrive_expect_tx(&full[s], stage_bytes);
         uint8_t* stage = ring + s * stage_bytes;
         const int32_t x = static_cast<int32_t>(kb * kBK);
-        tma_load_2d(stage, map_a, x, y_a, &full[s]);
+        if constexpr (kClusterN == 1) {
+          tma_load_2d(stage, map_a, x, y_a, &full[s]);
+        } else {
+          tma_load_2d_multicast(stage + rank * kShareRows * 128, map_a, x, y_a + rank * kShareRows, &full[s],
+                                static_cast<uint16_t>((1u << kClusterN) - 1));
+        }
         tma_load_2d(stage + w_offset, map_w, x, y_w, &full[s]);
         if constexpr (kGlu)
           tma_load_2d(stage + w_offset + kOutN * 128, map_w, x, y_w + static_cast<int32_t>(N), &full[s]);  // 128-B rows
@@ -247,11 +327,13 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // box_cols boxes with the 128-byte swizzle (box_cols · elem_bytes must be 128); out-of-range
 // boxes read zeros. Preconditions (checked by the encoder): base 16-byte aligned, row pitch a
 // multiple of 16 bytes.
-inline CUtensorMap tensor_map_2d(const void* base, CUtensorMapDataType type, int64_t elem_bytes, int64_t rows,
-                                 int64_t cols, int box_cols, int box_rows) {
+// tensor_map_2d_strided: the same for a [rows, cols] view of a matrix whose rows lie `pitch`
+// elements apart (pitch · elem_bytes a multiple of 16).
+inline CUtensorMap tensor_map_2d_strided(const void* base, CUtensorMapDataType type, int64_t elem_bytes, int64_t rows,
+                                         int64_t cols, int64_t pitch, int box_cols, int box_rows) {
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols * elem_bytes)};  // bytes between rows
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(pitch * elem_bytes)};  // bytes between rows
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult r = tensor_map_encoder()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
@@ -259,6 +341,10 @@ inline CUtensorMap tensor_map_2d(const void* base, CUtensorMapDataType type, int
                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   DI_CUDA_REQUIRE_MSG(r == CUDA_SUCCESS, "wgmma GEMM: cuTensorMapEncodeTiled rejected the operand");
   return map;
+}
+inline CUtensorMap tensor_map_2d(const void* base, CUtensorMapDataType type, int64_t elem_bytes, int64_t rows,
+                                 int64_t cols, int box_cols, int box_rows) {
+  return tensor_map_2d_strided(base, type, elem_bytes, rows, cols, cols, box_cols, box_rows);
 }
 
 
