@@ -25,13 +25,15 @@ constexpr int kDefaultCluster = 1;
 constexpr int kThreads = 128 * (kMathGroups + 1);
 // Registers per thread after the reallocation (setmaxnreg): the launch reserves 168 per thread
 // (65,536 / 384, rounded down to 8); the loader warpgroup gives some back, the math warpgroups
-// take them (2·128·math + 128·loader = 64,512 = 384·168). Two K blocks in flight (kPairs: the
-// accumulator and two blocks' sums, 192 registers) need 232 dense; the grouped forms' loader
-// (the expert search, per-row scales) needs more than 40 — ptxas spills it there.
-template <bool kGrouped, bool kPairs>
+// take them (2·128·math + 128·loader = 64,512 = 384·168). Two K blocks in flight (the
+// accumulator and two blocks' sums, 192 registers) need 232 in the dense forms (the per-row
+// scales' loader then spills 36–68 bytes; at 56 / 224 the math warps spill more); the grouped
+// forms' loader (the expert search) spills at 40: 56 / 224; the grouped form with per-row scales
+// keeps one block in flight (pairs_in_flight) and gives its loader more.
+template <bool kGrouped, bool kRowScales>
 struct RegSplit {
-  static constexpr int kLoader = !kPairs ? 104 : kGrouped ? 56 : 40;
-  static constexpr int kMath = !kPairs ? 200 : kGrouped ? 224 : 232;
+  static constexpr int kLoader = !kGrouped ? 40 : kRowScales ? 104 : 56;
+  static constexpr int kMath = !kGrouped ? 232 : kRowScales ? 200 : 224;
   static_assert(kMathGroups * 128 * kMath + 128 * kLoader <= kThreads * 168, "register budget");
 };
 constexpr int kTileBytes = kBM * kBK;  // one operand tile (A: kBM rows, W: kBN rows) of 128 bytes
@@ -44,9 +46,13 @@ constexpr int kWarps = kThreads / 32;
 // Each math warpgroup's output staging for the TMA store: 64 rows × 256 bytes, as two boxes of
 // [64 rows][128 bytes] with the 128-byte swizzle (bf16: the 128 columns at once; fp32: 64 at a time).
 constexpr int kOutBoxBytes = 64 * 128, kOutBytes = 2 * kOutBoxBytes;
-// Then, for per-row weight scales (block_n = 1), the stage's column scales [kStages][kBN] fp32.
+// Then the stage's column scales [kStages][kBN] fp32 (per-row weight scales, block_n = 1) and
+// its A rows' scales [kStages][kBM] fp32.
 constexpr size_t kSmemBytes = kStages * kStageBytes + kMathGroups * kOutBytes + 2 * kStages * sizeof(uint64_t) +
-                              4 * kWarps * sizeof(int64_t) + kStages * kBN * sizeof(float) + 1024;
+                              4 * kWarps * sizeof(int64_t) + kStages * (kBN + kBM) * sizeof(float) + 1024;
+// full[s]'s arrivals: the loader's expect_tx, then (per-row weight scales) one per loader lane
+// when its scale copies land.
+constexpr uint32_t full_arrivals(bool row_scales) { return row_scales ? 1 + 32 : 1; }
 
 struct WgmmaParams {
   const float* sa;  // [M, n_kb] fp32
@@ -75,24 +81,32 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a
 }
 
 
-// The loader warp (see fp8_wgmma_kernel): load_tiles over this block's tiles, plus the stage's
-// column scales under kRowScales.
+// The loader warp (see fp8_wgmma_kernel): load_tiles over this block's tiles, plus, under
+// kRowScales, each stage's scales by cp.async (so the warp never waits for them): the tile's 128
+// A rows' scales of the K block into ssa[s] and its 128 columns' into ssw[s] (zeros past M and
+// N); each lane's copies complete one arrival on full[s]. (Staging the A scales for the other
+// forms too made the dense GEMM 15 % slower, run s13-14: their math warps load them.)
 template <bool kGrouped, bool kRowScales, int kCluster>
 __device__ __forceinline__ void load_stages(const CUtensorMap& map_a, const CUtensorMap& map_w, const WgmmaParams& p,
-                                            uint8_t* ring, uint64_t* full, uint64_t* empty, float* ssw,
+                                            uint8_t* ring, uint64_t* full, uint64_t* empty, float* ssw, float* ssa,
                                             int64_t* my_info, int lane) {
   const int64_t n_kb = p.n_kb;
-  auto column_scales = [&](int s, const TileView& v, int64_t kb) {
+  auto stage_scales = [&](int s, const TileView& v, int64_t kb) {
     if constexpr (kRowScales) {
-      for (int c = lane; c < kBN; c += 32)
-        ssw[s * kBN + c] = v.n0 + c < p.N ? p.sw[(v.e * p.N + v.n0 + c) * n_kb + kb] : 0.0f;
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&full[s]);  // release: the math warps' wait acquires the stores
+      const float* src = p.sa + (v.m0 + lane) * n_kb + kb;  // row m0 + r, r = lane + 32·i
+      uint32_t dst = smem_u32(ssa + s * kBM + lane);
+      for (int64_t row = v.m0 + lane; row < v.m0 + kBM; row += 32, src += 32 * n_kb, dst += 32 * 4)
+        cp_async4(dst, row < p.M ? src : p.sa, row < p.M);
+      const float* wsrc = p.sw + (v.e * p.N + v.n0 + lane) * n_kb + kb;  // column n0 + c, c = lane + 32·i
+      dst = smem_u32(ssw + s * kBN + lane);
+      for (int64_t col = v.n0 + lane; col < v.n0 + kBN; col += 32, wsrc += 32 * n_kb, dst += 32 * 4)
+        cp_async4(dst, col < p.N ? wsrc : p.sw, col < p.N);
+      cp_async_mbar_arrive(&full[s]);
     }
   };
   load_tiles<kBM, kBN, kBK, false, kCluster>(&map_a, &map_w, ring, full, empty, kStages, kStageBytes, kTileBytes,
                                              p.n_row_tiles, p.N, n_kb, kGrouped ? p.offsets : nullptr, p.E, p.M,
-                                             lane, my_info, column_scales);
+                                             lane, my_info, stage_scales);
 }
 
 // A stage consumed: one arrival per math warp on empty[s] of every block of the cluster.
@@ -204,7 +218,7 @@ __device__ __forceinline__ void store_tile_tma(const CUtensorMap& map_c, uint8_t
 template <bool kGrouped, typename OutT, bool kRowScales, int kCluster>
 __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtensorMap& map_c, const uint8_t* ring,
                                               uint8_t* out, uint64_t* full, uint64_t* empty, const float* ssw,
-                                              int64_t* my_info, int wg, int warp, int lane) {
+                                              const float* ssa, int64_t* my_info, int wg, int warp, int lane) {
   const int64_t n_col_tiles = (p.N + kBN - 1) / kBN, n_kb = p.n_kb;
   const int64_t n_tiles = p.n_row_tiles * ((n_col_tiles + kCluster - 1) / kCluster);
   const int32_t* offsets = kGrouped ? p.offsets : nullptr;
@@ -218,8 +232,9 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
                                           rank))
       continue;
     const int64_t e = v.e, m0 = v.m0, m_end = v.m_end, n0 = v.n0;
-    // Rows r0 = m0 + 64·wg + 16·(warp % 4) + lane / 4 and r0 + 8 of this tile.
-    const int64_t r0 = m0 + 64 * wg + 16 * (warp % 4) + lane / 4, r1 = r0 + 8;
+    // Rows r0 = m0 + rl and r0 + 8 of this tile, rl = 64·wg + 16·(warp % 4) + lane / 4.
+    const int rl = 64 * wg + 16 * (warp % 4) + lane / 4;
+    const int64_t r0 = m0 + rl, r1 = r0 + 8;
     const float* sa0 = p.sa + (r0 < p.M ? r0 : 0) * n_kb;  // rows past M read row 0's scales (not stored)
     const float* sa1 = p.sa + (r1 < p.M ? r1 : 0) * n_kb;
     // A cluster's last column tile may lie past N (nothing stored): it reads the last tile's scales.
@@ -228,14 +243,17 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
     float acc[64], part0[64], part1[64];  // part: a K block's MMA sums (its first MMA overwrites)
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = part0[i] = part1[i] = 0.0f;
-    // K block kb's MMAs into `part` from stage s (waiting until it is full), and its scales.
+    // K block kb's MMAs into `part` from stage s (waiting until it is full), and its scales (per-row
+    // weight scales: none, the stage's ssa and ssw hold them).
     struct Scales {
       float a0, a1, w;
     };
     auto issue = [&](float (&part)[64], int kb, Scales& sc) {
-      sc.a0 = sa0[kb];
-      sc.a1 = sa1[kb];
-      sc.w = kRowScales ? 1.0f : swp[kb];
+      if constexpr (!kRowScales) {
+        sc.a0 = sa0[kb];
+        sc.a1 = sa1[kb];
+        sc.w = swp[kb];
+      }
       mbar_wait(&full[s], phase);
       const uint8_t* stage = ring + s * kStageBytes;
       const uint64_t da = sw128_desc(stage + wg * 64 * kBK), db = sw128_desc(stage + kTileBytes);
@@ -255,14 +273,15 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
 #pragma unroll
       for (int i = 0; i < 64; ++i) fence_operand(part[i]);
       if constexpr (kRowScales) {
+        const float a0 = ssa[sr * kBM + rl], a1 = ssa[sr * kBM + rl + 8];
         const float* cs = ssw + sr * kBN + 2 * (lane % 4);  // columns 8j + 2·(lane % 4), +1
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
           const float2 w2 = *reinterpret_cast<const float2*>(cs + 8 * j);
-          acc[4 * j + 0] = fmaf(part[4 * j + 0], sc.a0 * w2.x, acc[4 * j + 0]);
-          acc[4 * j + 1] = fmaf(part[4 * j + 1], sc.a0 * w2.y, acc[4 * j + 1]);
-          acc[4 * j + 2] = fmaf(part[4 * j + 2], sc.a1 * w2.x, acc[4 * j + 2]);
-          acc[4 * j + 3] = fmaf(part[4 * j + 3], sc.a1 * w2.y, acc[4 * j + 3]);
+          acc[4 * j + 0] = fmaf(part[4 * j + 0], a0 * w2.x, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(part[4 * j + 1], a0 * w2.y, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(part[4 * j + 2], a1 * w2.x, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(part[4 * j + 3], a1 * w2.y, acc[4 * j + 3]);
         }
         release_stage<kCluster>(&empty[sr], lane);  // MMAs and column scales read: the loader may refill
       } else {
@@ -281,7 +300,7 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
     // across the loop's back edge (ptxas serializes every wgmma when an accumulator may be).
     constexpr bool kPairs = pairs_in_flight<kGrouped, kRowScales>();
     const int kbs = static_cast<int>(n_kb);
-    Scales sc0, sc1;
+    Scales sc0{}, sc1{};
     int kb = 0;
     for (; kPairs && kb + 1 < kbs; kb += 2) {
       const int s0 = s;
@@ -344,10 +363,11 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
 // rows past its expert belong to the next one and are computed but not stored. Only in-range
 // outputs are written. Preconditions: sm_90a, K % 16 == 0.
 // kRowScales (block_n = 1: one weight scale per output row and K block, as CudaBackend places FP8
-// weights): the loader warp also copies the tile's 128 column scales of each K block into the
-// stage's slot of `ssw` (one more arrival on full[s]), and the promotion uses sa(row)·sw(column)
-// per element; the stage is released after the promotion, which reads them. Grouped with
-// kRowScales, one K block at a time (pairs_in_flight).
+// weights): the loader warp also copies, by cp.async, the tile's 128 column scales and 128 A-row
+// scales of each K block into the stage's slots of `ssw` and `ssa` (each loader lane's copies one
+// more arrival on full[s]), and the promotion uses sa(row)·sw(column) per element; the stage is
+// released after the promotion, which reads them. Grouped with kRowScales, one K block at a time
+// (pairs_in_flight).
 template <bool kGrouped, typename OutT, bool kRowScales, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
@@ -361,19 +381,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* empty = full + kStages;                                         // [kStages]
   auto* info = reinterpret_cast<int64_t*>(empty + kStages);                // [kWarps][4]: e, m0, rows
   float* ssw = reinterpret_cast<float*>(info + 4 * kWarps);                 // [kStages][kBN] (kRowScales)
+  float* ssa = ssw + kStages * kBN;                                         // [kStages][kBM]
 
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
   // One release per math warp of every block of the cluster (a stage's A rows come from all of them).
-  if (t == 0) init_ring(full, empty, kStages, kRowScales ? 2 : 1, kMathGroups * 4 * kCluster);
+  if (t == 0) init_ring(full, empty, kStages, full_arrivals(kRowScales), kMathGroups * 4 * kCluster);
   if constexpr (kCluster > 1) cluster_sync();
   else __syncthreads();
   if (wg == kMathGroups) {
-    setmaxnreg_dec<RegSplit<kGrouped, pairs_in_flight<kGrouped, kRowScales>()>::kLoader>();
+    setmaxnreg_dec<RegSplit<kGrouped, kRowScales>::kLoader>();
     if (warp == kMathGroups * 4) load_stages<kGrouped, kRowScales, kCluster>(map_a, map_w, p, ring, full, empty, ssw,
-                                                                             info + 4 * warp, lane);
+                                                                             ssa, info + 4 * warp, lane);
   } else {
-    setmaxnreg_inc<RegSplit<kGrouped, pairs_in_flight<kGrouped, kRowScales>()>::kMath>();
-    compute_tiles<kGrouped, OutT, kRowScales, kCluster>(p, map_c, ring, out + wg * kOutBytes, full, empty, ssw,
+    setmaxnreg_inc<RegSplit<kGrouped, kRowScales>::kMath>();
+    compute_tiles<kGrouped, OutT, kRowScales, kCluster>(p, map_c, ring, out + wg * kOutBytes, full, empty, ssw, ssa,
                                                         info + 4 * warp, wg, warp, lane);
   }
   if constexpr (kCluster > 1) cluster_sync();  // no block leaves while a peer may still signal or fill it
