@@ -52,7 +52,8 @@ constexpr size_t kSmemBytes = kStages * kStageBytes + kMathGroups * kOutBytes + 
                               4 * kWarps * sizeof(int64_t) + kStages * (kBN + kBM) * sizeof(float) + 1024;
 // full[s]'s arrivals: the loader's expect_tx, then (per-row weight scales) one per loader lane
 // when its scale copies land.
-constexpr uint32_t full_arrivals(bool row_scales) { return row_scales ? 1 + 32 : 1; }
+template <bool kRowScales>
+constexpr uint32_t kFullArrivals = kRowScales ? 1 + 32 : 1;
 
 struct WgmmaParams {
   const float* sa;  // [M, n_kb] fp32
@@ -385,7 +386,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
   // One release per math warp of every block of the cluster (a stage's A rows come from all of them).
-  if (t == 0) init_ring(full, empty, kStages, full_arrivals(kRowScales), kMathGroups * 4 * kCluster);
+  if (t == 0) init_ring(full, empty, kStages, kFullArrivals<kRowScales>, kMathGroups * 4 * kCluster);
   if constexpr (kCluster > 1) cluster_sync();
   else __syncthreads();
   if (wg == kMathGroups) {
