@@ -741,6 +741,56 @@ TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
   ref_.moe_experts(x, i32(ids).reshape({T, k}), w, experts, ref_plain);
   std::printf("[moe w8a8] relative L2 to the dequantized-weights reference %.3g\n", rel_err(down(d_o), ref_plain));
 }
+// The dense W8A8 form (CudaBackend::set_dense_fp8_w8a8: a linear's rows quantized per 1×128
+// group, then the FP8 wgmma GEMM) against a host reference of the same recipe: the rows rounded
+// to bf16, quantized as quantize_fp8_rows does (see MoeW8a8MatchesQuantizedReference), the
+// placed FP8 weights dequantized, sums in double. Bound 1e-2 relative L2, for the reasons given
+// there; the unquantized reference is printed (~2^-4/√3 away: the test sees the recipe). Shapes:
+// the fewest rows the form takes (65), partial row and column tiles (N = 136, 576), a padded
+// input row pitch, 2–8 K blocks.
+TEST_F(CudaOps, LinearW8a8MatchesQuantizedReference) {
+  if (!cuda::fp8_wgmma_available()) GTEST_SKIP() << "the W8A8 form needs an sm_90 GPU";
+  auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
+  struct Case {
+    int64_t M, N, K, stride;
+  };
+  for (const Case& c : {Case{65, 136, 256, 260}, Case{200, 320, 384, 384}, Case{1000, 576, 1024, 1024}}) {
+    const LinearWeight w = host_linear(c.N, c.K, DType::kF8E4M3);
+    const LinearWeight dw = gpu_->place_linear({&w});
+    const Tensor x = randn({c.M, c.stride});
+    std::vector<float> wf(static_cast<size_t>(c.N * c.K));
+    w.dequantize(0, c.N, 0, c.K, wf.data(), c.K);
+    Tensor ref = Tensor::empty_host(DType::kF32, {c.M, c.N});
+    std::vector<float> xq(static_cast<size_t>(c.K));
+    for (int64_t m = 0; m < c.M; ++m) {
+      for (int64_t k = 0; k < c.K; ++k)
+        xq[static_cast<size_t>(k)] = bf16_to_f32(f32_to_bf16(x.data<float>()[m * c.stride + k]));
+      for (int64_t g0 = 0; g0 < c.K; g0 += 128) {  // quantize_fp8_rows' recipe per 128-wide group
+        float amax = 0.0f;
+        for (int64_t k = g0; k < g0 + 128; ++k) amax = std::max(amax, std::fabs(xq[static_cast<size_t>(k)]));
+        const float sc = std::max(amax, 1e-4f) / 448.0f;
+        for (int64_t k = g0; k < g0 + 128; ++k)
+          xq[static_cast<size_t>(k)] = e4m3_to_f32(f32_to_e4m3(xq[static_cast<size_t>(k)] / sc)) * sc;
+      }
+      for (int64_t n = 0; n < c.N; ++n) {
+        double sum = 0;
+        for (int64_t k = 0; k < c.K; ++k) sum += static_cast<double>(xq[static_cast<size_t>(k)]) * wf[n * c.K + k];
+        ref.data<float>()[m * c.N + n] = static_cast<float>(sum);
+      }
+    }
+    Tensor d_o = dev_empty(DType::kF32, {c.M, c.N});
+    cuda.set_dense_fp8_w8a8(true);
+    gpu_->matmul(up(x), c.stride, dw, d_o);
+    cuda.set_dense_fp8_w8a8(false);
+    const Tensor got = down(d_o);
+    const double err = rel_err(got, ref);
+    EXPECT_LT(err, 1e-2) << "M=" << c.M << " N=" << c.N << " K=" << c.K;
+    Tensor ref_plain = Tensor::empty_host(DType::kF32, {c.M, c.N});
+    ref_.matmul(x, c.stride, w, ref_plain);
+    std::printf("[linear w8a8] M=%ld N=%ld K=%ld: relative L2 %.3g to the quantized reference, %.3g to the plain one\n",
+                static_cast<long>(c.M), static_cast<long>(c.N), static_cast<long>(c.K), err, rel_err(got, ref_plain));
+  }
+}
 #endif
 
 // Random paged layout for sequences (q_len, kv_len): pages shuffled over the pool.

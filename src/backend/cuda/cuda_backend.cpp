@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "backend/cuda/cuda_common.h"
 #include "core/log.h"
@@ -125,6 +126,7 @@ struct CudaState {
   std::vector<cudaEvent_t> timing_events;  // spare events
   bool capturing = false;
   int moe_gemm = -1;  // set_moe_gemm
+  bool dense_w8a8 = false;  // set_dense_fp8_w8a8; DEEPINFER_CUDA_FP8_W8A8=1
   bool batch_invariant = false;  // set_batch_invariant
 };
 
@@ -214,6 +216,8 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   constexpr size_t kWorkspace = size_t{64} << 20;
   DI_CUDA_CHECK(cudaMalloc(&s_->blas_workspace, kWorkspace));
   DI_CUBLAS_CHECK(cublasSetWorkspace(s_->blas, s_->blas_workspace, kWorkspace));
+  const char* w8a8 = std::getenv("DEEPINFER_CUDA_FP8_W8A8");
+  s_->dense_w8a8 = w8a8 != nullptr && std::string_view(w8a8) == "1";
 }
 
 CudaBackend::~CudaBackend() {
@@ -239,6 +243,8 @@ void CudaBackend::set_moe_gemm(int form) {
   DI_CHECK(form >= -1 && form <= 5);
   s_->moe_gemm = form;
 }
+
+void CudaBackend::set_dense_fp8_w8a8(bool on) { s_->dense_w8a8 = on; }
 
 void CudaBackend::set_op_timing(bool on) { s_->op_timing = on; }
 
@@ -639,8 +645,43 @@ void CudaBackend::linear(const void* xb, int64_t M, const LinearWeight& w, float
     invariant_gemm(xb, M, w.weight.raw_data(), cdptr<float>(w.scale_inv), true, w.block_k, N, K, out, ldc);
     return;
   }
+  if (fp8 && s_->dense_w8a8 && dense_w8a8_fits(M, w)) {
+    linear_w8a8(xb, M, w, out, ldc);
+    return;
+  }
   const auto* wb = static_cast<const bf16*>(bf16_weight(w));
   cuda::gemm(s_->blas, M, N, K, static_cast<const bf16*>(xb), K, 0, wb, K, 0, true, out, Elem::kF32, ldc, 0, 1);
+}
+
+// The dense W8A8 form (opt-in, set_dense_fp8_w8a8): FP8 weights with per-row scales and
+// 128-wide K blocks (CudaBackend's placement), K a whole number of blocks, more rows than the
+// small-M GEMM takes (kInvariantSmallRows), an sm_90 GPU.
+bool CudaBackend::dense_w8a8_fits(int64_t M, const LinearWeight& w) const {
+  return M > kInvariantSmallRows && w.block_n == 1 && w.block_k == cuda::kFp8GroupK &&
+         w.n_in() % cuda::kFp8GroupK == 0 && reinterpret_cast<uintptr_t>(w.weight.raw_data()) % 16 == 0 &&
+         cuda::fp8_wgmma_available();
+}
+
+// out[M, N] (row pitch ldc) = the rows of xb (bf16 [M, K]) quantized per 1×128 group
+// (quantize_fp8_rows, DeepSeek's activation recipe) times the FP8 weights on the wgmma GEMM,
+// each 128-wide K block promoted with row scale × the weight row's scale — the MoE's W8A8 form
+// (form 5) for a dense linear: no bf16 copy of the weights, FP8 matrix rate; activations lose up
+// to 2^-4 relative per element (CudaOps.LinearW8a8MatchesQuantizedReference).
+void CudaBackend::linear_w8a8(const void* xb, int64_t M, const LinearWeight& w, float* out, int64_t ldc) {
+  const int64_t N = w.n_out(), K = w.n_in(), n_kb = K / cuda::kFp8GroupK;
+  ScratchScope scope(*this);
+  Tensor q = empty(DType::kU8, {M, K});      // [M, K] e4m3
+  Tensor sq = empty(DType::kF32, {M, n_kb});  // [M, K / 128]
+  cuda::quantize_fp8_rows(xb, cuda::Elem::kBF16, M, K, dptr<uint8_t>(q), dptr<float>(sq), false, s_->stream);
+  cuda::Fp8GemmArgs g;
+  g.a = cdptr<uint8_t>(q);
+  g.a_scale = cdptr<float>(sq);
+  g.w = cdptr<uint8_t>(w.weight);
+  g.w_scale = cdptr<float>(w.scale_inv);
+  g.M = M, g.N = N, g.K = K, g.block_n = 1;
+  g.c = out, g.c_elem = cuda::Elem::kF32, g.ldc = ldc;
+  g.variant = 3;
+  cuda::fp8_gemm(g, nullptr, nullptr, s_->stream);
 }
 
 bool CudaBackend::gemv_fits(const void* a, cuda::Elem a_elem, int64_t lda, int64_t M, const LinearWeight& w) const {

@@ -114,6 +114,10 @@ class CudaBackend : public Backend {
   // weights on sm_90; by default from 64 rows per expert). A form the sizes do not fit falls
   // back to 0.
   void set_moe_gemm(int form);
+  // Dense linears with FP8 weights above 64 rows: W8A8 (the rows quantized per 1×128 group, then
+  // the FP8 wgmma GEMM; linear_w8a8) instead of bf16 weights and cuBLAS. Off by default (also
+  // DEEPINFER_CUDA_FP8_W8A8=1); the batch-invariant mode never takes it.
+  void set_dense_fp8_w8a8(bool on);
   // The cudaStream_t all ops are issued on, as an opaque pointer.
   void* stream() const;
 
@@ -139,6 +143,10 @@ class CudaBackend : public Backend {
   // Whether the GEMV takes these operands: the default mode, M ≤ kGemvMaxRows, gemv_ok, FP8 with
   // per-row scales, 16-byte aligned weights.
   bool gemv_fits(const void* a, cuda::Elem a_elem, int64_t lda, int64_t M, const LinearWeight& w) const;
+  // The dense W8A8 form (set_dense_fp8_w8a8): whether it takes these rows and weights, and
+  // out[M, N] (row stride ldc) = xb[M, K] bf16 quantized per 1×128 group · wᵀ on the FP8 GEMM.
+  bool dense_w8a8_fits(int64_t M, const LinearWeight& w) const;
+  void linear_w8a8(const void* xb, int64_t M, const LinearWeight& w, float* out, int64_t ldc);
   // Batch-invariant out[M, N] (row stride ldc) = xb[M, K] BF16 · wᵀ (w bf16, or FP8 with per
   // (row, block_k) scales): small_m_gemm or the tiled kernel by M (bitwise-equal folds).
   void invariant_gemm(const void* xb, int64_t M, const void* w, const float* scale, bool fp8, int64_t block_k,
