@@ -126,12 +126,13 @@ __device__ __forceinline__ void release_stage(uint64_t* empty_s, int lane) {
   }
 }
 
-// A math warp's share of a finished tile (acc: rows r0 and r0 + 8, the m64n128 fragment) into C.
-// Where both rows and all 128 columns are in range and pairs are aligned — every tile but the
-// edges — the 64 values are converted first, then stored at fixed offsets from two row pointers:
-// a store keeps its source and address registers until it issues, so converting and addressing
-// each pair into the same few registers serialized the stores on their latency (a quarter of
-// the math warps' time in the ncu samples of run s13-7).
+// A math warp's share of a finished tile (acc: rows r0 and r0 + 8, the m64n128 fragment) into C
+// by direct stores — where store_tile_tma cannot: C that TMA cannot address, a grouped tile's
+// rows past its expert. Where both rows and all 128 columns are in range and pairs are aligned,
+// the 64 values are converted first, then stored at fixed offsets from two row pointers: a store
+// keeps its source and address registers until it issues, so converting and addressing each
+// pair into the same few registers serialized the stores on their latency (~22 % of the math
+// warps' time in the ncu samples of run s13-7, when every tile was stored this way).
 template <typename OutT>
 __device__ __forceinline__ void store_tile(OutT* c, int64_t ldc, int64_t N, int64_t n0, int64_t r0, int64_t m_end,
                                            bool c_vec, int lane, const float (&acc)[64]) {
