@@ -8,7 +8,7 @@
 // than 2× L2 are rotated through enough copies that each launch reads them from HBM.
 // Does not check results (tests/backend/cuda_fp8_gemm_test.cpp does). Usage:
 //   fp8_gemm_bench [--model v2lite|v3|all] [--m 1,16,64,256,1024,4096,16384] [--variants -1,2,3] [--reps 9]
-//                  [--grouped-only | --dense-only] [--clusters 0,1,2]
+//                  [--grouped-only | --dense-only] [--clusters 0,1,2] [--row-scales]
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -44,7 +44,9 @@ struct ExpertShape {
 const DenseShape kDense[] = {
     {"v2lite", "q_proj", 3072, 2048},        {"v2lite", "kv_a_proj", 576, 2048},
     {"v2lite", "o_proj", 2048, 2048},        {"v2lite", "shared_gate_up", 2816, 2048},
-    {"v2lite", "shared_down", 2048, 1408},   {"v3", "q_a_proj", 1536, 7168},
+    {"v2lite", "shared_down", 2048, 1408},   {"v2lite", "kv_b_proj", 4096, 512},
+    {"v2lite", "dense_gate_up", 21888, 2048}, {"v2lite", "dense_down", 2048, 10944},
+    {"v3", "q_a_proj", 1536, 7168},
     {"v3", "q_b_proj", 24576, 1536},         {"v3", "kv_a_proj", 576, 7168},
     {"v3", "o_proj", 7168, 16384},
 };
@@ -100,23 +102,25 @@ void print(const Result& r) {
   std::fflush(stdout);
 }
 
-Result bench_dense(const DenseShape& d, int64_t M, int variant, int cluster, int reps, double copy_bps, Workspace& ws,
-                   cudaStream_t s) {
-  const int64_t n_kb = (d.K + 127) / 128;
+// row_scales: the model's dense W8A8 form (CudaBackend::linear_w8a8: per-row weight scales,
+// block_n = 1, fp32 output) instead of the checkpoint's 128×128 blocks and bf16.
+Result bench_dense(const DenseShape& d, int64_t M, int variant, int cluster, bool row_scales, int reps, double copy_bps,
+                   Workspace& ws, cudaStream_t s) {
+  const int64_t n_kb = (d.K + 127) / 128, sw_rows = row_scales ? d.N : (d.N + 127) / 128;
   const int64_t w_bytes = d.N * d.K;
   const int copies = static_cast<int>(std::clamp<int64_t>((2 * l2_bytes() + w_bytes - 1) / w_bytes, 1, 64));
   Dev a(static_cast<size_t>(M * d.K)), sa(static_cast<size_t>(M * n_kb) * 4),
-      w(static_cast<size_t>(w_bytes) * copies), sw(static_cast<size_t>((d.N + 127) / 128 * n_kb) * 4 * copies),
-      c(static_cast<size_t>(M * d.N) * 2);
+      w(static_cast<size_t>(w_bytes) * copies), sw(static_cast<size_t>(sw_rows * n_kb) * 4 * copies),
+      c(static_cast<size_t>(M * d.N) * (row_scales ? 4 : 2));
   fill_fp8(a.p, M * d.K, 1, s);
   fill_scales(sa.p, M * n_kb, 2, s);
   fill_fp8(w.p, w_bytes * copies, 3, s);
-  fill_scales(sw.p, (d.N + 127) / 128 * n_kb * copies, 4, s);
+  fill_scales(sw.p, sw_rows * n_kb * copies, 4, s);
   Fp8GemmArgs args;
   args.a = static_cast<const uint8_t*>(a.p);
   args.a_scale = static_cast<const float*>(sa.p);
-  args.M = M, args.N = d.N, args.K = d.K, args.block_n = 128;
-  args.c = c.p, args.c_elem = Elem::kBF16, args.ldc = d.N;
+  args.M = M, args.N = d.N, args.K = d.K, args.block_n = row_scales ? 1 : 128;
+  args.c = c.p, args.c_elem = row_scales ? Elem::kF32 : Elem::kBF16, args.ldc = d.N;
   args.variant = variant;
   args.cluster = cluster;
   const Fp8GemmPlan plan = fp8_gemm_plan(args);
@@ -125,11 +129,11 @@ Result bench_dense(const DenseShape& d, int64_t M, int variant, int cluster, int
       [&](int i) {
         Fp8GemmArgs x = args;
         x.w = static_cast<const uint8_t*>(w.p) + static_cast<size_t>(i % copies) * static_cast<size_t>(w_bytes);
-        x.w_scale = static_cast<const float*>(sw.p) + static_cast<size_t>(i % copies) * ((d.N + 127) / 128 * n_kb);
+        x.w_scale = static_cast<const float*>(sw.p) + static_cast<size_t>(i % copies) * (sw_rows * n_kb);
         fp8_gemm(x, Workspace::alloc, &ws, s);
       },
       reps, s);
-  Result r{"deepinfer_fp8_gemm", d.model, d.name, M, d.N, d.K};
+  Result r{row_scales ? "deepinfer_fp8_gemm_rowscales" : "deepinfer_fp8_gemm", d.model, d.name, M, d.N, d.K};
   r.variant = plan.variant;
   r.cluster = cluster;
   r.splits = plan.splits;
@@ -210,7 +214,8 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed batches (median)");
   app.add_flag("--grouped-only", grouped_only);
   app.add_flag("--dense-only", dense_only);
-  app.add_flag("--row-scales", row_scales, "grouped: per-row weight scales and fp32 output (the model's MoE form)");
+  app.add_flag("--row-scales", row_scales,
+               "per-row weight scales and fp32 output (the model's W8A8 forms: MoE, dense linears)");
   CLI11_PARSE(app, argc, argv);
   const std::vector<int64_t> Ms = parse_list(ms), Vs = parse_list(variants), Cs = parse_list(clusters);
 
@@ -226,7 +231,7 @@ int main(int argc, char** argv) {
         for (int64_t v : Vs)
           for (int64_t cl : Cs)
             if (usable(v, M) && (cl == Cs[0] || v == 3))
-              print(bench_dense(d, M, static_cast<int>(v), static_cast<int>(cl), reps, copy_bps, ws, s));
+              print(bench_dense(d, M, static_cast<int>(v), static_cast<int>(cl), row_scales, reps, copy_bps, ws, s));
     }
   if (!dense_only)
     for (const ExpertShape& x : kExperts) {

@@ -89,6 +89,7 @@ LinearWeight LinearWeight::rows(int64_t n0, int64_t n_rows) const {
     const int64_t s1 = (n0 + n_rows + block_n - 1) / block_n;
     out.scale_inv = scale_inv.slice_rows(s0, s1);
   }
+  out.uniform_row_blocks = uniform_row_blocks && n0 % 128 == 0;
   return out;
 }
 

@@ -16,6 +16,10 @@ struct LinearWeight {
   Tensor scale_inv;  // [ceil(n_out / block_n), ceil(n_in / block_k)] F32; F8E4M3 only
   int64_t block_n = 0;
   int64_t block_k = 0;
+  // block_n = 1 (one scale row per output row, as the CUDA placement stores FP8): whether every
+  // aligned 128-row block [128·i, 128·i + 128) shares one scale row (placed from 128-row
+  // checkpoint blocks at block-aligned offsets), so the FP8 wgmma GEMM may read one per block.
+  bool uniform_row_blocks = false;
 
   bool defined() const { return weight.defined(); }
   int64_t n_out() const { return weight.size(0); }
@@ -27,7 +31,8 @@ struct LinearWeight {
   void dequantize(int64_t n0, int64_t n_rows, int64_t k0, int64_t n_cols, float* out, int64_t ld_out) const;
 
   // Rows [n0, n0 + n_rows) as a LinearWeight view (FP8: n0 and, unless it ends the tensor,
-  // n_rows must be multiples of block_n, so scale rows stay aligned).
+  // n_rows must be multiples of block_n, so scale rows stay aligned; uniform_row_blocks kept
+  // where n0 % 128 == 0).
   LinearWeight rows(int64_t n0, int64_t n_rows) const;
 
   // Columns [k0, k0 + n_cols) as a copy in host memory (the bytes must be readable here; FP8: k0

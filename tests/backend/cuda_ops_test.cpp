@@ -586,8 +586,10 @@ TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
         // activations quantized per 1×128 group: ~3 % from this unquantized reference; run s10-13
         // measured 0.030 at T = 200; CudaOps.MoeW8a8MatchesQuantizedReference holds that form to
         // 1e-2 of its own quantized reference), hence 6e-2 there.
-        const bool w8a8 = dt == DType::kF8E4M3 && !invariant && !fused && T * k >= 64 * E &&
-                          w8a8_moe_ok(D, I, d_routed[0].gate_proj.block_k);
+        // So does the shared MLP on its own above 64 tokens (the dense W8A8 form, same bound).
+        const bool w8a8 = dt == DType::kF8E4M3 && !invariant && !fused &&
+                          ((T * k >= 64 * E && w8a8_moe_ok(D, I, d_routed[0].gate_proj.block_k)) ||
+                           (T > 64 && w8a8_moe_ok(D, S * I, d_routed[0].gate_proj.block_k)));
         EXPECT_LT(rel_err(down(d_o), ref_o), w8a8 ? 6e-2 : 1e-2)
             << "moe_ffn " << dtype_name(dt) << " T=" << T << " invariant " << invariant;
         if (!fused) {  // the combine adds the shared MLP's output: the three ops' bits
@@ -660,17 +662,17 @@ TEST_F(CudaOps, MoeWgmmaMatchesTiledAtPrefillSizes) {
   }
 }
 
-// The W8A8 form (MoeArgs::form 5: activations quantized per 1×128 group, FP8 wgmma GEMMs)
-// against a host reference of the same recipe: the gathered rows rounded to bf16, quantized per
-// row and 128-wide group exactly as quantize_fp8_rows does (s = max(amax, 1e-4) / 448, e4m3
+// The W8A8 form (MoeArgs::form 5: activations quantized per 1×128 group, FP8 wgmma GEMMs) against a
+// host reference of the same recipe: the gathered rows rounded to bf16, quantized per row and
+// 128-wide group exactly as quantize_fp8_rows does (s = max(amax, 1e-4) / 448, e4m3
 // round-to-nearest-even of x / s; bit-exact, CudaFp8Gemm.QuantizeRowsBitExact), the FP8 weights
-// dequantized, sums in double; SiLU·mul rounded to bf16 and quantized again before the down
-// GEMM. Bound 1e-2 relative L2: the wgmma FP8 accumulator (≤ 2^-10 of the |·|-sum, the GEMM
-// tests' bound) and rare flips of a bf16 or e4m3 rounding where the GPU's fp32 sums differ from
-// the double ones (one element by ≤ 2^-4) stay far below it, while skipping the activation
-// quantization (≈ 5e-2 here: 2^-4/√3 per GEMM input) or a wrong expert, scale or row (O(1))
-// exceed it. D = 384 and I = 256 are 3 and 2 K blocks (several column tiles each); expert 7
-// gets no rows, experts 0 and 1 most.
+// dequantized, sums in double; gate|up rounded to bf16, SiLU·mul rounded to bf16 and quantized
+// again before the down GEMM, whose outputs are rounded to bf16 before the weighted combine. Bound
+// 1e-2 relative L2: the wgmma FP8 accumulator (≤ 2^-10 of the |·|-sum, the GEMM tests' bound) and
+// rare flips of a bf16 or e4m3 rounding where the GPU's fp32 sums differ from the double ones (one
+// element by ≤ 2^-4) stay far below it, while skipping the activation quantization (≈ 5e-2 here:
+// 2^-4/√3 per GEMM input) or a wrong expert, scale or row (O(1)) exceed it. D = 384 and I = 256 are
+// 3 and 2 K blocks (several column tiles each); expert 7 gets no rows, experts 0 and 1 most.
 TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
   if (!cuda::moe_w8a8_ok(16, 16, true, 128)) GTEST_SKIP() << "the W8A8 form needs an sm_90 GPU";
   const int64_t D = 384, I = 256, E = 8, k = 2, T = 700;
@@ -716,15 +718,18 @@ TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
           gsum += static_cast<double>(xq[static_cast<size_t>(c)]) * gr[c];
           usum += static_cast<double>(xq[static_cast<size_t>(c)]) * ur[c];
         }
-        const double silu = gsum / (1.0 + std::exp(-gsum));
-        act[static_cast<size_t>(n)] = bf16_to_f32(f32_to_bf16(static_cast<float>(silu * usum)));
+        // gate|up leave the GEMM in bf16 (as the reference system's fp8 MoE writes them).
+        const double gb = bf16_to_f32(f32_to_bf16(static_cast<float>(gsum)));
+        const double ub = bf16_to_f32(f32_to_bf16(static_cast<float>(usum)));
+        act[static_cast<size_t>(n)] = bf16_to_f32(f32_to_bf16(static_cast<float>(gb / (1.0 + std::exp(-gb)) * ub)));
       }
       quant(act);
       for (int64_t c = 0; c < D; ++c) {
         double y = 0;
         const float* dr = w2[static_cast<size_t>(e)].data() + c * I;
         for (int64_t n = 0; n < I; ++n) y += static_cast<double>(act[static_cast<size_t>(n)]) * dr[n];
-        out[static_cast<size_t>(c)] += w.data<float>()[t * k + j] * y;
+        // Each expert's output leaves the down GEMM in bf16 too.
+        out[static_cast<size_t>(c)] += w.data<float>()[t * k + j] * bf16_to_f32(f32_to_bf16(static_cast<float>(y)));
       }
     }
     for (int64_t c = 0; c < D; ++c) ref.data<float>()[t * D + c] = static_cast<float>(out[static_cast<size_t>(c)]);
@@ -732,17 +737,28 @@ TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
   set_moe_gemm(*gpu_, 5);
   Tensor d_o = dev_empty(DType::kF32, {T, D});
   gpu_->moe_experts(up(x), up(i32(ids).reshape({T, k})), up(w), d_experts, d_o);
+  const Tensor got = down(d_o);
+  // The stacks placed from 128-row checkpoint blocks take the GEMM's block form; with the
+  // uniform flags off (the per-row form) the bits must not change.
+  EXPECT_TRUE(d_experts[0].gate_proj.uniform_row_blocks && d_experts[0].down_proj.uniform_row_blocks);
+  std::vector<MlpWeights> rows_form = d_experts;
+  for (MlpWeights& m : rows_form)
+    for (LinearWeight* lw : {&m.gate_proj, &m.up_proj, &m.down_proj}) lw->uniform_row_blocks = false;
+  gpu_->moe_experts(up(x), up(i32(ids).reshape({T, k})), up(w), rows_form, d_o);
   set_moe_gemm(*gpu_, -1);
-  const double err = rel_err(down(d_o), ref);
+  const Tensor got_rows = down(d_o);
+  EXPECT_EQ(0, std::memcmp(got.raw_data(), got_rows.raw_data(), got.n_bytes())) << "block vs per-row form";
+  const double err = rel_err(got, ref);
   std::printf("[moe w8a8] relative L2 to the quantized reference %.3g\n", err);
   EXPECT_LT(err, 1e-2);
   // The unquantized reference is ~2^-4/√3 per GEMM input away: the test sees the recipe.
   Tensor ref_plain = Tensor::empty_host(DType::kF32, {T, D});
   ref_.moe_experts(x, i32(ids).reshape({T, k}), w, experts, ref_plain);
-  std::printf("[moe w8a8] relative L2 to the dequantized-weights reference %.3g\n", rel_err(down(d_o), ref_plain));
+  std::printf("[moe w8a8] relative L2 to the dequantized-weights reference %.3g\n", rel_err(got, ref_plain));
 }
-// The dense W8A8 form (CudaBackend::set_dense_fp8_w8a8: a linear's rows quantized per 1×128
-// group, then the FP8 wgmma GEMM) against a host reference of the same recipe: the rows rounded
+// The dense W8A8 form (CudaBackend::linear_w8a8, the default above 64 rows for checkpoint-placed
+// FP8 weights: a linear's rows quantized per 1×128 group, then the FP8 wgmma GEMM — its block
+// form, and forced on, its per-row form, bitwise equal) against a host reference of the same recipe: the rows rounded
 // to bf16, quantized as quantize_fp8_rows does (see MoeW8a8MatchesQuantizedReference), the
 // placed FP8 weights dequantized, sums in double. Bound 1e-2 relative L2, for the reasons given
 // there; the unquantized reference is printed (~2^-4/√3 away: the test sees the recipe). Shapes:
@@ -754,6 +770,12 @@ TEST_F(CudaOps, LinearW8a8MatchesQuantizedReference) {
   struct Case {
     int64_t M, N, K, stride;
   };
+  {  // uniform 128-row blocks: only where every part starts at a multiple of 128 rows
+    const LinearWeight p200 = host_linear(200, 256, DType::kF8E4M3), p256 = host_linear(256, 256, DType::kF8E4M3);
+    EXPECT_TRUE(gpu_->place_linear({&p256, &p200}).uniform_row_blocks);
+    EXPECT_FALSE(gpu_->place_linear({&p200, &p256}).uniform_row_blocks) << "a part starting mid-block";
+    EXPECT_FALSE(gpu_->place_linear({&p256, &p200}).rows(64, 192).uniform_row_blocks) << "a view from row 64";
+  }
   for (const Case& c : {Case{65, 136, 256, 260}, Case{200, 320, 384, 384}, Case{1000, 576, 1024, 1024}}) {
     const LinearWeight w = host_linear(c.N, c.K, DType::kF8E4M3);
     const LinearWeight dw = gpu_->place_linear({&w});
@@ -779,12 +801,19 @@ TEST_F(CudaOps, LinearW8a8MatchesQuantizedReference) {
       }
     }
     Tensor d_o = dev_empty(DType::kF32, {c.M, c.N});
-    cuda.set_dense_fp8_w8a8(true);
-    gpu_->matmul(up(x), c.stride, dw, d_o);
-    cuda.set_dense_fp8_w8a8(false);
+    EXPECT_TRUE(dw.uniform_row_blocks) << "one 128-row-block checkpoint tensor places as uniform blocks";
+    gpu_->matmul(up(x), c.stride, dw, d_o);  // the default: W8A8 on the GEMM's block form
     const Tensor got = down(d_o);
     const double err = rel_err(got, ref);
     EXPECT_LT(err, 1e-2) << "M=" << c.M << " N=" << c.N << " K=" << c.K;
+    // The per-row form (scales not known to be uniform; forced on): the same bits.
+    LinearWeight rows_form = dw;
+    rows_form.uniform_row_blocks = false;
+    cuda.set_dense_fp8_w8a8(1);
+    gpu_->matmul(up(x), c.stride, rows_form, d_o);
+    cuda.set_dense_fp8_w8a8(-1);
+    const Tensor got_rows = down(d_o);
+    EXPECT_EQ(0, std::memcmp(got.raw_data(), got_rows.raw_data(), got.n_bytes())) << "M=" << c.M << " N=" << c.N;
     Tensor ref_plain = Tensor::empty_host(DType::kF32, {c.M, c.N});
     ref_.matmul(x, c.stride, w, ref_plain);
     std::printf("[linear w8a8] M=%ld N=%ld K=%ld: relative L2 %.3g to the quantized reference, %.3g to the plain one\n",

@@ -126,7 +126,7 @@ struct CudaState {
   std::vector<cudaEvent_t> timing_events;  // spare events
   bool capturing = false;
   int moe_gemm = -1;  // set_moe_gemm
-  bool dense_w8a8 = false;  // set_dense_fp8_w8a8; DEEPINFER_CUDA_FP8_W8A8=1
+  int dense_w8a8 = -1;  // set_dense_fp8_w8a8; DEEPINFER_CUDA_FP8_W8A8=0|1
   bool batch_invariant = false;  // set_batch_invariant
 };
 
@@ -216,8 +216,11 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   constexpr size_t kWorkspace = size_t{64} << 20;
   DI_CUDA_CHECK(cudaMalloc(&s_->blas_workspace, kWorkspace));
   DI_CUBLAS_CHECK(cublasSetWorkspace(s_->blas, s_->blas_workspace, kWorkspace));
-  const char* w8a8 = std::getenv("DEEPINFER_CUDA_FP8_W8A8");
-  s_->dense_w8a8 = w8a8 != nullptr && std::string_view(w8a8) == "1";
+  if (const char* w8a8 = std::getenv("DEEPINFER_CUDA_FP8_W8A8"); w8a8 != nullptr) {
+    const std::string_view v(w8a8);
+    if (v == "0" || v == "1") s_->dense_w8a8 = v == "1" ? 1 : 0;
+    else if (!v.empty()) log_warn("DEEPINFER_CUDA_FP8_W8A8='{}' ignored: it must be 0 or 1", v);
+  }
 }
 
 CudaBackend::~CudaBackend() {
@@ -244,7 +247,10 @@ void CudaBackend::set_moe_gemm(int form) {
   s_->moe_gemm = form;
 }
 
-void CudaBackend::set_dense_fp8_w8a8(bool on) { s_->dense_w8a8 = on; }
+void CudaBackend::set_dense_fp8_w8a8(int mode) {
+  DI_CHECK(mode >= -1 && mode <= 1);
+  s_->dense_w8a8 = mode;
+}
 
 void CudaBackend::set_op_timing(bool on) { s_->op_timing = on; }
 
@@ -550,8 +556,15 @@ LinearWeight CudaBackend::place_linear(const std::vector<const LinearWeight*>& p
   LinearWeight w;
   if (fp8) {
     // Codes as stored; scales expanded to one row per output row (block_n = 1), so any row
-    // split of the stack keeps its scales.
+    // split of the stack keeps its scales. Uniform 128-row blocks where every part starts at a
+    // multiple of 128 rows and its own scales are uniform over 128-row blocks.
     const int64_t bk = parts[0]->block_k, n_kb = (K + bk - 1) / bk;
+    bool uniform = true;
+    int64_t start = 0;
+    for (const LinearWeight* p : parts) {
+      uniform = uniform && start % 128 == 0 && (p->block_n % 128 == 0 || (p->block_n == 1 && p->uniform_row_blocks));
+      start += p->n_out();
+    }
     Tensor q = Tensor::empty_host(DType::kF8E4M3, {N, K});
     Tensor sc = Tensor::empty_host(DType::kF32, {N, n_kb});
     int64_t row = 0;
@@ -568,6 +581,7 @@ LinearWeight CudaBackend::place_linear(const std::vector<const LinearWeight*>& p
     w.scale_inv = place_tensor(sc);
     w.block_n = 1;
     w.block_k = bk;
+    w.uniform_row_blocks = uniform;
     return w;
   }
   Tensor b = Tensor::empty_host(DType::kBF16, {N, K});
@@ -645,43 +659,59 @@ void CudaBackend::linear(const void* xb, int64_t M, const LinearWeight& w, float
     invariant_gemm(xb, M, w.weight.raw_data(), cdptr<float>(w.scale_inv), true, w.block_k, N, K, out, ldc);
     return;
   }
-  if (fp8 && s_->dense_w8a8 && dense_w8a8_fits(M, w)) {
-    linear_w8a8(xb, M, w, out, ldc);
+  if (fp8 && dense_w8a8_fits(M, w)) {
+    linear_w8a8(xb, M, w, N, w.uniform_row_blocks, out, ldc);
     return;
   }
   const auto* wb = static_cast<const bf16*>(bf16_weight(w));
   cuda::gemm(s_->blas, M, N, K, static_cast<const bf16*>(xb), K, 0, wb, K, 0, true, out, Elem::kF32, ldc, 0, 1);
 }
 
-// The dense W8A8 form (opt-in, set_dense_fp8_w8a8): FP8 weights with per-row scales and
-// 128-wide K blocks (CudaBackend's placement), K a whole number of blocks, more rows than the
-// small-M GEMM takes (kInvariantSmallRows), an sm_90 GPU.
+// The dense W8A8 form (set_dense_fp8_w8a8; by default where the scales are uniform over 128-row
+// blocks): FP8 weights with per-row scales and 128-wide K blocks (CudaBackend's placement), K a
+// whole number of blocks, more rows than the small-M GEMM takes (kInvariantSmallRows), an sm_90
+// GPU. Measured (run s14-2, V2-Lite shapes at 4,096 rows): the block form ~1,000 TFLOP/s, the
+// per-row form ~560; the fallback (dequantize, then bf16 cuBLAS) ~330 in the model (s14-2).
 bool CudaBackend::dense_w8a8_fits(int64_t M, const LinearWeight& w) const {
-  return M > kInvariantSmallRows && w.block_n == 1 && w.block_k == cuda::kFp8GroupK &&
+  const bool on = s_->dense_w8a8 == 1 || (s_->dense_w8a8 == -1 && w.uniform_row_blocks);
+  return on && M > kInvariantSmallRows && w.block_n == 1 && w.block_k == cuda::kFp8GroupK &&
          w.n_in() % cuda::kFp8GroupK == 0 && reinterpret_cast<uintptr_t>(w.weight.raw_data()) % 16 == 0 &&
          cuda::fp8_wgmma_available();
 }
 
-// out[M, N] (row pitch ldc) = the rows of xb (bf16 [M, K]) quantized per 1×128 group
+// out[M, n_rows] (row pitch ldc) = the rows of xb (bf16 [M, K]) quantized per 1×128 group
 // (quantize_fp8_rows, DeepSeek's activation recipe) times the FP8 weights on the wgmma GEMM,
 // each 128-wide K block promoted with row scale × the weight row's scale — the MoE's W8A8 form
 // (form 5) for a dense linear: no bf16 copy of the weights, FP8 matrix rate; activations lose up
 // to 2^-4 relative per element (CudaOps.LinearW8a8MatchesQuantizedReference).
-void CudaBackend::linear_w8a8(const void* xb, int64_t M, const LinearWeight& w, float* out, int64_t ldc) {
-  const int64_t N = w.n_out(), K = w.n_in(), n_kb = K / cuda::kFp8GroupK;
+void CudaBackend::linear_w8a8(const void* xb, int64_t M, const LinearWeight& w, int64_t n_rows, bool uniform,
+                              float* out, int64_t ldc) {
+  const int64_t K = w.n_in(), n_kb = K / cuda::kFp8GroupK;
   ScratchScope scope(*this);
   Tensor q = empty(DType::kU8, {M, K});      // [M, K] e4m3
   Tensor sq = empty(DType::kF32, {M, n_kb});  // [M, K / 128]
   cuda::quantize_fp8_rows(xb, cuda::Elem::kBF16, M, K, dptr<uint8_t>(q), dptr<float>(sq), false, s_->stream);
+  fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), M, w, n_rows, uniform, out, ldc);
+}
+
+void CudaBackend::fp8_gemm_w8a8(const uint8_t* q, const float* sq, int64_t M, const LinearWeight& w, int64_t n_rows,
+                                bool uniform, float* out, int64_t ldc) {
   cuda::Fp8GemmArgs g;
-  g.a = cdptr<uint8_t>(q);
-  g.a_scale = cdptr<float>(sq);
+  g.a = q;
+  g.a_scale = sq;
   g.w = cdptr<uint8_t>(w.weight);
   g.w_scale = cdptr<float>(w.scale_inv);
-  g.M = M, g.N = N, g.K = K, g.block_n = 1;
+  g.M = M, g.N = n_rows, g.K = w.n_in(), g.block_n = 1, g.w_scale_uniform = uniform;
   g.c = out, g.c_elem = cuda::Elem::kF32, g.ldc = ldc;
   g.variant = 3;
   cuda::fp8_gemm(g, nullptr, nullptr, s_->stream);
+}
+
+// Whether a linear of M fp32 rows (row pitch ldx) takes the W8A8 form straight from fp32
+// (quantize_fp8_rows_bf16: the rounding to bf16 and the quantization in one pass, no bf16 copy).
+bool CudaBackend::w8a8_from_f32(const Tensor& x, int64_t ldx, int64_t M, const LinearWeight& w) const {
+  return !s_->batch_invariant && w.dtype() == DType::kF8E4M3 && dense_w8a8_fits(M, w) && ldx % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(x.raw_data()) % 16 == 0;
 }
 
 bool CudaBackend::gemv_fits(const void* a, cuda::Elem a_elem, int64_t lda, int64_t M, const LinearWeight& w) const {
@@ -755,6 +785,14 @@ void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& 
   }
   // Decode sizes: the GEMV rounds the fp32 rows to bf16 as it reads them (no conversion launch).
   if (try_gemv(x.raw_data(), Elem::kF32, x_stride == 0 ? K : x_stride, M, w, N, dptr<float>(out), N)) return;
+  if (w8a8_from_f32(x, x_stride == 0 ? K : x_stride, M, w)) {  // rounded and quantized in one pass
+    Tensor q = empty(DType::kU8, {M, K});                        // [M, K] e4m3
+    Tensor sq = empty(DType::kF32, {M, K / cuda::kFp8GroupK});  // [M, K / 128]
+    cuda::quantize_fp8_rows_bf16(cdptr<float>(x), x_stride == 0 ? K : x_stride, nullptr, 1, M, K, dptr<uint8_t>(q),
+                                 dptr<float>(sq), s_->stream);
+    fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), M, w, N, w.uniform_row_blocks, dptr<float>(out), N);
+    return;
+  }
   Tensor xb = empty(DType::kBF16, {M, K});
   cuda::to_bf16(cdptr<float>(x), x_stride == 0 ? K : x_stride, M, K, dptr<bf16>(xb), s_->stream);
   linear(dptr(xb), M, w, dptr<float>(out), N);
@@ -1123,6 +1161,9 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
     a.w13_scale = cdptr<float>(experts[0].gate_proj.scale_inv);
     a.w2_scale = cdptr<float>(experts[0].down_proj.scale_inv);
     a.block_k = experts[0].gate_proj.block_k;
+    // The stacks' flags (the first expert's views start at row 0 of them).
+    a.w13_uniform = experts[0].gate_proj.uniform_row_blocks;
+    a.w2_uniform = experts[0].down_proj.uniform_row_blocks;
   } else {
     DI_CHECK(experts[0].gate_proj.dtype() == DType::kBF16);
   }
@@ -1176,7 +1217,25 @@ void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) {
           ? try_gemv(x.raw_data(), Elem::kF32, D, T, w.gate_proj, 2 * I, dptr<float>(gu), 2 * I)
           : try_gemv(x.raw_data(), Elem::kF32, D, T, w.gate_proj, I, dptr<float>(gu), 2 * I) &&
                 try_gemv(x.raw_data(), Elem::kF32, D, T, w.up_proj, I, dptr<float>(gu) + I, 2 * I);
-  if (!gemv_done) {
+  // FP8 on the W8A8 form (dense_w8a8_fits): x rounded and quantized in one pass, gate|up in one
+  // GEMM where stacked, the SiLU·mul written straight into the down projection's quantized input
+  // (silu_mul_quantize_fp8).
+  const bool w8a8 = !gemv_done && w8a8_from_f32(x, D, T, w.gate_proj) && w8a8_from_f32(x, D, T, w.up_proj) &&
+                    dense_w8a8_fits(T, w.down_proj) && I % 16 == 0;
+  if (w8a8) {
+    Tensor q = empty(DType::kU8, {T, D});                        // [T, D] e4m3
+    Tensor sq = empty(DType::kF32, {T, D / cuda::kFp8GroupK});  // [T, D / 128]
+    cuda::quantize_fp8_rows_bf16(cdptr<float>(x), D, nullptr, 1, T, D, dptr<uint8_t>(q), dptr<float>(sq), st);
+    if (stacked({&w.gate_proj, &w.up_proj})) {
+      const bool uniform = w.gate_proj.uniform_row_blocks && w.up_proj.uniform_row_blocks && I % 128 == 0;
+      fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), T, w.gate_proj, 2 * I, uniform, dptr<float>(gu), 2 * I);
+    } else {
+      fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), T, w.gate_proj, I, w.gate_proj.uniform_row_blocks,
+                    dptr<float>(gu), 2 * I);
+      fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), T, w.up_proj, I, w.up_proj.uniform_row_blocks,
+                    dptr<float>(gu) + I, 2 * I);
+    }
+  } else if (!gemv_done) {
     Tensor xb = empty(DType::kBF16, {T, D});
     cuda::to_bf16(cdptr<float>(x), D, T, D, dptr<bf16>(xb), st);
     if (stacked({&w.gate_proj, &w.up_proj}) && w.gate_proj.dtype() == DType::kBF16 && s_->batch_invariant) {
@@ -1188,6 +1247,14 @@ void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) {
       linear(dptr(xb), T, w.gate_proj, dptr<float>(gu), 2 * I);
       linear(dptr(xb), T, w.up_proj, dptr<float>(gu) + I, 2 * I);
     }
+  }
+  if (w8a8) {
+    const LinearWeight& wd = w.down_proj;
+    Tensor q = empty(DType::kU8, {T, I});                           // [T, I] e4m3
+    Tensor sq = empty(DType::kF32, {T, I / cuda::kFp8GroupK});      // [T, I / 128]
+    cuda::silu_mul_quantize_fp8(dptr(gu), Elem::kF32, T, I, dptr<uint8_t>(q), dptr<float>(sq), st);
+    fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), T, wd, wd.n_out(), wd.uniform_row_blocks, dptr<float>(out), D);
+    return;
   }
   Tensor act = empty(DType::kBF16, {T, I});
   cuda::silu_mul(cdptr<float>(gu), T, I, dptr(act), Elem::kBF16, st);

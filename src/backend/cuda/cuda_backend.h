@@ -115,9 +115,11 @@ class CudaBackend : public Backend {
   // back to 0.
   void set_moe_gemm(int form);
   // Dense linears with FP8 weights above 64 rows: W8A8 (the rows quantized per 1×128 group, then
-  // the FP8 wgmma GEMM; linear_w8a8) instead of bf16 weights and cuBLAS. Off by default (also
-  // DEEPINFER_CUDA_FP8_W8A8=1); the batch-invariant mode never takes it.
-  void set_dense_fp8_w8a8(bool on);
+  // the FP8 wgmma GEMM; linear_w8a8) instead of bf16 weights and cuBLAS. mode −1 (the default):
+  // where the weight's scales are uniform over 128-row blocks (LinearWeight::uniform_row_blocks,
+  // every checkpoint-placed stack: the GEMM's block form); 1: every FP8 weight; 0: never.
+  // DEEPINFER_CUDA_FP8_W8A8=0|1 sets it at construction. The batch-invariant mode never takes it.
+  void set_dense_fp8_w8a8(int mode);
   // The cudaStream_t all ops are issued on, as an opaque pointer.
   void* stream() const;
 
@@ -144,9 +146,17 @@ class CudaBackend : public Backend {
   // per-row scales, 16-byte aligned weights.
   bool gemv_fits(const void* a, cuda::Elem a_elem, int64_t lda, int64_t M, const LinearWeight& w) const;
   // The dense W8A8 form (set_dense_fp8_w8a8): whether it takes these rows and weights, and
-  // out[M, N] (row stride ldc) = xb[M, K] bf16 quantized per 1×128 group · wᵀ on the FP8 GEMM.
+  // out[M, n_rows] (row stride ldc) = xb[M, K] bf16 quantized per 1×128 group · Wᵀ on the FP8
+  // GEMM, W the n_rows ≥ w.n_out() rows from w's first (rows stacked after w in its buffer;
+  // uniform: their scales uniform over 128-row blocks).
   bool dense_w8a8_fits(int64_t M, const LinearWeight& w) const;
-  void linear_w8a8(const void* xb, int64_t M, const LinearWeight& w, float* out, int64_t ldc);
+  void linear_w8a8(const void* xb, int64_t M, const LinearWeight& w, int64_t n_rows, bool uniform, float* out,
+                   int64_t ldc);
+  // Whether a linear of M fp32 rows x (row pitch ldx) takes the W8A8 form straight from fp32.
+  bool w8a8_from_f32(const Tensor& x, int64_t ldx, int64_t M, const LinearWeight& w) const;
+  // The GEMM of linear_w8a8 on rows already quantized: q [M, K] e4m3, sq [M, K / 128].
+  void fp8_gemm_w8a8(const uint8_t* q, const float* sq, int64_t M, const LinearWeight& w, int64_t n_rows, bool uniform,
+                     float* out, int64_t ldc);
   // Batch-invariant out[M, N] (row stride ldc) = xb[M, K] BF16 · wᵀ (w bf16, or FP8 with per
   // (row, block_k) scales): small_m_gemm or the tiled kernel by M (bitwise-equal folds).
   void invariant_gemm(const void* xb, int64_t M, const void* w, const float* scale, bool fp8, int64_t block_k,

@@ -35,15 +35,14 @@ struct Shape {
 };
 constexpr int kMathGroups = 2;  // warpgroups issuing wgmma; one more warpgroup loads
 constexpr int kThreads = 128 * (kMathGroups + 1);
-constexpr int kWarps = kThreads / 32;
 constexpr int kSplitKb = static_cast<int>(kInvariantSplitK) / 64;  // K blocks per invariant split
 static_assert(kInvariantSplitK % 64 == 0, "an invariant split is whole K blocks");
-// Ring, then full/empty barriers, then each warp's grouped tile; the base is aligned up to 1024
-// bytes at run time (the 128-byte swizzle repeats every 8 rows of 128 bytes).
+// Ring, then full/empty barriers, then the grouped row-tile table (build_tile_table); the base is
+// aligned up to 1024 bytes at run time (the 128-byte swizzle repeats every 8 rows of 128 bytes).
 template <bool kInvariant>
 constexpr size_t smem_bytes() {
   using S = Shape<kInvariant>;
-  return S::kStages * S::kStageBytes + 2 * S::kStages * sizeof(uint64_t) + 4 * kWarps * sizeof(int64_t) + 1024;
+  return S::kStages * S::kStageBytes + 2 * S::kStages * sizeof(uint64_t) + kTileTableBytes + 1024;
 }
 
 struct Params {
@@ -103,7 +102,7 @@ __device__ __forceinline__ void wgmma_k64(float (&d)[kAcc], uint64_t da, uint64_
 // the last split is added after the loop.
 // Shared memory: kStages × (A [128][128 B] | W [kBN][128 B]) bf16 — 16-byte chunk c of row r at
 // chunk c ^ (r % 8) (TMA's 128-byte swizzle, which the wgmma descriptors read) — full/empty
-// mbarriers, per-warp tile info: ~193 KB, one block per SM. Rows past M, K past K and W rows past
+// mbarriers, the grouped row-tile table: ~201 KB, one block per SM. Rows past M, K past K and W rows past
 // the tensor are zero-filled by TMA; a tile's rows past its expert belong to the next one and are
 // computed but not stored. Preconditions: sm_90a, K % 8 == 0 (16-byte row pitch); batch-invariant:
 // K % 64 == 0 (no zero-filled K chunk, which could turn a −0 sum into +0 where the tiled kernels
@@ -127,17 +126,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* ring = smem;                                                        // [kStages][A | W]
   auto* full = reinterpret_cast<uint64_t*>(smem + kStages * S::kStageBytes);  // [kStages]
   uint64_t* empty = full + kStages;                                            // [kStages]
-  auto* info = reinterpret_cast<int64_t*>(empty + kStages);                   // [kWarps][4]
+  auto* table = reinterpret_cast<int32_t*>(empty + kStages);                  // grouped: build_tile_table
 
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
   if (t == 0) init_ring(full, empty, kStages, 1, kMathGroups * 4);  // one release per math warp
+  if (p.offsets != nullptr && warp == 0) build_tile_table(p.offsets, p.E, kBM, lane, table);
   __syncthreads();
+  const int32_t* tiles = p.offsets != nullptr ? table : nullptr;
   if (wg == kMathGroups && warp != kMathGroups * 4) return;  // idle loader warps
   const int64_t n_col_tiles = (p.N + kOutN - 1) / kOutN, n_tiles = p.n_row_tiles * n_col_tiles, n_kb = p.n_kb;
-  int64_t* my_info = info + 4 * warp;
   if (wg == kMathGroups) {  // the loader warp
     load_tiles<kBM, kBN, kBK, kGlu>(&map_a, &map_w, ring, full, empty, kStages, S::kStageBytes, S::kABytes,
-                                    p.n_row_tiles, p.N, n_kb, p.offsets, p.E, p.M, lane, my_info,
+                                    p.n_row_tiles, p.N, n_kb, tiles, p.E, p.M, lane,
                                     [](int, const TileView&, int64_t) {});
     return;
   }
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t it = 0;  // K blocks this warp has consumed
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
     TileView v;
-    if (!resolve_tile<kBM, kOutN>(tile, p.n_row_tiles, n_col_tiles, p.offsets, p.E, p.M, lane, my_info, &v)) continue;
+    if (!resolve_tile<kBM, kOutN>(tile, p.n_row_tiles, n_col_tiles, tiles, p.E, p.M, &v)) continue;
     const int64_t m0 = v.m0, m_end = v.m_end, n0 = v.n0;
     float acc[kAcc];
     float total[kInvariant ? kAcc : 1];  // batch-invariant: the closed splits' sum
@@ -257,6 +257,7 @@ bool check_args(int64_t R, int64_t K, int64_t N, int64_t w_rows, bool grouped, c
   DI_CUDA_REQUIRE_MSG(!invariant || bf16_wgmma_invariant_ok(K),
                       "bf16 wgmma GEMM: the invariant form needs K % 64 == 0");
   DI_CUDA_REQUIRE((!grouped || offsets != nullptr) && E >= 1 && ld >= N);
+  DI_CUDA_REQUIRE_MSG(!grouped || E <= kMaxTableExperts, "bf16 wgmma GEMM: too many experts");
   DI_CUDA_REQUIRE_MSG(R + 128 < (int64_t{1} << 31) && w_rows < (int64_t{1} << 31), "bf16 wgmma GEMM: too many rows");
   return R > 0 && N > 0;
 }

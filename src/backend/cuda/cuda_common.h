@@ -283,6 +283,9 @@ struct MoeArgs {
   const float* w2_scale;   // fp8: [(E + n_shared)·D, ceil(I / block_k)]
   bool fp8;
   int64_t block_k;
+  // Form 5: the per-row scales of w13 / w2 are uniform over aligned 128-row blocks
+  // (LinearWeight::uniform_row_blocks): the FP8 GEMM's block form where 2I / D % 128 == 0.
+  bool w13_uniform = false, w2_uniform = false;
   float* out;              // [T, D]
   // [T, D] or null: out = the experts' combine + addend (the separate shared MLP's output,
   // added as the add op would: one fp32 add per element, no extra pass over memory).
@@ -294,7 +297,8 @@ struct MoeArgs {
                            //   FP8 weights only with `invariant`, widened to bf16 scratch first:
                            //   moe_wgmma_fp8_ok),
                            // 5 W8A8: activations quantized per 1×128 group + the FP8 wgmma GEMM
-                           //   (FP8 weights with block_k 128 on sm_90: moe_w8a8_ok)
+                           //   (FP8 weights with block_k 128 on sm_90: moe_w8a8_ok); gate|up
+                           //   written in bf16, SiLU·mul fused into the down GEMM's quantizer
   cublasHandle_t blas = nullptr;  // form 2
   // The batch-invariant K structure in forms 0 and 4 (form 4: K % 64 == 0; form 3 always has it;
   // forms 1, 2 and 5 must not be used).
@@ -400,6 +404,18 @@ constexpr int64_t kFp8GroupK = 128;  // K elements per activation group and per 
 // scales [M, ceil(K/128)] fp32. Precondition: K % 16 == 0.
 void quantize_fp8_rows(const void* x, Elem x_elem, int64_t M, int64_t K, uint8_t* x_q, float* scales, bool ue8m0,
                        cudaStream_t s);
+// quantize_fp8_rows of fp32 rows rounded to bf16 first — a bf16 copy and its quantization in one
+// pass, the same bits: output row m quantizes row rows[m] / row_div of x (rows null: row m; the
+// MoE's permutation) at row pitch ldx (x 16-byte aligned, ldx % 4 == 0). rows: [M] device.
+// Precondition: K % 16 == 0.
+void quantize_fp8_rows_bf16(const float* x, int64_t ldx, const int32_t* rows, int64_t row_div, int64_t M, int64_t K,
+                            uint8_t* x_q, float* scales, cudaStream_t s);
+// The gated MLP's activations straight into the quantizer: x_q [M, I], scales [M, ceil(I/128)] =
+// quantize_fp8_rows(bf16(silu_times(h[m, c], h[m, I + c]))) for h [M, 2I] ([gate | up], fp32 or
+// bf16, 16-byte aligned) — silu_mul's bf16 output and its quantization in one pass, the same bits.
+// Precondition: I % 16 == 0.
+void silu_mul_quantize_fp8(const void* h, Elem h_elem, int64_t M, int64_t I, uint8_t* x_q, float* scales,
+                           cudaStream_t s);
 // C[m, n] = Σ_kb (Σ_{k ∈ kb} a[m, k]·w[n, k]) · a_scale[m, kb] · w_scale[n / block_n, kb]: each
 // 128-wide K block is summed by the tensor cores in fp32, then scaled and added to an fp32
 // accumulator in K-block order (deterministic). Grouped form: rows of A (and C) sorted by expert,
@@ -412,6 +428,10 @@ struct Fp8GemmArgs {
   const float* w_scale = nullptr;  // [ceil(N/block_n), ceil(K/128)] (grouped: [E·ceil(N/block_n), ...])
   int64_t M = 0, N = 0, K = 0;     // K % 16 == 0
   int64_t block_n = 128;           // weight scale rows: 128 (checkpoint blocks) or 1 (one per output row)
+  // block_n = 1 whose scales are equal within each aligned 128-row block (LinearWeight::
+  // uniform_row_blocks; grouped: N % 128 == 0): the wgmma form reads one scale row per block —
+  // the block form's speed, the same bits as reading every row. Other variants ignore it.
+  bool w_scale_uniform = false;
   void* c = nullptr;               // [M, ldc] fp32 | bf16 (c_elem)
   Elem c_elem = Elem::kF32;
   int64_t ldc = 0;                 // ≥ N

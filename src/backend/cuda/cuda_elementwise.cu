@@ -101,6 +101,22 @@ __global__ void to_bf16_kernel(const float* x, int64_t x_stride, int64_t rows, i
   }
 }
 
+// The same values, 8 per thread (two 16-byte loads, one 16-byte store), a block per row strip:
+// block (r, y) converts columns [y·8·256, ...) of row r — no 64-bit division per element (the
+// scalar kernel ran at ~1.2 TB/s, instruction-bound, run s14-6). Needs cols % 8 == 0, x_stride % 4
+// == 0, x and out 16-byte aligned.
+__global__ void to_bf16_vec_kernel(const float* x, int64_t x_stride, int64_t cols, bf16* out) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t r = blockIdx.x, c = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 8;
+  if (c >= cols) return;
+  const float4 a = *reinterpret_cast<const float4*>(x + r * x_stride + c);
+  const float4 b = *reinterpret_cast<const float4*>(x + r * x_stride + c + 4);
+  const __nv_bfloat162 v[4] = {__floats2bfloat162_rn(a.x, a.y), __floats2bfloat162_rn(a.z, a.w),
+                               __floats2bfloat162_rn(b.x, b.y), __floats2bfloat162_rn(b.z, b.w)};
+  *reinterpret_cast<uint4*>(out + r * cols + c) = *reinterpret_cast<const uint4*>(v);
+}
+
 __global__ void dequant_fp8_kernel(const uint8_t* q, const float* scale, int64_t N, int64_t K, int64_t bn,
                                    int64_t bk, int64_t n_kb, bf16* out) {
   pdl_wait();
@@ -302,7 +318,13 @@ void add_rms_norm(float* residual, const float* delta, const void* w, Elem we, i
 
 void to_bf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, bf16* out, cudaStream_t s) {
   if (rows * cols == 0) return;
-  launch_pdl(to_bf16_kernel, elementwise_grid(rows * cols), 256, 0, s, x, x_stride, rows, cols, out);
+  if (cols % 8 == 0 && x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(out) % 16 == 0 && rows < (int64_t{1} << 31) && cols / 8 / 256 < 65535) {
+    const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((cols / 8 + 255) / 256));
+    launch_pdl(to_bf16_vec_kernel, grid, 256, 0, s, x, x_stride, cols, out);
+  } else {
+    launch_pdl(to_bf16_kernel, elementwise_grid(rows * cols), 256, 0, s, x, x_stride, rows, cols, out);
+  }
   DI_CUDA_LAUNCHED();
 }
 

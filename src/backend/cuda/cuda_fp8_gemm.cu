@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_grouped_tile.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
@@ -32,26 +33,10 @@ constexpr float kAmaxFloor = 1e-4f;  // DeepSeek's act_quant clamp: a zero group
 // q = e4m3_satfinite_rn(x / s) (IEEE division: the CPU reference reproduces every bit). Lanes
 // past K (a partial last group) contribute 0 and store nothing. Preconditions: K % 16 == 0.
 // ---------------------------------------------------------------------------------------------
-template <typename InT>
-__global__ void __launch_bounds__(256) quantize_fp8_rows_kernel(const InT* x, int64_t M, int64_t K, int64_t n_kb,
-                                                                uint8_t* x_q, float* scales, bool ue8m0) {
-  const int64_t group = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (group >= M * n_kb) return;  // whole warps: the group index is warp-uniform
-  const int64_t m = group / n_kb, g = group % n_kb;
-  const int64_t k = g * kGroupK + lane * 4;
-  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (k < K) {
-    if constexpr (sizeof(InT) == 4) {
-      const float4 f = *reinterpret_cast<const float4*>(x + m * K + k);
-      v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
-    } else {
-      const uint2 raw = *reinterpret_cast<const uint2*>(x + m * K + k);
-      const bf16* b = reinterpret_cast<const bf16*>(&raw);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v[i] = __bfloat162float(b[i]);
-    }
-  }
+// A warp's 1×128 group (lane l holds elements 4l..4l+3 in v, zeros past K; `store`: they lie
+// inside K): the scale into *scale (lane 0), the lane's 4 codes into q (4 bytes).
+__device__ __forceinline__ void quantize_group(const float (&v)[4], bool store, bool ue8m0, uint8_t* q,
+                                               float* scale) {
   float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
@@ -61,14 +46,76 @@ __global__ void __launch_bounds__(256) quantize_fp8_rows_kernel(const InT* x, in
     if (bits & 0x7fffffu) bits = (bits & 0xff800000u) + 0x800000u;
     s = __uint_as_float(bits);
   }
-  if (k < K) {
+  if (store) {
     const __nv_fp8x2_storage_t lo =
         __nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(v[0], s), __fdiv_rn(v[1], s)), __NV_SATFINITE, __NV_E4M3);
     const __nv_fp8x2_storage_t hi =
         __nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(v[2], s), __fdiv_rn(v[3], s)), __NV_SATFINITE, __NV_E4M3);
-    *reinterpret_cast<uint32_t*>(x_q + m * K + k) = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+    *reinterpret_cast<uint32_t*>(q) = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
   }
-  if (lane == 0) scales[m * n_kb + g] = s;
+  if (threadIdx.x % 32 == 0) *scale = s;
+}
+
+// 4 consecutive values at p as fp32 (one 16-byte fp32 or 8-byte bf16 load).
+template <typename InT>
+__device__ __forceinline__ void load4(const InT* p, float (&v)[4]) {
+  if constexpr (sizeof(InT) == 4) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  } else {
+    const uint2 raw = *reinterpret_cast<const uint2*>(p);
+    const bf16* b = reinterpret_cast<const bf16*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = __bfloat162float(b[i]);
+  }
+}
+
+// Grid (M rows, ceil(n_kb / 8)), 256 threads: warp w of block (m, y) quantizes group 8y + w of
+// row m (no integer division per group: the kernels are instruction-bound, not memory-bound, at
+// one group per warp). Row m reads source row rows[m] / row_div (rows == null: row m) at pitch
+// ldx; kRoundBf16: the fp32 values rounded to bf16 first (the bf16 copy a GEMM would otherwise be
+// fed, the same bits).
+constexpr int kQuantWarps = 8;
+template <typename InT, bool kRoundBf16>
+__global__ void __launch_bounds__(32 * kQuantWarps)
+    quantize_fp8_rows_kernel(const InT* x, int64_t ldx, const int32_t* rows, int32_t row_div, int64_t K,
+                             int64_t n_kb, uint8_t* x_q, float* scales, bool ue8m0) {
+  const int64_t m = blockIdx.x, g = static_cast<int64_t>(blockIdx.y) * kQuantWarps + threadIdx.x / 32;
+  if (g >= n_kb) return;  // whole warps
+  const int lane = threadIdx.x % 32;
+  const int64_t k = g * kGroupK + lane * 4, src = rows != nullptr ? rows[m] / row_div : m;
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (k < K) load4(x + src * ldx + k, v);
+  if constexpr (kRoundBf16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = __bfloat162float(__float2bfloat16(v[i]));
+  }
+  quantize_group(v, k < K, ue8m0, x_q + m * K + k, scales + m * n_kb + g);
+}
+
+// The gated MLP's activations quantized: row m's group g of bf16(silu_times(h[m, c], h[m, I + c]))
+// (the same grid as quantize_fp8_rows_kernel).
+template <typename InT>
+__global__ void __launch_bounds__(32 * kQuantWarps)
+    silu_mul_quantize_kernel(const InT* h, int64_t I, int64_t n_kb, uint8_t* x_q, float* scales) {
+  const int64_t m = blockIdx.x, g = static_cast<int64_t>(blockIdx.y) * kQuantWarps + threadIdx.x / 32;
+  if (g >= n_kb) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t k = g * kGroupK + lane * 4;
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (k < I) {
+    float gate[4], up[4];
+    load4(h + m * 2 * I + k, gate);
+    load4(h + m * 2 * I + I + k, up);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = __bfloat162float(__float2bfloat16(silu_times(gate[i], up[i])));
+  }
+  quantize_group(v, k < I, false, x_q + m * I + k, scales + m * n_kb + g);
+}
+
+dim3 quant_grid(int64_t M, int64_t n_kb) {
+  DI_CUDA_REQUIRE_MSG(M < (int64_t{1} << 31), "fp8 quantizer: too many rows");
+  return dim3(static_cast<unsigned>(M), static_cast<unsigned>((n_kb + kQuantWarps - 1) / kQuantWarps));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -426,11 +473,41 @@ void quantize_fp8_rows(const void* x, Elem x_elem, int64_t M, int64_t K, uint8_t
   DI_CUDA_REQUIRE_MSG(K % 16 == 0, "quantize_fp8_rows: K must be a multiple of 16");
   const int64_t n_kb = (K + kGroupK - 1) / kGroupK;
   if (M == 0 || K == 0) return;
-  const unsigned grid = grid_for(M * n_kb * 32, 256);
+  const dim3 grid = quant_grid(M, n_kb);
   if (x_elem == Elem::kF32)
-    quantize_fp8_rows_kernel<float><<<grid, 256, 0, s>>>(static_cast<const float*>(x), M, K, n_kb, x_q, scales, ue8m0);
+    quantize_fp8_rows_kernel<float, false><<<grid, 32 * kQuantWarps, 0, s>>>(static_cast<const float*>(x), K, nullptr,
+                                                                            1, K, n_kb, x_q, scales, ue8m0);
   else
-    quantize_fp8_rows_kernel<bf16><<<grid, 256, 0, s>>>(static_cast<const bf16*>(x), M, K, n_kb, x_q, scales, ue8m0);
+    quantize_fp8_rows_kernel<bf16, false><<<grid, 32 * kQuantWarps, 0, s>>>(static_cast<const bf16*>(x), K, nullptr, 1,
+                                                                           K, n_kb, x_q, scales, ue8m0);
+  DI_CUDA_LAUNCHED();
+}
+
+void quantize_fp8_rows_bf16(const float* x, int64_t ldx, const int32_t* rows, int64_t row_div, int64_t M, int64_t K,
+                            uint8_t* x_q, float* scales, cudaStream_t s) {
+  DI_CUDA_REQUIRE_MSG(K % 16 == 0 && ldx % 4 == 0 && ldx >= K,
+                      "quantize_fp8_rows_bf16: K must be a multiple of 16, the row pitch of 4, ≥ K");
+  DI_CUDA_REQUIRE(row_div >= 1 && row_div < (int64_t{1} << 31) && reinterpret_cast<uintptr_t>(x) % 16 == 0);
+  const int64_t n_kb = (K + kGroupK - 1) / kGroupK;
+  if (M == 0 || K == 0) return;
+  quantize_fp8_rows_kernel<float, true><<<quant_grid(M, n_kb), 32 * kQuantWarps, 0, s>>>(
+      x, ldx, rows, static_cast<int32_t>(row_div), K, n_kb, x_q, scales, false);
+  DI_CUDA_LAUNCHED();
+}
+
+void silu_mul_quantize_fp8(const void* h, Elem h_elem, int64_t M, int64_t I, uint8_t* x_q, float* scales,
+                           cudaStream_t s) {
+  DI_CUDA_REQUIRE(h_elem == Elem::kF32 || h_elem == Elem::kBF16);
+  DI_CUDA_REQUIRE_MSG(I % 16 == 0, "silu_mul_quantize_fp8: I must be a multiple of 16");
+  DI_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(h) % 16 == 0);
+  const int64_t n_kb = (I + kGroupK - 1) / kGroupK;
+  if (M == 0 || I == 0) return;
+  const dim3 grid = quant_grid(M, n_kb);
+  if (h_elem == Elem::kF32)
+    silu_mul_quantize_kernel<float>
+        <<<grid, 32 * kQuantWarps, 0, s>>>(static_cast<const float*>(h), I, n_kb, x_q, scales);
+  else
+    silu_mul_quantize_kernel<bf16><<<grid, 32 * kQuantWarps, 0, s>>>(static_cast<const bf16*>(h), I, n_kb, x_q, scales);
   DI_CUDA_LAUNCHED();
 }
 

@@ -39,17 +39,16 @@ struct RegSplit {
 constexpr int kTileBytes = kBM * kBK;  // one operand tile (A: kBM rows, W: kBN rows) of 128 bytes
 static_assert(kBN * kBK == kTileBytes, "A and W tiles have the same size");
 constexpr int kStageBytes = 2 * kTileBytes;
-// Ring, then the output staging, then full/empty barriers, then each warp's grouped tile (expert,
-// first row, rows); the base is aligned up to 1024 bytes at run time (the 128-byte swizzle repeats
-// every 8 rows of 128 bytes).
-constexpr int kWarps = kThreads / 32;
+// Ring, then the output staging, then full/empty barriers, then the grouped row-tile table
+// (build_tile_table); the base is aligned up to 1024 bytes at run time (the 128-byte swizzle
+// repeats every 8 rows of 128 bytes).
 // Each math warpgroup's output staging for the TMA store: 64 rows × 256 bytes, as two boxes of
 // [64 rows][128 bytes] with the 128-byte swizzle (bf16: the 128 columns at once; fp32: 64 at a time).
 constexpr int kOutBoxBytes = 64 * 128, kOutBytes = 2 * kOutBoxBytes;
 // Then the stage's column scales [kStages][kBN] fp32 (per-row weight scales, block_n = 1) and
 // its A rows' scales [kStages][kBM] fp32.
 constexpr size_t kSmemBytes = kStages * kStageBytes + kMathGroups * kOutBytes + 2 * kStages * sizeof(uint64_t) +
-                              4 * kWarps * sizeof(int64_t) + kStages * (kBN + kBM) * sizeof(float) + 1024;
+                              kTileTableBytes + kStages * (kBN + kBM) * sizeof(float) + 1024;
 // full[s]'s arrivals: the loader's expect_tx, then (per-row weight scales) one per loader lane
 // when its scale copies land.
 template <bool kRowScales>
@@ -58,6 +57,7 @@ constexpr uint32_t kFullArrivals = kRowScales ? 1 + 32 : 1;
 struct WgmmaParams {
   const float* sa;  // [M, n_kb] fp32
   const float* sw;  // [E·ceil(N/128), n_kb] fp32, or per row [E·N, n_kb] (kRowScales); dense: E = 1
+  int64_t sw_step;  // scale rows per 128-row block: 1, or 128 (per-row scales uniform within blocks)
   int64_t M, N, n_kb;
   int64_t n_row_tiles;  // dense: ceil(M / 128); grouped: the bound ceil(M / 128) + min(E, M)
   void* c;  // [M, ldc] OutT
@@ -90,7 +90,7 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a
 template <bool kGrouped, bool kRowScales, int kCluster>
 __device__ __forceinline__ void load_stages(const CUtensorMap& map_a, const CUtensorMap& map_w, const WgmmaParams& p,
                                             uint8_t* ring, uint64_t* full, uint64_t* empty, float* ssw, float* ssa,
-                                            int64_t* my_info, int lane) {
+                                            const int32_t* table, int lane) {
   const int64_t n_kb = p.n_kb;
   auto stage_scales = [&](int s, const TileView& v, int64_t kb) {
     if constexpr (kRowScales) {
@@ -106,8 +106,8 @@ __device__ __forceinline__ void load_stages(const CUtensorMap& map_a, const CUte
     }
   };
   load_tiles<kBM, kBN, kBK, false, kCluster>(&map_a, &map_w, ring, full, empty, kStages, kStageBytes, kTileBytes,
-                                             p.n_row_tiles, p.N, n_kb, kGrouped ? p.offsets : nullptr, p.E, p.M,
-                                             lane, my_info, stage_scales);
+                                             p.n_row_tiles, p.N, n_kb, kGrouped ? table : nullptr, p.E, p.M, lane,
+                                             stage_scales);
 }
 
 // A stage consumed: one arrival per math warp on empty[s] of every block of the cluster.
@@ -220,20 +220,22 @@ __device__ __forceinline__ void store_tile_tma(const CUtensorMap& map_c, uint8_t
 template <bool kGrouped, typename OutT, bool kRowScales, int kCluster>
 __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtensorMap& map_c, const uint8_t* ring,
                                               uint8_t* out, uint64_t* full, uint64_t* empty, const float* ssw,
-                                              const float* ssa, int64_t* my_info, int wg, int warp, int lane) {
+                                              const float* ssa, const int32_t* table, int wg, int warp, int lane) {
   const int64_t n_col_tiles = (p.N + kBN - 1) / kBN, n_kb = p.n_kb;
   const int64_t n_tiles = p.n_row_tiles * ((n_col_tiles + kCluster - 1) / kCluster);
-  const int32_t* offsets = kGrouped ? p.offsets : nullptr;
+  const int32_t* tiles = kGrouped ? table : nullptr;
   const int rank = static_cast<int>(blockIdx.x % kCluster);
   int s = 0;           // the stage of the next K block (the it-th this warp consumes: s = it % kStages)
   uint32_t phase = 0;  // full[s]'s parity for it: (it / kStages) & 1
   OutT* c = static_cast<OutT*>(p.c);
   for (int64_t tile = blockIdx.x / kCluster; tile < n_tiles; tile += gridDim.x / kCluster) {
     TileView v;
-    if (!resolve_tile<kBM, kBN, kCluster>(tile, p.n_row_tiles, n_col_tiles, offsets, p.E, p.M, lane, my_info, &v,
-                                          rank))
-      continue;
+    if (!resolve_tile<kBM, kBN, kCluster>(tile, p.n_row_tiles, n_col_tiles, tiles, p.E, p.M, &v, rank)) continue;
     const int64_t e = v.e, m0 = v.m0, m_end = v.m_end, n0 = v.n0;
+    // A grouped tile's last rows may not reach this warpgroup's 64: it then skips the promotion
+    // and stores nothing. (It still issues its MMAs: skipping them under a branch makes ptxas
+    // serialize every wgmma of the kernel, C7520.)
+    const bool idle = kGrouped && m0 + 64 * wg >= m_end;
     // Rows r0 = m0 + rl and r0 + 8 of this tile, rl = 64·wg + 16·(warp % 4) + lane / 4.
     const int rl = 64 * wg + 16 * (warp % 4) + lane / 4;
     const int64_t r0 = m0 + rl, r1 = r0 + 8;
@@ -241,7 +243,7 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
     const float* sa1 = p.sa + (r1 < p.M ? r1 : 0) * n_kb;
     // A cluster's last column tile may lie past N (nothing stored): it reads the last tile's scales.
     const int64_t ct = min(n0 / kBN, n_col_tiles - 1);
-    const float* swp = kRowScales ? nullptr : p.sw + (e * n_col_tiles + ct) * n_kb;
+    const float* swp = kRowScales ? nullptr : p.sw + (e * n_col_tiles + ct) * p.sw_step * n_kb;
     float acc[64], part0[64], part1[64];  // part: a K block's MMA sums (its first MMA overwrites)
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = part0[i] = part1[i] = 0.0f;
@@ -274,7 +276,9 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
     auto promote = [&](float (&part)[64], int sr, const Scales& sc) {
 #pragma unroll
       for (int i = 0; i < 64; ++i) fence_operand(part[i]);
-      if constexpr (kRowScales) {
+      if (idle) {
+        release_stage<kCluster>(&empty[sr], lane);
+      } else if constexpr (kRowScales) {
         const float a0 = ssa[sr * kBM + rl], a1 = ssa[sr * kBM + rl + 8];
         const float* cs = ssw + sr * kBN + 2 * (lane % 4);  // columns 8j + 2·(lane % 4), +1
 #pragma unroll
@@ -321,6 +325,7 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
       promote(part0, s0, sc0);
     }
 
+    if (idle) continue;  // none of the tile's rows are this warpgroup's
     // TMA for the warpgroup's 64 rows when they all belong to this tile (a grouped tile's rows
     // past its expert are the next expert's: never written); the stores clip at M and N.
     if (p.c_tma && (!kGrouped || m0 + 64 * (wg + 1) <= m_end)) {
@@ -359,8 +364,8 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
 // H200 at the model's shapes (version 11), so the default is 1.
 // Shared memory: kStages × (A [kBM][128] | W [kBN][128]) e4m3 — rows of 128 bytes, 16-byte chunk c
 // of row r at chunk c ^ (r % 8) (TMA's 128-byte swizzle, which wgmma's descriptor reads) — the
-// math warpgroups' output staging (2 × 16 KB), full[kStages], empty[kStages] mbarriers, per-warp
-// tile info; ~196 KB: one block per SM.
+// math warpgroups' output staging (2 × 16 KB), full[kStages], empty[kStages] mbarriers, the
+// grouped row-tile table (8 KB), the per-row scales' stage slots; ~206 KB: one block per SM.
 // Rows past M (and K past K, columns past the tensor) are zero-filled by TMA; a grouped tile's
 // rows past its expert belong to the next one and are computed but not stored. Only in-range
 // outputs are written. Preconditions: sm_90a, K % 16 == 0.
@@ -369,7 +374,9 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
 // scales of each K block into the stage's slots of `ssw` and `ssa` (each loader lane's copies one
 // more arrival on full[s]), and the promotion uses sa(row)·sw(column) per element; the stage is
 // released after the promotion, which reads them. Grouped with kRowScales, one K block at a time
-// (pairs_in_flight).
+// (pairs_in_flight). Per-row scales that are uniform within 128-row blocks (w_scale_uniform) take
+// the block form instead, reading scale row 128·b for block b (sw_step): 1.8× the rate at
+// V2-Lite's dense shapes (run s14-2), the same bits.
 template <bool kGrouped, typename OutT, bool kRowScales, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
@@ -381,23 +388,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* out = ring + kStages * kStageBytes;                              // [kMathGroups][kOutBytes]
   auto* full = reinterpret_cast<uint64_t*>(out + kMathGroups * kOutBytes);  // [kStages]
   uint64_t* empty = full + kStages;                                         // [kStages]
-  auto* info = reinterpret_cast<int64_t*>(empty + kStages);                // [kWarps][4]: e, m0, rows
-  float* ssw = reinterpret_cast<float*>(info + 4 * kWarps);                 // [kStages][kBN] (kRowScales)
+  auto* table = reinterpret_cast<int32_t*>(empty + kStages);               // grouped: build_tile_table
+  float* ssw = reinterpret_cast<float*>(table + kTileTableBytes / 4);       // [kStages][kBN] (kRowScales)
   float* ssa = ssw + kStages * kBN;                                         // [kStages][kBM]
 
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
   // One release per math warp of every block of the cluster (a stage's A rows come from all of them).
   if (t == 0) init_ring(full, empty, kStages, kFullArrivals<kRowScales>, kMathGroups * 4 * kCluster);
+  if (kGrouped && warp == 0) build_tile_table(p.offsets, p.E, kBM, lane, table);
   if constexpr (kCluster > 1) cluster_sync();
   else __syncthreads();
   if (wg == kMathGroups) {
     setmaxnreg_dec<RegSplit<kGrouped, kRowScales>::kLoader>();
-    if (warp == kMathGroups * 4) load_stages<kGrouped, kRowScales, kCluster>(map_a, map_w, p, ring, full, empty, ssw,
-                                                                             ssa, info + 4 * warp, lane);
+    if (warp == kMathGroups * 4)
+      load_stages<kGrouped, kRowScales, kCluster>(map_a, map_w, p, ring, full, empty, ssw, ssa, table, lane);
   } else {
     setmaxnreg_inc<RegSplit<kGrouped, kRowScales>::kMath>();
     compute_tiles<kGrouped, OutT, kRowScales, kCluster>(p, map_c, ring, out + wg * kOutBytes, full, empty, ssw, ssa,
-                                                        info + 4 * warp, wg, warp, lane);
+                                                        table, wg, warp, lane);
   }
   if constexpr (kCluster > 1) cluster_sync();  // no block leaves while a peer may still signal or fill it
 #else
@@ -471,10 +479,15 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   DI_CUDA_REQUIRE_MSG(a.block_n == 128 || a.block_n == 1, "fp8 wgmma GEMM: block_n must be 128 or 1");
   DI_CUDA_REQUIRE(a.K % 16 == 0 && a.ldc >= a.N);
   const bool grouped = a.offsets != nullptr;
+  DI_CUDA_REQUIRE_MSG(!grouped || a.E <= kMaxTableExperts, "fp8 wgmma GEMM: too many experts");
   if (a.M == 0 || a.N == 0 || a.K == 0) return;
   WgmmaParams p{};
   p.sa = a.a_scale;
   p.sw = a.w_scale;
+  // Uniform per-row scales: block b of expert e starts at scale row e·N + 128·b = 128·(e·⌈N/128⌉ + b).
+  DI_CUDA_REQUIRE_MSG(!a.w_scale_uniform || (a.block_n == 1 && (!grouped || a.N % kBN == 0)),
+                      "fp8 wgmma GEMM: uniform scale blocks need block_n 1 (grouped: N % 128 == 0)");
+  p.sw_step = a.w_scale_uniform ? kBN : 1;
   p.M = a.M;
   p.N = a.N;
   p.n_kb = (a.K + kBK - 1) / kBK;
@@ -492,7 +505,7 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   p.n_row_tiles = grouped ? (a.M + kBM - 1) / kBM + std::min(a.E, a.M) : (a.M + kBM - 1) / kBM;
   const int64_t col_groups = ((a.N + kBN - 1) / kBN + cluster - 1) / cluster;
   const int64_t tiles = p.n_row_tiles * col_groups;  // cluster tiles
-  const bool f32 = a.c_elem == Elem::kF32, rows = a.block_n == 1;
+  const bool f32 = a.c_elem == Elem::kF32, rows = a.block_n == 1 && !a.w_scale_uniform;
   // C as a TMA map of [64 rows][128 bytes] boxes (rows clip at M, columns at N), where TMA can
   // address it: 16-byte aligned base and row pitch.
   const int64_t elem = f32 ? 4 : 2;

@@ -23,9 +23,13 @@
 //    bitwise equal to the tiled form with the invariant K structure.
 //  - wgmma (prefill, bf16 weights, sm_90): bf16_wgmma_grouped_gemm (cuda_bf16_wgmma.cu), 128×256
 //    tiles of each expert's rows fed by TMA, sync-free;
-//  - W8A8 (prefill, FP8 weights, sm_90): the gathered rows quantized per 1×128 group
-//    (quantize_fp8_rows), then the FP8 wgmma GEMM (cuda_fp8_wgmma.cu, per-row weight scales) —
-//    DeepSeek's "fp8" GEMM path: activations lose ~2^-4 per element, sync-free.
+//  - W8A8 (prefill, FP8 weights, sm_90): the rows gathered and quantized per 1×128 group in one
+//    pass (quantize_fp8_rows_bf16: no bf16 copy), the FP8 wgmma GEMM (cuda_fp8_wgmma.cu; its
+//    block form where the per-row scales are uniform over 128-row blocks) writing gate|up in
+//    bf16, SiLU·mul straight into the down GEMM's quantized input (silu_mul_quantize_fp8), the
+//    down GEMM (bf16 out), the combine — DeepSeek's "fp8" GEMM path (activations lose ~2^-4 per
+//    element, gate|up and each expert's output ~2^-9, as in the reference system's bf16 GEMM
+//    outputs), sync-free.
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_launch.cuh"
@@ -261,6 +265,12 @@ __global__ void permute_kernel(const float* x, const int32_t* perm, int64_t k, i
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) dst[j] = __float2bfloat16(src[j]);
 }
 
+// inv[perm[i]] = i for i < n.
+__global__ void invert_kernel(const int32_t* perm, int64_t n, int32_t* inv) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n) inv[perm[i]] = static_cast<int32_t>(i);
+}
+
 // [T, kt] expert ids: the routed ones [T, k], then the shared experts e_routed .. (slot_expert).
 __global__ void extend_ids_kernel(const int32_t* ids, int64_t T, int64_t k, int64_t kt, int64_t e_routed,
                                   int32_t* out) {
@@ -315,10 +325,19 @@ __global__ void sum_silu_mul_kernel(const float* h, int64_t n_parts, int64_t str
 // larger k reads them per column. vec: D % 4 == 0 and y, out 16-byte aligned. The same
 // per-element arithmetic on every path. Block (token, kCombineCols columns) of
 // kCombineThreads: a one-token step spreads its loads over D / 256 blocks (one block per
-// token took 11 µs for V2-Lite's 8 slots × 3 partials, run s7-4).
+// token took 11 µs for V2-Lite's 8 slots × 3 partials, run s7-4). y fp32, or bf16 (the W8A8
+// form's down GEMM output: half the bytes of the pass; vec then loads 8 bytes per 4 values).
 constexpr int kCombineMaxK = 16;
 constexpr int kCombineThreads = 64, kCombineCols = 4 * kCombineThreads;
-__global__ void combine_kernel(const float* __restrict__ y, int64_t n_parts, int64_t stride,
+__device__ __forceinline__ float4 load_y4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 load_y4(const bf16* p) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+template <typename YT>
+__global__ void combine_kernel(const YT* __restrict__ y, int64_t n_parts, int64_t stride,
                                const int32_t* __restrict__ inv, const float* __restrict__ w, int64_t kw, int64_t k,
                                int64_t D, bool vec, const float* __restrict__ addend, float* __restrict__ out) {
   pdl_wait();
@@ -329,8 +348,8 @@ __global__ void combine_kernel(const float* __restrict__ y, int64_t n_parts, int
   const int64_t c_end = min(D, c0 + kCombineCols);
   auto weight = [&](int64_t s) { return s < kw ? w[t * kw + s] : 1.0f; };
   auto y_at = [&](int64_t at) {
-    float v = y[at];
-    for (int64_t p = 1; p < n_parts; ++p) v = v + y[p * stride + at];
+    float v = static_cast<float>(y[at]);
+    for (int64_t p = 1; p < n_parts; ++p) v = v + static_cast<float>(y[p * stride + at]);
     return v;
   };
   if (k > kCombineMaxK) {
@@ -351,9 +370,9 @@ __global__ void combine_kernel(const float* __restrict__ y, int64_t n_parts, int
       float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
       for (int64_t s = 0; s < k; ++s) {
-        float4 v = *reinterpret_cast<const float4*>(y + srow[s] + j);
+        float4 v = load_y4(y + srow[s] + j);
         for (int64_t p = 1; p < n_parts; ++p) {
-          const float4 q = *reinterpret_cast<const float4*>(y + p * stride + srow[s] + j);
+          const float4 q = load_y4(y + p * stride + srow[s] + j);
           v.x = v.x + q.x;
           v.y = v.y + q.y;
           v.z = v.z + q.z;
@@ -1034,13 +1053,14 @@ bool moe_gemv_ok(int64_t D, int64_t I, bool fp8, int64_t block_k) {
 
 namespace {
 // out[t] = the weighted sum of token t's slot rows of y (combine_kernel), y [n_parts, R, D].
-void combine(const MoeArgs& a, const float* y, int64_t n_parts, int64_t R, const int32_t* inv, int64_t k_routed,
+template <typename YT>
+void combine(const MoeArgs& a, const YT* y, int64_t n_parts, int64_t R, const int32_t* inv, int64_t k_routed,
              cudaStream_t s) {
   const bool vec = a.D % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && reinterpret_cast<uintptr_t>(a.addend) % 16 == 0;
   const dim3 combine_grid(static_cast<unsigned>(a.T), grid_for(a.D, kCombineCols));
-  launch_pdl(combine_kernel, combine_grid, kCombineThreads, 0, s, y, n_parts, R * a.D, inv, a.weights, k_routed, a.k,
-             a.D, vec, a.addend, a.out);
+  launch_pdl(combine_kernel<YT>, combine_grid, kCombineThreads, 0, s, y, n_parts, R * a.D, inv, a.weights, k_routed,
+             a.k, a.D, vec, a.addend, a.out);
   DI_CUDA_LAUNCHED();
 }
 }  // namespace
@@ -1123,6 +1143,37 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     combine(a, y, 1, R, inv, k_routed, s);
     return;
   }
+  if (a.form == 5) {  // W8A8: gather+quantize, GEMM, SiLU·mul+quantize, GEMM, combine (bf16 expert outputs)
+    DI_CUDA_REQUIRE(moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k));
+    if (R > kSmallSortMax) {  // inv[perm[i]] = i (the one-block sort wrote it)
+      invert_kernel<<<grid_for(R, 256), 256, 0, s>>>(perm, R, inv);
+      DI_CUDA_LAUNCHED();
+    }
+    const int64_t kb_d = (a.D + kFp8GroupK - 1) / kFp8GroupK, kb_i = (a.I + kFp8GroupK - 1) / kFp8GroupK;
+    auto* q = static_cast<uint8_t*>(get(static_cast<size_t>(R * a.D)));  // [R, D] e4m3
+    auto* sq = static_cast<float*>(get(sizeof(float) * R * kb_d));       // [R, D / 128]
+    quantize_fp8_rows_bf16(a.x, a.D, perm, a.k, R, a.D, q, sq, s);
+    auto* h13 = static_cast<bf16*>(get(sizeof(bf16) * R * 2 * a.I));  // [R, 2I] gate | up
+    Fp8GemmArgs g;
+    g.a = q, g.a_scale = sq;
+    g.w = static_cast<const uint8_t*>(a.w13), g.w_scale = a.w13_scale;
+    g.M = R, g.N = 2 * a.I, g.K = a.D, g.block_n = 1, g.w_scale_uniform = a.w13_uniform && (2 * a.I) % 128 == 0;
+    g.c = h13, g.c_elem = Elem::kBF16, g.ldc = 2 * a.I;
+    g.offsets = offsets, g.E = a.E;
+    g.variant = 3;
+    fp8_grouped_gemm(g, s);
+    auto* q2 = static_cast<uint8_t*>(get(static_cast<size_t>(R * a.I)));  // [R, I] e4m3
+    auto* sq2 = static_cast<float*>(get(sizeof(float) * R * kb_i));       // [R, I / 128]
+    silu_mul_quantize_fp8(h13, Elem::kBF16, R, a.I, q2, sq2, s);
+    auto* y = static_cast<bf16*>(get(sizeof(bf16) * R * a.D));  // [R, D] each slot's expert output, bf16
+    g.a = q2, g.a_scale = sq2;
+    g.w = static_cast<const uint8_t*>(a.w2), g.w_scale = a.w2_scale;
+    g.N = a.D, g.K = a.I, g.w_scale_uniform = a.w2_uniform && a.D % 128 == 0;
+    g.c = y, g.c_elem = Elem::kBF16, g.ldc = a.D;
+    fp8_grouped_gemm(g, s);
+    combine(a, y, 1, R, inv, k_routed, s);
+    return;
+  }
   auto* xa = static_cast<bf16*>(get(sizeof(bf16) * R * a.D));
   launch_pdl(permute_kernel, static_cast<unsigned>(R), 256, 0, s, a.x, perm, a.k, a.D, xa,
              R <= kSmallSortMax ? nullptr : inv);
@@ -1133,7 +1184,6 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   DI_CUDA_REQUIRE(a.form != 4 || !a.invariant || (bf16_wgmma_invariant_ok(a.D) && bf16_wgmma_invariant_ok(a.I)));
   DI_CUDA_REQUIRE_MSG(a.form != 4 || !a.fp8 || (a.invariant && moe_wgmma_fp8_ok(a.E, a.D, a.I, a.block_k)),
                       "moe_experts: form 4 takes FP8 weights only batch-invariant, within the widening budget");
-  DI_CUDA_REQUIRE(a.form != 5 || moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k));
   std::vector<int32_t> host_offsets;
   bf16* wbuf = nullptr;  // FP8 weights in bf16: form 2 one expert's (dequantized), form 4 all (widened)
   if (a.form == 4 && a.fp8) wbuf = static_cast<bf16*>(get(sizeof(bf16) * a.E * std::max(2 * a.I * a.D, a.D * a.I)));
@@ -1160,20 +1210,6 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
         Wb = wbuf;
       }
       bf16_wgmma_grouped_gemm(A, R, K, Wb, N, offsets, a.E, C, N, s, a.invariant);
-    } else if (a.form == 5) {  // W8A8: A quantized per row and 1×128 group, then the FP8 wgmma GEMM
-      auto* q = static_cast<uint8_t*>(get(static_cast<size_t>(R * K)));                  // [R, K] e4m3
-      auto* sq = static_cast<float*>(get(sizeof(float) * R * ((K + kFp8GroupK - 1) / kFp8GroupK)));  // [R, n_kb]
-      quantize_fp8_rows(A, Elem::kBF16, R, K, q, sq, false, s);
-      Fp8GemmArgs g;
-      g.a = q;
-      g.a_scale = sq;
-      g.w = static_cast<const uint8_t*>(W);
-      g.w_scale = scale;
-      g.M = R, g.N = N, g.K = K, g.block_n = 1;
-      g.c = C, g.c_elem = Elem::kF32, g.ldc = N;
-      g.offsets = offsets, g.E = a.E;
-      g.variant = 3;
-      fp8_grouped_gemm(g, s);
     } else if (a.form == 3) {  // K splits: C holds the partials, added by the consumer (below)
       small_m_gemm(A, K, W, scale, a.fp8, a.block_k, N, offsets, active, n_active, R, a.T,
                    invariant_k_splits(K) > 1 ? nullptr : C, N, C, s);

@@ -231,32 +231,25 @@ __device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty, int s
 struct TileView {
   int64_t e, m0, m_end, n0;
 };
-// Tile `tile` of kBM-row, kBN-column tiles (tile_coords raster): dense (offsets null) row tile rt
-// of [0, M), or the rt-th grouped tile (cuda_grouped_tile.cuh, through this warp's [4] int64
-// `scratch` in shared memory; warp-collective). False past the last grouped tile.
+// Tile `tile` of kBM-row, kBN-column tiles (tile_coords raster): dense (table null) row tile rt
+// of [0, M), or the rt-th grouped tile (table: the block's build_tile_table copy in shared
+// memory, cuda_grouped_tile.cuh). False past the last grouped tile.
 // kClusterN > 1: `tile` counts cluster tiles of one row tile × kClusterN column tiles (the raster
 // over ceil(n_col_tiles / kClusterN) column groups); cluster block `rank` takes column tile
 // kClusterN·group + rank, which may lie past the last column tile (n0 ≥ N: nothing to store).
 template <int kBM, int kBN, int kClusterN = 1>
 __device__ __forceinline__ bool resolve_tile(int64_t tile, int64_t n_row_tiles, int64_t n_col_tiles,
-                                             const int32_t* offsets, int64_t E, int64_t M, int lane, int64_t* scratch,
-                                             TileView* v, int rank = 0) {
+                                             const int32_t* table, int64_t E, int64_t M, TileView* v, int rank = 0) {
   int64_t rt, ct;
   tile_coords(tile, n_row_tiles, (n_col_tiles + kClusterN - 1) / kClusterN, &rt, &ct);
   v->n0 = (ct * kClusterN + rank) * kBN;
-  if (offsets == nullptr) {
+  if (table == nullptr) {
     v->e = 0;
     v->m0 = rt * kBM;
     v->m_end = M;
     return true;
   }
-  grouped_tile(rt, offsets, E, kBM, lane, scratch);
-  __syncwarp();
-  v->e = scratch[0];
-  v->m0 = scratch[1];
-  v->m_end = v->m0 + scratch[2];
-  __syncwarp();  // read before the next tile's grouped_tile writes
-  return v->e >= 0;
+  return table_tile(table, E, kBM, rt, &v->e, &v->m0, &v->m_end);
 }
 
 // The loader warp of a persistent GEMM: for each of this block's tiles (as resolve_tile sees
@@ -266,8 +259,8 @@ __device__ __forceinline__ bool resolve_tile(int64_t tile, int64_t n_row_tiles, 
 // expert from W's 2N rows (gate rows, then up rows), tiles of kBN / 2 output columns, and the W
 // stage as two kBN / 2-row boxes — gate rows e·2N + n0.., then up rows e·2N + N + n0.. Then the
 // whole warp runs extra(s, tile, kb) — more per-stage data, which must end with one more arrival
-// on full[s] when init_ring counted one — or nothing. The whole warp walks the tiles
-// (resolve_tile is warp-collective).
+// on full[s] when init_ring counted one — or nothing. The whole warp walks the tiles (grouped:
+// `table` as resolve_tile takes it).
 // kClusterN > 1 (a 1-D grid of clusters of kClusterN blocks that share each A tile): the blocks
 // of cluster c take cluster tiles c, c + gridDim.x / kClusterN, … (resolve_tile's cluster raster:
 // the same row tile, so the same K blocks in the same stages), and block `rank` loads only A rows
@@ -277,8 +270,8 @@ __device__ __forceinline__ bool resolve_tile(int64_t tile, int64_t n_row_tiles, 
 template <int kBM, int kBN, int kBK, bool kGlu = false, int kClusterN = 1, typename Extra>
 __device__ __forceinline__ void load_tiles(const CUtensorMap* map_a, const CUtensorMap* map_w, uint8_t* ring,
                                            uint64_t* full, uint64_t* empty, int stages, int stage_bytes, int w_offset,
-                                           int64_t n_row_tiles, int64_t N, int64_t n_kb, const int32_t* offsets,
-                                           int64_t E, int64_t M, int lane, int64_t* scratch, Extra&& extra) {
+                                           int64_t n_row_tiles, int64_t N, int64_t n_kb, const int32_t* table,
+                                           int64_t E, int64_t M, int lane, Extra&& extra) {
   constexpr int kOutN = kGlu ? kBN / 2 : kBN;
   constexpr int kShareRows = kBM / kClusterN;  // A rows this block loads for the cluster
   const int rank = static_cast<int>(blockIdx.x % kClusterN);
@@ -287,8 +280,7 @@ __device__ __forceinline__ void load_tiles(const CUtensorMap* map_a, const CUten
   uint32_t it = 0;
   for (int64_t tile = blockIdx.x / kClusterN; tile < n_tiles; tile += gridDim.x / kClusterN) {
     TileView v;
-    if (!resolve_tile<kBM, kOutN, kClusterN>(tile, n_row_tiles, n_col_tiles, offsets, E, M, lane, scratch, &v, rank))
-      continue;
+    if (!resolve_tile<kBM, kOutN, kClusterN>(tile, n_row_tiles, n_col_tiles, table, E, M, &v, rank)) continue;
     const int32_t y_a = static_cast<int32_t>(v.m0);
     const int32_t y_w = static_cast<int32_t>(v.e * (kGlu ? 2 * N : N) + v.n0);
     for (int64_t kb = 0; kb < n_kb; ++kb, ++it) {

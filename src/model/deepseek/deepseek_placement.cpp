@@ -60,6 +60,7 @@ class Placer {
     if (dt == DType::kF8E4M3) {  // codes ~ N(0, 64²) (|code| ≤ 222 < 448), one scale for all blocks
       b_.fill_random(w.weight, next_seed(), true, 64.0f, 0.0f);
       b_.fill_random(w.scale_inv, next_seed(), false, std / 64.0f, std / 64.0f);
+      w.uniform_row_blocks = w.block_n == 1;  // (per-row layouts: every row the same scales)
     } else {
       b_.fill_random(w.weight, next_seed(), true, std, 0.0f);
     }
