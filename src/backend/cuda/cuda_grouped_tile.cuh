@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/cuda_search.cuh"
+
 namespace deepinfer::cuda {
 
 // The grouped tile `tile` of expert-sorted rows: each expert's rows [offsets[e], offsets[e+1])
@@ -75,12 +77,7 @@ __device__ __forceinline__ bool table_tile(const int32_t* table, int64_t E, int 
                                            int64_t* m0, int64_t* m_end) {
   const int32_t* first = table + E + 1;
   if (rt >= first[E]) return false;
-  int64_t lo = 0, hi = E - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (first[mid] <= rt) lo = mid;
-    else hi = mid - 1;
-  }
+  const int64_t lo = last_at_most(first, E, rt);
   *e = lo;
   *m0 = table[lo] + (rt - first[lo]) * bm;
   *m_end = min(*m0 + bm, static_cast<int64_t>(table[lo + 1]));

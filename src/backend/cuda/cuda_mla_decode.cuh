@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
+#include "backend/cuda/cuda_search.cuh"
 
 #include <cuda.h>  // CUtensorMap
 
@@ -63,13 +64,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 // The sequence owning query row `row`: the largest b with q_indptr[b] ≤ row (sequences with no
 // rows are skipped, since the next one starts at the same index).
 __device__ __forceinline__ int64_t seq_of_row(const int32_t* q_indptr, int64_t n_seqs, int64_t row) {
-  int64_t lo = 0, hi = n_seqs - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (q_indptr[mid] <= row) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
+  return last_at_most(q_indptr, n_seqs, row);
 }
 
 // Row of q/out of selected row i.

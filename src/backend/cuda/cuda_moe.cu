@@ -34,6 +34,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
+#include "backend/cuda/cuda_search.cuh"
 
 #include <algorithm>
 #include <vector>
@@ -412,12 +413,7 @@ __device__ __forceinline__ bool tile_rows(int64_t tile, const int32_t* offsets, 
     return *rows > 0;
   }
   if (tile >= tiles[E]) return false;
-  int64_t lo = 0, hi = E - 1;  // the largest e with tiles[e] ≤ tile
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (tiles[mid] <= tile) lo = mid;
-    else hi = mid - 1;
-  }
+  const int64_t lo = last_at_most(tiles, E, tile);  // the largest e with tiles[e] ≤ tile
   *e = lo;
   *m0 = offsets[lo] + (tile - tiles[lo]) * kBM;
   *rows = min(static_cast<int64_t>(kBM), static_cast<int64_t>(offsets[lo + 1]) - *m0);
