@@ -1,5 +1,6 @@
-// The row tiles of an expert-sorted grouped GEMM (.cu files only): shared by the FP8 GEMMs
-// (cuda_fp8_gemm.cu, cuda_fp8_wgmma.cu), whose grouped grids cover a bound on the tile count.
+// The row tiles of an expert-sorted grouped GEMM (.cu files only): grouped_tile for the mma.sync
+// FP8 GEMM (cuda_fp8_gemm.cu), the shared-memory table for the wgmma ones (cuda_fp8_wgmma.cu,
+// cuda_bf16_wgmma.cu, through cuda_sm90.cuh); their grouped grids cover a bound on the tile count.
 #pragma once
 
 #include <cstdint>
