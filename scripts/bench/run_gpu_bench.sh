@@ -11,7 +11,8 @@
 #   profile:   `deepinfer bench --op-times` on deepseek_v2_lite.json, bf16 and fp8: device time per op
 #              kind for prefill 4096 and decode B=1/32/256 (not in "all")
 #   invariant: `deepinfer bench` on deepseek_v2_lite.json, bf16 and fp8, default then --batch-invariant
-#              (prefill 4096, decode B=1/32/256): the batch-invariant mode's overhead (not in "all")
+#              (prefill 4096, decode B=1/32/256): the batch-invariant mode's overhead; then prefill
+#              16384 (default mode) and, where built, bench/mla_prefill_bench (not in "all")
 #   report:    scripts/bench/report.py OUT_DIR, also saved as OUT_DIR/report.md
 # Each command runs under `timeout` (seconds: DI_TIMEOUT, default 180; PEER_TIMEOUT, default 280, with
 # the peer's own budget PEER_MAX_SECONDS, default 180); a failed or timed-out command is reported
@@ -84,7 +85,13 @@ if [ "$WHAT" = invariant ]; then
       run "deepinfer_v2_lite_${dt}_${mode}" "$DI_TIMEOUT" "$BIN" bench --config "$LITE" --dtype "$dt" --prefill 4096 \
         --decode-batch 1,32,256 --op-times $flag --json "$OUT/deepinfer_v2_lite_${dt}_${mode}.json"
     done
+    run "deepinfer_v2_lite_${dt}_prefill16k" "$DI_TIMEOUT" "$BIN" bench --config "$LITE" --dtype "$dt" --prefill 16384 \
+      --decode-batch "" --op-times --json "$OUT/deepinfer_v2_lite_${dt}_prefill16k.json"
   done
+  MLA_BENCH=$ROOT/build-device/bench/mla_prefill_bench
+  if [ -x "$MLA_BENCH" ]; then
+    run mla_prefill_bench "$DI_TIMEOUT" bash -c "\"$MLA_BENCH\" > \"$OUT/mla_prefill_bench.jsonl\""
+  fi
 fi
 
 if [ "$WHAT" = all ] || [ "$WHAT" = peer ]; then

@@ -1,7 +1,9 @@
-// The MLA prefill kernel (cuda_mla_prefill.cu) through CudaBackend::mla_attention's naive form,
-// against the reference backend: DeepSeek's head dims (dn 128, dr 64, dv 128, r 512) at H = 16
-// (V2-Lite) and 128 (V3), the tiny test models' dims (the <64, 64> instance), dims padded inside
-// the <192, 128> instance, and a shape the kernel does not take (the TF32 fallback). Sequences of
+// The MLA prefill kernels through CudaBackend::mla_attention's naive form, against the reference
+// backend: DeepSeek's head dims (dn 128, dr 64, dv 128, r 512) at H = 16 (V2-Lite) and 128 (V3) on
+// both kernels that take them (the wgmma one, cuda_mla_prefill_wgmma.cu, the default on sm_90;
+// the mma.sync one, cuda_mla_prefill.cu, by set_mla_prefill_wgmma(false)), at H = 6 (the wgmma
+// raster's last head group short), the tiny test models' dims (the <64, 64> instance), dims
+// padded inside the <192, 128> instance, and a shape the kernel does not take (the TF32 fallback). Sequences of
 // 1, 5, 64, 65 and 300 query rows over contexts from q_len up to 2000 keys (with and without a
 // cached prefix), pages of 16 and 64 tokens shuffled over the pool, a sequence left out (its rows
 // must keep a sentinel), and more sequences than one launch takes.
@@ -19,19 +21,22 @@
 // both shrink as 1/√N_eff), and rounding V adds ε the same way: ≈ √(2.9e-3² + 1.7e-3²) ≈ 3.4e-3,
 // about 3× under the bound. A wrong head, page or tile is O(1); one key too many or too few
 // (an off-by-one causal limit) moves a row by ≈ 1/√N_keys ≥ 2.2e-2 at N_keys ≤ 2000, so the
-// bound catches that too. The TF32 fallback stays within the same bound.
+// bound catches that too. The TF32 fallback stays within the same bound. The wgmma kernel rounds
+// p against per-128-key-tile maxima (mma.sync: 32), the same error model.
 // Skipped without a GPU (CI); run on the GPU machine by scripts/device/gpu_check.sh.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <numeric>
 #include <random>
 
 #include "backend/reference/reference_backend.h"
 #ifdef DEEPINFER_HAVE_CUDA
-#include "backend/cuda/cuda_common.h"  // kMlaPrefillMaxSeqs, mla_prefill_supported
+#include "backend/cuda/cuda_backend.h"  // set_mla_prefill_wgmma
+#include "backend/cuda/cuda_common.h"   // kMlaPrefillMaxSeqs, mla_prefill_supported, mla_prefill_wgmma_ok
 #endif
 #include "support/cuda_available.h"
 #include "support/logits_compare.h"
@@ -177,8 +182,16 @@ class CudaMlaPrefill : public ::testing::Test {
     ref_.mla_attention(params(&kvb_), form, q_, pg.cache, pg.ab, o);
     return o;
   }
-  // The CUDA naive form over `pg` into an output filled with kSentinel: [T, H, dv] on the host.
-  Tensor run(const Paged& pg) {
+  // The CUDA naive form over `pg` into an output filled with kSentinel: [T, H, dv] on the host;
+  // on the wgmma kernel where it takes the dims (`wgmma`), else on the mma.sync kernel.
+  Tensor run(const Paged& pg, bool wgmma = true) {
+#ifdef DEEPINFER_HAVE_CUDA
+    auto* cuda_backend = dynamic_cast<CudaBackend*>(gpu_.get());
+    if (cuda_backend == nullptr) ADD_FAILURE() << "the GPU backend is not a CudaBackend";
+    else cuda_backend->set_mla_prefill_wgmma(wgmma);
+#else
+    (void)wgmma;
+#endif
     Tensor filled = Tensor::empty_host(DType::kF32, {T(), shape_.H, shape_.dv});
     std::fill_n(filled.data<float>(), filled.numel(), kSentinel);
     Tensor d_o = gpu_->allocate(DType::kF32, filled.shape());
@@ -202,19 +215,24 @@ class CudaMlaPrefill : public ::testing::Test {
                                              << seqs_[static_cast<size_t>(b)].kv_len << ")";
       }
   }
-  // build, then for pages of 16 and 64: the op against the reference (computed once: it does
-  // not depend on the layout).
-  void check(const Shape& shape, const std::vector<Seq>& seqs) {
+  // build, then for pages of 16 and 64 and each kernel of `kernels` (true: wgmma): the op against
+  // the reference (computed once: it does not depend on the layout).
+  void check(const Shape& shape, const std::vector<Seq>& seqs, std::initializer_list<bool> kernels = {true}) {
     build(shape, seqs);
     Tensor ref;
     for (int64_t bs : {16, 64}) {
-      SCOPED_TRACE(::testing::Message() << "H " << shape.H << " dn " << shape.dn << " dr " << shape.dr << " dv "
-                                        << shape.dv << " r " << shape.r << " block_size " << bs);
       const Paged pg = layout(bs);
       if (bs == 16) ref = reference(pg);
-      expect_rows(run(pg), ref, 1e-2);
+      for (bool wgmma : kernels) {
+        SCOPED_TRACE(::testing::Message() << "H " << shape.H << " dn " << shape.dn << " dr " << shape.dr << " dv "
+                                          << shape.dv << " r " << shape.r << " block_size " << bs
+                                          << (wgmma ? " wgmma" : " mma.sync"));
+        expect_rows(run(pg, wgmma), ref, 1e-2);
+      }
     }
   }
+
+  void chunk_invariance(bool wgmma);  // DeterministicAndChunkInvariant on one kernel
 
   std::unique_ptr<Backend> gpu_;
   ReferenceBackend ref_;
@@ -238,12 +256,29 @@ const std::vector<CudaMlaPrefill::Seq> kDeepSeekSeqs = {
 TEST_F(CudaMlaPrefill, DeepSeekV2LiteHeads) {
 #ifdef DEEPINFER_HAVE_CUDA
   ASSERT_TRUE(cuda::mla_prefill_supported(128, 64, 128, 512));
+  ASSERT_TRUE(cuda::mla_prefill_wgmma_ok(128, 64, 128, 512)) << "the GPU machine is an H200: sm_90";
 #endif
-  check({16, 128, 64, 128, 512}, kDeepSeekSeqs);
+  check({16, 128, 64, 128, 512}, kDeepSeekSeqs, {true, false});
 }
 
 TEST_F(CudaMlaPrefill, DeepSeekV3Heads) {
-  check({128, 128, 64, 128, 512}, {{65, 200}, {1, 50}, {3, 3}, {9, 40, false}});
+  check({128, 128, 64, 128, 512}, {{65, 200}, {1, 50}, {3, 3}, {9, 40, false}}, {true, false});
+}
+
+// A head count that is not a multiple of the wgmma kernel's raster group of 4 (block_coords):
+// its last group has 2 heads.
+TEST_F(CudaMlaPrefill, DeepSeekDimsSixHeads) {
+  check({6, 128, 64, 128, 512}, {{300, 700}, {65, 65}, {1, 129}}, {true, false});
+}
+
+// More sequences than one launch takes, at DeepSeek's dims: 70 short ones (a page or a few, some
+// left out), then a long one; the launches' key buffers hold many sequences back to back, so a
+// key tile reaching past a sequence's keys reads the next one's (masked).
+TEST_F(CudaMlaPrefill, DeepSeekManySequences) {
+  std::vector<Seq> seqs;
+  for (int i = 0; i < 70; ++i) seqs.push_back({1 + i % 5, 3 + 5 * i, i % 9 != 4});
+  seqs.push_back({130, 400});
+  check({16, 128, 64, 128, 512}, seqs, {true, false});
 }
 
 // The tiny test models' dims (dn 16, dr 8, dv 16, r 32: the <64, 64> instance with qk channels
@@ -278,12 +313,19 @@ TEST_F(CudaMlaPrefill, PaddedDimsAndFallback) {
 // chunk it is computed in (the last 100 rows of a 300-row prefill over 2000 keys, computed as a
 // 100-row chunk, equal the same rows of the whole prefill): key tiles always start at key 0 and
 // those past a row's causal limit add exact zeros. (The K/V decompression is the same cuBLAS
-// GEMM in both calls: one sequence of 2000 keys.)
+// GEMM in both calls: one sequence of 2000 keys.) On both kernels.
 TEST_F(CudaMlaPrefill, DeterministicAndChunkInvariant) {
+  for (bool wgmma : {true, false}) {
+    SCOPED_TRACE(wgmma ? "wgmma" : "mma.sync");
+    chunk_invariance(wgmma);
+  }
+}
+
+void CudaMlaPrefill::chunk_invariance(bool wgmma) {
   const Shape shape{16, 128, 64, 128, 512};
   build(shape, {{300, 2000}});
   const Paged whole = layout(16);
-  const Tensor o1 = run(whole), o2 = run(whole);
+  const Tensor o1 = run(whole, wgmma), o2 = run(whole, wgmma);
   const size_t row_bytes = static_cast<size_t>(shape.H * shape.dv) * sizeof(float);
   EXPECT_EQ(std::memcmp(o1.raw_data(), o2.raw_data(), 300 * row_bytes), 0) << "not repeatable";
 
@@ -299,7 +341,7 @@ TEST_F(CudaMlaPrefill, DeterministicAndChunkInvariant) {
   chunk.ab.n_rows = 100;
   chunk.d_q_indptr = up_i32(q_indptr_);
   chunk.ab.dev.q_indptr = chunk.d_q_indptr.data<int32_t>();
-  const Tensor oc = run(chunk);
+  const Tensor oc = run(chunk, wgmma);
   EXPECT_EQ(std::memcmp(oc.raw_data(), o1.data<float>() + 200 * shape.H * shape.dv, 100 * row_bytes), 0)
       << "rows computed as a chunk differ from the same rows of the whole prefill";
 }

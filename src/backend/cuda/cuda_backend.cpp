@@ -127,6 +127,7 @@ struct CudaState {
   bool capturing = false;
   int moe_gemm = -1;  // set_moe_gemm
   int dense_w8a8 = -1;  // set_dense_fp8_w8a8; DEEPINFER_CUDA_FP8_W8A8=0|1
+  bool mla_wgmma = true;  // set_mla_prefill_wgmma; DEEPINFER_CUDA_MLA_WGMMA=0|1
   bool batch_invariant = false;  // set_batch_invariant
 };
 
@@ -221,6 +222,11 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
     if (v == "0" || v == "1") s_->dense_w8a8 = v == "1" ? 1 : 0;
     else if (!v.empty()) log_warn("DEEPINFER_CUDA_FP8_W8A8='{}' ignored: it must be 0 or 1", v);
   }
+  if (const char* wg = std::getenv("DEEPINFER_CUDA_MLA_WGMMA"); wg != nullptr) {
+    const std::string_view v(wg);
+    if (v == "0" || v == "1") s_->mla_wgmma = v == "1";
+    else if (!v.empty()) log_warn("DEEPINFER_CUDA_MLA_WGMMA='{}' ignored: it must be 0 or 1", v);
+  }
 }
 
 CudaBackend::~CudaBackend() {
@@ -251,6 +257,8 @@ void CudaBackend::set_dense_fp8_w8a8(int mode) {
   DI_CHECK(mode >= -1 && mode <= 1);
   s_->dense_w8a8 = mode;
 }
+
+void CudaBackend::set_mla_prefill_wgmma(bool on) { s_->mla_wgmma = on; }
 
 void CudaBackend::set_op_timing(bool on) { s_->op_timing = on; }
 
@@ -977,6 +985,8 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
       a.out = dptr<float>(out);
       a.seqs = group.data();
       a.n_seqs = static_cast<int64_t>(group.size());
+      a.n_keys = group_keys;
+      a.kernel = s_->mla_wgmma ? -1 : 0;
       cuda::mla_prefill(a, st);
       group.clear();
       group_seqs.clear();

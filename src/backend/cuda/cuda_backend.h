@@ -120,6 +120,10 @@ class CudaBackend : public Backend {
   // every checkpoint-placed stack: the GEMM's block form); 1: every FP8 weight; 0: never.
   // DEEPINFER_CUDA_FP8_W8A8=0|1 sets it at construction. The batch-invariant mode never takes it.
   void set_dense_fp8_w8a8(int mode);
+  // The naive (prefill) MLA attention on the wgmma kernel (cuda::mla_prefill_wgmma) where it
+  // takes the head dims and GPU — the default — or always on the mma.sync kernel (false).
+  // DEEPINFER_CUDA_MLA_WGMMA=0|1 sets it at construction.
+  void set_mla_prefill_wgmma(bool on);
   // The cudaStream_t all ops are issued on, as an opaque pointer.
   void* stream() const;
 

@@ -68,15 +68,6 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t 
                : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-// d[64×128] fp32 += A[64×16] · B[128×16]ᵀ, as wgmma_m64n256k16_bf16 (d[4j + v], j < 32).
-__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
-                                                      int accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" DI_WGMMA_REGS64 "}, "
-               "%64, %65, p, 1, 1, 0, 0;\n}\n"
-               : DI_WGMMA_ACC64(d, 0)
-               : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
 // The tile's K step: four k16 wgmmas (+32 bytes of K each) of the form's width.
 template <int kAcc>
 __device__ __forceinline__ void wgmma_k64(float (&d)[kAcc], uint64_t da, uint64_t db) {

@@ -550,6 +550,8 @@ struct MlaPrefillArgs {
   float* out;        // [T, H, dv] fp32
   const MlaPrefillSeq* seqs;  // [n_seqs] host array, n_seqs ≤ kMlaPrefillMaxSeqs
   int64_t n_seqs;
+  int64_t n_keys;    // rows of kv and lat (every sequence's keys lie inside)
+  int kernel = -1;   // −1: the wgmma kernel where mla_prefill_wgmma_ok, else mma.sync; 0: mma.sync; 1: wgmma
 };
 // Whether mla_prefill takes these head dims: dn, dr, dv, r multiples of 8 (16-byte rows) with
 // dn + dr ≤ 192 and dv ≤ 128 (instances <64, 64> and <192, 128>, zero-padded). Callers fall back
@@ -558,4 +560,11 @@ bool mla_prefill_supported(int64_t dn, int64_t dr, int64_t dv, int64_t r);
 // One launch over the sequences' row tiles × heads (grid and argument table from the sizes only;
 // no scratch, no sync, graph-capturable). Checks its preconditions (aborts).
 void mla_prefill(const MlaPrefillArgs& a, cudaStream_t s);
+// ---- cuda_mla_prefill_wgmma.cu ----
+// The same attention on Hopper's wgmma (FlashAttention-3 style: TMA loads, 128-key tiles, P kept
+// in registers): DeepSeek's head dims only (dn 128, dr 64, dv 128) on an sm_90 GPU. Same
+// numerics and contract as mla_prefill (which dispatches to it); its results differ from the
+// mma.sync kernel's in the rounding of p (per-tile maxima over 128 keys, not 32).
+bool mla_prefill_wgmma_ok(int64_t dn, int64_t dr, int64_t dv, int64_t r);
+void mla_prefill_wgmma(const MlaPrefillArgs& a, cudaStream_t s);
 }  // namespace deepinfer::cuda

@@ -19,6 +19,7 @@
 // then read from shared memory per k-step and the key tiles are 32 wide, so that S and P fit in
 // registers beside O (255 registers, no spills): 32 KB per 655 KFLOP = 20 FLOP/B.
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_mla_prefill.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 
 #include <cmath>
@@ -51,36 +52,6 @@ struct PrefillShape {
   static_assert((kQkStride / 8) % 2 == 1 && (kVStride / 8) % 2 == 1, "odd 16-byte row strides");
   static_assert(kKeys * (DQK / 8) % kThreads == 0 && kKeys * (DV / 8) % kThreads == 0, "whole chunks per thread");
 };
-
-// What the kernel reads: the launcher's arguments plus each sequence's first row tile in the grid.
-// Passed by value as a __grid_constant__ parameter (≤ 4 KB), so no device copy of the sequence
-// table is needed and a launch stays graph-capturable.
-struct PrefillParams {
-  const float* q;     // [T, H, dn + dr] fp32 (RoPE applied)
-  const bf16* kv;     // [n_keys, H·(dn + dv)] bf16: per head [k_nope_h | v_h]
-  const bf16* lat;    // [n_keys, ld_lat] bf16: [c_kv | k_pe] per key
-  float* out;         // [T, H, dv] fp32
-  int32_t H, dn, dr, dv, r, ld_lat;
-  float scale_log2;   // softmax_scale · log2(e): exp(scale·(s − m)) = exp2(s·scale_log2 − m·scale_log2)
-  int32_t n_seqs;
-  MlaPrefillSeq seqs[kMlaPrefillMaxSeqs];
-  int32_t tile0[kMlaPrefillMaxSeqs];  // first grid row tile (blockIdx.y) of each sequence
-};
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-__device__ __forceinline__ float2 unpack_bf16x2(uint32_t u) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
-}
-// 2^x by the SFU (ex2.approx.ftz: ~2 ulp, 2^−inf = +0, subnormal results flushed to 0), what
-// exp2f becomes under --use_fast_math; its error is far below the bf16 rounding of p that follows.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // Causal attention for one (sequence, head, 64·MT-row query tile), FlashAttention-2 style.
 // Grid (H, Σ row tiles): blockIdx.x = head h (fastest: a row tile's heads run together, so the
@@ -121,13 +92,10 @@ __global__ void __launch_bounds__(kThreads, 2) mla_prefill_kernel(const __grid_c
   bf16* sq = MT == 1 ? sk + Shape::kKTile : sv + kStages * Shape::kVTile;  // [kRows][kQkStride] Q
 
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-  const int h = blockIdx.x, tile = blockIdx.y;
-  int b = p.n_seqs - 1;
-  while (b > 0 && tile < p.tile0[b]) --b;
-  const MlaPrefillSeq sq_info = p.seqs[b];
-  const int q_len = sq_info.q_len, kv_len = sq_info.kv_len;
-  const int n_row_tiles = (q_len + kRows - 1) / kRows;
-  const int i0 = (n_row_tiles - 1 - (tile - p.tile0[b])) * kRows;  // heaviest tile first
+  const int h = blockIdx.x;
+  const RowTile rt = row_tile(p, blockIdx.y, kRows);
+  const MlaPrefillSeq sq_info = rt.seq;
+  const int q_len = sq_info.q_len, kv_len = sq_info.kv_len, i0 = rt.i0;
   const int first_pos = kv_len - q_len;  // row i's last visible key is first_pos + i
   const int last_key = first_pos + min(i0 + kRows, q_len) - 1;
   const int n_tiles = last_key / kKeys + 1;
@@ -380,37 +348,21 @@ bool mla_prefill_supported(int64_t dn, int64_t dr, int64_t dv, int64_t r) {
 
 void mla_prefill(const MlaPrefillArgs& a, cudaStream_t s) {
   DI_CUDA_REQUIRE_MSG(mla_prefill_supported(a.dn, a.dr, a.dv, a.r), "MLA prefill kernel: unsupported head dims");
-  DI_CUDA_REQUIRE(a.n_seqs >= 0 && a.n_seqs <= kMlaPrefillMaxSeqs);
+  DI_CUDA_REQUIRE(a.n_seqs >= 0 && a.n_seqs <= kMlaPrefillMaxSeqs && a.n_keys >= 0);
   DI_CUDA_REQUIRE(a.H > 0 && a.H <= 65535 && a.scale > 0.0f && a.ld_lat >= a.r + a.dr && a.ld_lat % 8 == 0);
   // 16-byte cp.async / float4 sources: aligned bases (step memory is 256-byte aligned).
   DI_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.kv) % 16 == 0 && reinterpret_cast<uintptr_t>(a.lat) % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 8 == 0);
-  PrefillParams pp{};
-  pp.q = a.q;
-  pp.kv = a.kv;
-  pp.lat = a.lat;
-  pp.out = a.out;
-  pp.H = static_cast<int32_t>(a.H);
-  pp.dn = static_cast<int32_t>(a.dn);
-  pp.dr = static_cast<int32_t>(a.dr);
-  pp.dv = static_cast<int32_t>(a.dv);
-  pp.r = static_cast<int32_t>(a.r);
-  pp.ld_lat = static_cast<int32_t>(a.ld_lat);
-  pp.scale_log2 = a.scale * 1.4426950408889634f;  // log2(e)
-  const int instance = prefill_instance(a.dn + a.dr, a.dv);
-  const int64_t rows_per_tile = prefill_rows(instance);
-  int64_t n_tiles = 0;
-  for (int64_t i = 0; i < a.n_seqs; ++i) {
-    const MlaPrefillSeq& q = a.seqs[i];
-    if (q.q_len == 0) continue;  // nothing to write
-    DI_CUDA_REQUIRE(q.q_len > 0 && q.kv_len >= q.q_len && q.q_row0 >= 0 && q.key_row0 >= 0);
-    pp.seqs[pp.n_seqs] = q;
-    pp.tile0[pp.n_seqs] = static_cast<int32_t>(n_tiles);
-    ++pp.n_seqs;
-    n_tiles += (q.q_len + rows_per_tile - 1) / rows_per_tile;
+  const bool wgmma = mla_prefill_wgmma_ok(a.dn, a.dr, a.dv, a.r);
+  DI_CUDA_REQUIRE_MSG(a.kernel != 1 || wgmma, "MLA prefill: the wgmma kernel needs sm_90 and DeepSeek's head dims");
+  if (wgmma && a.kernel != 0) {
+    mla_prefill_wgmma(a, s);
+    return;
   }
+  const int instance = prefill_instance(a.dn + a.dr, a.dv);
+  PrefillParams pp;
+  const int64_t n_tiles = prefill_params(a, prefill_rows(instance), &pp);
   if (n_tiles == 0) return;
-  DI_CUDA_REQUIRE_MSG(n_tiles <= 65535, "MLA prefill: more than 65535 row tiles in one launch");
   if (instance == 1)
     launch_prefill<64, 64, 1>(pp, n_tiles, s);
   else

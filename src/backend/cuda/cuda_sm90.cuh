@@ -119,6 +119,15 @@ __device__ __forceinline__ uint64_t sw128_desc(const void* tile) {
   const uint64_t addr = smem_u32(tile);
   return ((addr & 0x3ffff) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
+// A descriptor for an MN-major operand (B of K × N, N contiguous: 128-byte rows of 64 bf16 along
+// N, one row per k) written by TMA with the 128-byte swizzle as column blocks of 64 N-elements:
+// the k rows of a block 128 bytes apart in 1024-byte groups of 8 (stride offset), the blocks
+// `block_bytes` apart (leading offset). A k16 step is 2048 bytes further.
+__device__ __forceinline__ uint64_t sw128_desc_mn(const void* tile, uint32_t block_bytes) {
+  const uint64_t addr = smem_u32(tile);
+  return ((addr & 0x3ffff) >> 4) | (uint64_t{(block_bytes >> 4) & 0x3fff} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
 // The wgmma wrappers' inline-asm pieces (cuda_bf16_wgmma.cu, cuda_fp8_wgmma.cu): the placeholders
 // of the first 64 (and the next 64) accumulator registers, and the "+f" operand list of 8 or 64
 // consecutive fp32 accumulators d[o] ...
@@ -146,6 +155,30 @@ __device__ __forceinline__ uint64_t sw128_desc(const void* tile) {
 #define DI_WGMMA_ACC64(d, o)                                                                                   \
   DI_WGMMA_ACC8(d, (o)), DI_WGMMA_ACC8(d, (o) + 8), DI_WGMMA_ACC8(d, (o) + 16), DI_WGMMA_ACC8(d, (o) + 24),       \
       DI_WGMMA_ACC8(d, (o) + 32), DI_WGMMA_ACC8(d, (o) + 40), DI_WGMMA_ACC8(d, (o) + 48), DI_WGMMA_ACC8(d, (o) + 56)
+
+// d[64×128] fp32 += A[64×16] bf16 · B[128×16]ᵀ bf16, both K-major in shared memory (no
+// transpose); accumulate = 0 overwrites d. Fragment: thread t of the warpgroup (warp w, lane l)
+// holds d[4j + v] = row 16w + l/4 + 8·(v/2), column 8j + 2·(l%4) + v%2, j < 32.
+__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                      int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" DI_WGMMA_REGS64 "}, "
+               "%64, %65, p, 1, 1, 0, 0;\n}\n"
+               : DI_WGMMA_ACC64(d, 0)
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+// d[64×128] fp32 += A[64×16] · B[16×128], A bf16 from registers, B bf16 MN-major in shared memory
+// (sw128_desc_mn; the transpose bit set). A's fragment is mma.sync m16n8k16's per warp: warp w,
+// lane l holds a[0] = row 16w + l/4, columns 2·(l%4), +1; a[1] the same 8 rows further; a[2] and
+// a[3] those of columns 8 + 2·(l%4), +1. d as wgmma_m64n128k16_bf16.
+__device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                                         int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" DI_WGMMA_REGS64 "}, "
+               "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+               : DI_WGMMA_ACC64(d, 0)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
 
 // Warpgroup-collective register reallocation (every thread of the warpgroup executes it): the
 // loader warpgroup gives registers back (dec), the math warpgroups take them (inc), so math code

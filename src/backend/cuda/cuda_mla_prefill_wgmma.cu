@@ -1,0 +1,348 @@
+// MLA prefill attention on Hopper's warpgroup MMA (sm_90a), FlashAttention-3 style, for
+// DeepSeek's head dims (qk 192 = dn 128 + dr 64, dv 128): the kernel mla_prefill runs there. It
+// owns the kernel and its launcher; the argument table, the row-tile order and the softmax's
+// helpers are cuda_mla_prefill.cuh's, the mma.sync kernel (every other shape and GPU) is
+// cuda_mla_prefill.cu's.
+//
+// Why: the mma.sync kernel reads every K and V fragment from shared memory by ldmatrix once per
+// 32 query rows (20 FLOP/B at 128 B/clk/SM) and ran at ~230 TFLOP/s, 0.29 of the bf16 rate —
+// half of a 16K-token V2-Lite prefill (run s14-8). wgmma reads its B operand from shared memory
+// once per 64 rows and its A operand (P) from registers; TMA fills the tiles without the math
+// warps issuing copies. Measured (runs s15-1 … s15-4, bench/mla_prefill_bench): 0.59 / 0.78 of
+// the bf16 cuBLAS rate at V2-Lite's 4K / 16K prefill (mma.sync: 0.31 / 0.33), 0.59 / 0.69 at
+// V3's 128 heads. Tried and dropped: FlashAttention-3's ping-pong of the two warpgroups' GEMMs
+// by named barriers (−6 % at 16K: the warpgroups already overlap each other's softmax) and its
+// intra-warpgroup overlap (S_{j+1} issued before P_j·V_j, K and V in rings of their own): ptxas
+// serialized every wgmma of it (one WARPGROUP.DEPBAR each), −10 %.
+//
+// Numerics: the mma.sync kernel's (q, K, V, p rounded to bf16; scores, softmax state, O fp32;
+// p = 2^(s·scale·log2 e − m·scale·log2 e) by ex2.approx; a rescale of exactly 1 when a row's max
+// is unchanged), with 128-key tiles, so p's maxima — and its bf16 roundings — are those of 128-key
+// prefixes. Deterministic, and a row's result depends only on its q row, its key count and the
+// K/V bits: key tiles always start at key 0, and a tile past a row's causal limit adds exact
+// zeros (or is skipped by the warpgroup when it is past all of its rows), so the row tile a row
+// falls in does not change it.
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_mla_prefill.cuh"
+#include "backend/cuda/cuda_ptx.cuh"
+#include "backend/cuda/cuda_sm90.cuh"
+
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kDn = 128, kDr = 64, kDv = 128, kDqk = kDn + kDr;  // DeepSeek's head dims
+constexpr int kBM = 128;         // query rows per block: two math warpgroups of 64
+constexpr int kBN = 128;         // keys per K/V tile
+constexpr int kStages = 2;       // K/V tiles in shared memory
+constexpr int kMathGroups = 2;   // warpgroups issuing wgmma; one more warpgroup loads
+constexpr int kThreads = 128 * (kMathGroups + 1);
+constexpr int kAtom = 64;        // bf16 per 128-byte swizzle row
+// Shared memory (1024-byte aligned; every operand is made of [rows][128 B] swizzle atoms):
+//   Q:     [kMathGroups][3 channel blocks][64 rows][128 B]        49,152
+//   stage: K [3 channel blocks][kBN keys][128 B] (k_nope 0..127 from kv, k_pe from lat), then
+//          V [2 channel blocks][kBN keys][128 B]                   81,920 each
+//   full[kStages], empty[kStages] mbarriers.
+constexpr int kQGroupBytes = 64 * kDqk * 2;                       // one warpgroup's Q rows
+constexpr int kQBytes = kMathGroups * kQGroupBytes;
+constexpr int kKBlockBytes = kBN * 128, kKBytes = (kDqk / kAtom) * kKBlockBytes;
+constexpr int kVBlockBytes = kBN * 128, kVBytes = (kDv / kAtom) * kVBlockBytes;
+constexpr int kStageBytes = kKBytes + kVBytes;
+constexpr size_t kSmemBytes = kQBytes + kStages * kStageBytes + 2 * kStages * sizeof(uint64_t) + 1024;
+static_assert(kSmemBytes <= 227 * 1024, "one block per SM");
+static_assert(kQGroupBytes % 1024 == 0 && kKBlockBytes % 1024 == 0 && kStageBytes % 1024 == 0, "atom alignment");
+// Registers after setmaxnreg: the launch reserves 168 per thread (65,536 / 384, rounded down to 8).
+constexpr int kLoaderRegs = 24, kMathRegs = 240;
+static_assert(kMathGroups * 128 * kMathRegs + 128 * kLoaderRegs <= kThreads * 168, "register budget");
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The block's (row tile, head) from its linear index: heads in groups of kHeadGroup (the last
+// may be smaller), each group's blocks in the order (row tile, head) — head fastest, a
+// sequence's heaviest row tile first — and the groups one after another. The blocks resident at
+// once (one per SM) then share each head's K/V tiles among ~132 / 4 row tiles, which the L2
+// serves, and each group's lightest tiles fill in behind the next group's heaviest. Run s15-4
+// (mla_prefill_bench, groups of 1, 2, 4, 8, 16): 4 was the best or within noise of it at every
+// case; all heads fastest (the mma.sync kernel's order) left V3's 128 heads one reader per
+// head's tiles (16K tokens: 0.55 of the bf16 rate against 0.69), one head at a time (groups of 1)
+// ran V2-Lite's 4K prefill with its heaviest tiles last (0.49 against 0.59).
+constexpr int kHeadGroup = 4;
+__device__ __forceinline__ void block_coords(int b, int n_tiles, int H, int* tile, int* head) {
+  const int h0 = b / (kHeadGroup * n_tiles) * kHeadGroup;
+  const int heads = min(kHeadGroup, H - h0), r = b - h0 * n_tiles;
+  *tile = r / heads;
+  *head = h0 + r % heads;
+}
+
+// The loader (one thread): for each key tile j of the block, stage j % kStages once both math
+// warpgroups have released it — K's channel blocks 0, 1 (k_nope_h, kv columns h·256 + 0, 64), 2
+// (k_pe, lat columns r ..) and V's blocks 0, 1 (kv columns h·256 + 128, 192), 128 key rows each
+// from key_row0 + 128·j. Rows past n_keys are zero-filled by TMA; rows past the sequence's keys
+// but inside the buffer (the next sequence's) are finite and masked by the consumers.
+__device__ __forceinline__ void load_kv_tiles(const CUtensorMap* map_kv, const CUtensorMap* map_lat, uint8_t* ring,
+                                              uint64_t* full, uint64_t* empty, int h, int r, int key_row0,
+                                              int n_tiles) {
+  const int32_t x_head = h * (kDn + kDv);
+  for (int j = 0; j < n_tiles; ++j) {
+    const int s = j % kStages;
+    mbar_wait(&empty[s], ((j / kStages) & 1u) ^ 1u);
+    mbar_arrive_expect_tx(&full[s], kStageBytes);
+    uint8_t* k = ring + s * kStageBytes;
+    uint8_t* v = k + kKBytes;
+    const int32_t y = key_row0 + j * kBN;
+    tma_load_2d(k, map_kv, x_head, y, &full[s]);
+    tma_load_2d(k + kKBlockBytes, map_kv, x_head + kAtom, y, &full[s]);
+    tma_load_2d(k + 2 * kKBlockBytes, map_lat, r, y, &full[s]);
+    tma_load_2d(v, map_kv, x_head + kDn, y, &full[s]);
+    tma_load_2d(v + kVBlockBytes, map_kv, x_head + kDn + kAtom, y, &full[s]);
+  }
+}
+
+// S[64 rows][128 keys] = Q·Kᵀ of the warpgroup's rows (dq) and a K stage (dk), issued and
+// committed (no wait): 3 channel blocks × 4 k16 steps, both operands K-major in shared memory
+// (+32 bytes per k16 step; Q's blocks 8 KB apart, K's 16 KB).
+__device__ __forceinline__ void issue_scores(float (&sc)[64], uint64_t dq, uint64_t dk) {
+  wgmma_fence();
+#pragma unroll
+  for (int cb = 0; cb < kDqk / kAtom; ++cb)
+#pragma unroll
+    for (int k = 0; k < kAtom / 16; ++k)
+      wgmma_m64n128k16_bf16(sc, dq + cb * (64 * 128 / 16) + 2 * k, dk + cb * (kKBlockBytes / 16) + 2 * k, cb + k > 0);
+  wgmma_commit();
+}
+// O[64 rows][128 channels] += P·V, P from registers (pa[k]: keys 16k .. 16k + 15), V a stage's
+// V tile as an MN-major B (k16 step: 16 key rows = 2048 bytes), issued and committed.
+__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[kBN / 16][4], const uint8_t* v) {
+  const uint64_t dv = sw128_desc_mn(v, kVBlockBytes);
+#pragma unroll
+  for (int i = 0; i < 64; ++i) fence_operand(o[i]);
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kBN / 16; ++k) wgmma_m64n128k16_bf16_rs(o, pa[k], dv + k * (16 * 128 / 16), 1);
+  wgmma_commit();
+}
+
+// One row pair's online-softmax state (rows g and g + 8 of the thread's warp, as the wgmma
+// accumulators lay them out): running max m, the thread's share of the row sums l (its 32
+// columns of each tile; the row's 4 lanes are summed at the end).
+struct SoftmaxRows {
+  float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;
+};
+// The softmax of a finished S tile (keys key0 ..): keys past a row's limit masked (only when
+// `mask`), the running max updated over the row's 4 lanes, p = 2^(s·sl2 − m·sl2) rounded to bf16
+// straight into P's A fragments (accumulator columns 16k .. 16k + 15 are k-step k's fragment),
+// l = l·corr + Σ rounded p. Returns O's rescale factors (corr_lo, corr_hi) for the caller to
+// apply before this tile's P·V: exactly 1 when a row's max is unchanged (a tile past a row's
+// limit then adds exact zeros), and a row with no visible key yet subtracts 0 (never −inf − −inf).
+__device__ __forceinline__ float2 softmax_tile(float (&sc)[64], uint32_t (&pa)[kBN / 16][4], SoftmaxRows& st,
+                                               bool mask, int key0, int lim_lo, int lim_hi, int qd, float sl2) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) fence_operand(sc[i]);
+  if (mask) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int key = key0 + 8 * (i / 4) + 2 * qd + (i & 1);
+      if (key > ((i & 2) ? lim_hi : lim_lo)) sc[i] = -INFINITY;
+    }
+  }
+  float mx_lo = st.m_lo, mx_hi = st.m_hi;
+#pragma unroll
+  for (int n = 0; n < 16; ++n) {
+    mx_lo = fmaxf(mx_lo, fmaxf(sc[4 * n], sc[4 * n + 1]));
+    mx_hi = fmaxf(mx_hi, fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
+  }
+#pragma unroll
+  for (int x = 1; x < 4; x <<= 1) {  // the 4 lanes of a row
+    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, x));
+    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, x));
+  }
+  const float ms_lo = mx_lo == -INFINITY ? 0.0f : mx_lo * sl2;
+  const float ms_hi = mx_hi == -INFINITY ? 0.0f : mx_hi * sl2;
+  const float corr_lo = mx_lo == st.m_lo ? 1.0f : fast_exp2(st.m_lo * sl2 - ms_lo);
+  const float corr_hi = mx_hi == st.m_hi ? 1.0f : fast_exp2(st.m_hi * sl2 - ms_hi);
+  st.m_lo = mx_lo;
+  st.m_hi = mx_hi;
+  float ps_lo = 0.0f, ps_hi = 0.0f;
+#pragma unroll
+  for (int n = 0; n < 16; ++n) {
+    const uint32_t lo = pack_bf16x2(fast_exp2(fmaf(sc[4 * n], sl2, -ms_lo)), fast_exp2(fmaf(sc[4 * n + 1], sl2, -ms_lo)));
+    const uint32_t hi =
+        pack_bf16x2(fast_exp2(fmaf(sc[4 * n + 2], sl2, -ms_hi)), fast_exp2(fmaf(sc[4 * n + 3], sl2, -ms_hi)));
+    const float2 flo = unpack_bf16x2(lo), fhi = unpack_bf16x2(hi);
+    ps_lo += flo.x + flo.y;
+    ps_hi += fhi.x + fhi.y;
+    pa[n / 2][2 * (n % 2)] = lo;
+    pa[n / 2][2 * (n % 2) + 1] = hi;
+  }
+  st.l_lo = st.l_lo * corr_lo + ps_lo;
+  st.l_hi = st.l_hi * corr_hi + ps_hi;
+  return make_float2(corr_lo, corr_hi);
+}
+__device__ __forceinline__ void rescale(float (&o)[64], float2 corr) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] *= (i & 2) ? corr.y : corr.x;
+}
+#endif
+
+// Causal attention for one (sequence, head, 128-row query tile). 1-D grid of Σ row tiles × H
+// blocks (block_coords). 384 threads: warpgroups 0 and 1 own query rows i0 + 64·wg .. +63
+// (thread t of a warpgroup — warp w, lane l — rows 16w + l/4 and +8 of them, as every wgmma
+// accumulator lays them out); warp 8 loads (load_kv_tiles), the rest of warpgroup 2 exits after
+// giving its registers back.
+// A math warpgroup: its Q rows → bf16 in shared memory (rows ≥ q_len zero; written in the
+// 128-byte swizzle TMA would use, then fenced for the async proxy), then per key tile j of the
+// block (j < n_tiles, the tiles up to the block's last row's causal limit): wait full[j % 2]; if
+// j < w_tiles (the tiles up to the warpgroup's last real row's limit; otherwise the tile adds
+// nothing): S_j = Q·K_jᵀ (issue_scores), its softmax (softmax_tile; masked only on tiles
+// reaching past the warpgroup's first row's limit), O rescaled, O += P_j·V_j (issue_pv);
+// release the stage (one arrival per warp). The two warpgroups overlap each other's softmax
+// with their GEMMs. Finally O / l (l summed over the row's 4 lanes) as fp32 for rows < q_len.
+// Preconditions (mla_prefill_wgmma): sm_90a, the DeepSeek dims, kv / lat as TMA maps of their
+// n_keys rows, q 16-byte aligned, out 8-byte aligned, q_len ≥ 1, kv_len ≥ q_len.
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_prefill_wgmma_kernel(const __grid_constant__ CUtensorMap map_kv, const __grid_constant__ CUtensorMap map_lat,
+                             const __grid_constant__ PrefillParams p, int n_row_tiles) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t pw_smem_raw[];
+  uint8_t* smem = pw_smem_raw + ((1024 - smem_u32(pw_smem_raw) % 1024) % 1024);
+  uint8_t* sq = smem;                                                  // [kMathGroups][3][64][128 B]
+  uint8_t* ring = smem + kQBytes;                                      // [kStages][K | V]
+  auto* full = reinterpret_cast<uint64_t*>(ring + kStages * kStageBytes);  // [kStages]
+  uint64_t* empty = full + kStages;                                        // [kStages]
+
+  const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
+  if (t == 0) init_ring(full, empty, kStages, 1, kMathGroups * 4);  // one release per math warp
+  __syncthreads();
+
+  int tile, h;
+  block_coords(static_cast<int>(blockIdx.x), n_row_tiles, p.H, &tile, &h);
+  const RowTile rt = row_tile(p, tile, kBM);
+  const int q_len = rt.seq.q_len, kv_len = rt.seq.kv_len, i0 = rt.i0;
+  const int first_pos = kv_len - q_len;  // row i's last visible key is first_pos + i
+  const int n_tiles = (first_pos + min(i0 + kBM, q_len) - 1) / kBN + 1;
+
+  if (wg == kMathGroups) {
+    setmaxnreg_dec<kLoaderRegs>();
+    if (warp == kMathGroups * 4 && lane == 0)
+      load_kv_tiles(&map_kv, &map_lat, ring, full, empty, h, p.r, rt.seq.key_row0, n_tiles);
+    return;
+  }
+  setmaxnreg_inc<kMathRegs>();
+
+  // This warpgroup's Q rows → bf16, 16-byte chunk c (channels 8c ..) of row rr at channel block
+  // c / 8, chunk (c % 8) ^ (rr % 8).
+  const int tw = t % 128;
+  const int w_row0 = i0 + 64 * wg;  // the warpgroup's first query row
+  uint8_t* sqw = sq + wg * kQGroupBytes;
+  {
+    const int64_t q_ld = static_cast<int64_t>(p.H) * kDqk;
+    const float* qh = p.q + (static_cast<int64_t>(rt.seq.q_row0) + w_row0) * q_ld + static_cast<int64_t>(h) * kDqk;
+    for (int e = tw; e < 64 * (kDqk / 8); e += 128) {
+      const int rr = e / (kDqk / 8), c = e % (kDqk / 8);
+      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+      if (w_row0 + rr < q_len) {
+        a = *reinterpret_cast<const float4*>(qh + rr * q_ld + 8 * c);
+        b = *reinterpret_cast<const float4*>(qh + rr * q_ld + 8 * c + 4);
+      }
+      *reinterpret_cast<uint4*>(sqw + (c / 8) * (64 * 128) + rr * 128 + (((c % 8) ^ (rr % 8)) * 16)) =
+          make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w));
+    }
+  }
+  fence_proxy_async();           // the generic-proxy writes, visible to wgmma's reads
+  named_barrier(1 + wg, 128);    // ... by every warp of the warpgroup
+
+  const int g = lane / 4, qd = lane % 4;
+  const float sl2 = p.scale_log2;
+  const int row_lo = w_row0 + 16 * (warp % 4) + g;
+  // Last visible key of rows g and g + 8 (rows past q_len: the last key, so nothing is NaN).
+  const int lim_lo = min(first_pos + row_lo, kv_len - 1), lim_hi = min(first_pos + row_lo + 8, kv_len - 1);
+  const int w_first_lim = first_pos + w_row0;  // the warpgroup's first row's limit
+  // Key tiles this warpgroup computes: up to its last real row's limit (none past q_len).
+  const int w_tiles = w_row0 < q_len ? (first_pos + min(w_row0 + 64, q_len) - 1) / kBN + 1 : 0;
+  SoftmaxRows st;
+  float o[64];  // O [64 rows][128 channels]: o[4d + v] = row g + 8·(v / 2), channel 8d + 2qd + v % 2
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  const uint64_t dq = sw128_desc(sqw);
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int s = j % kStages;
+    mbar_wait(&full[s], (j / kStages) & 1u);
+    if (j < w_tiles) {
+      const uint8_t* stage = ring + s * kStageBytes;
+      float sc[64];  // S [64 rows][128 keys]: sc[4n + v] = row g + 8·(v / 2), key 8n + 2qd + v % 2
+      uint32_t pa[kBN / 16][4];
+      issue_scores(sc, dq, sw128_desc(stage));
+      wgmma_wait<0>();
+      const bool mask = j * kBN + kBN - 1 > w_first_lim;  // the tile reaches past some row's last key
+      rescale(o, softmax_tile(sc, pa, st, mask, j * kBN, lim_lo, lim_hi, qd, sl2));
+      issue_pv(o, pa, stage + kKBytes);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < 64; ++i) fence_operand(o[i]);
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[s]);
+  }
+
+  float ll = st.l_lo, lh = st.l_hi;
+#pragma unroll
+  for (int x = 1; x < 4; x <<= 1) {
+    ll += __shfl_xor_sync(0xffffffffu, ll, x);
+    lh += __shfl_xor_sync(0xffffffffu, lh, x);
+  }
+  // l ≥ the bf16 of e^0 = 1 (the row's max key), so the division is safe for real rows.
+  const float inv_lo = ll > 0.0f ? 1.0f / ll : 0.0f, inv_hi = lh > 0.0f ? 1.0f / lh : 0.0f;
+  const int64_t o_ld = static_cast<int64_t>(p.H) * kDv;
+  float* out_h = p.out + static_cast<int64_t>(rt.seq.q_row0) * o_ld + static_cast<int64_t>(h) * kDv;
+#pragma unroll
+  for (int d = 0; d < 16; ++d) {
+    const int c = 8 * d + 2 * qd;
+    if (row_lo < q_len)
+      *reinterpret_cast<float2*>(out_h + row_lo * o_ld + c) = make_float2(o[4 * d] * inv_lo, o[4 * d + 1] * inv_lo);
+    if (row_lo + 8 < q_len)
+      *reinterpret_cast<float2*>(out_h + (row_lo + 8) * o_ld + c) =
+          make_float2(o[4 * d + 2] * inv_hi, o[4 * d + 3] * inv_hi);
+  }
+#else
+  (void)p;
+  (void)n_row_tiles;
+  __trap();  // built for another architecture: mla_prefill_wgmma_ok() is false there
+#endif
+}
+
+}  // namespace
+
+bool mla_prefill_wgmma_ok(int64_t dn, int64_t dr, int64_t dv, int64_t r) {
+  return dn == kDn && dr == kDr && dv == kDv && r > 0 && r % 8 == 0 && sm90a_device();
+}
+
+void mla_prefill_wgmma(const MlaPrefillArgs& a, cudaStream_t s) {
+  DI_CUDA_REQUIRE_MSG(mla_prefill_wgmma_ok(a.dn, a.dr, a.dv, a.r),
+                      "MLA prefill (wgmma): needs an sm_90 GPU and dn 128, dr 64, dv 128");
+  DI_CUDA_REQUIRE(a.H > 0 && a.H <= 65535 && a.n_keys >= 0 && a.ld_lat >= a.r + a.dr && a.ld_lat % 8 == 0);
+  DI_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 8 == 0);
+  PrefillParams pp;
+  const int64_t n_tiles = prefill_params(a, kBM, &pp);
+  if (n_tiles == 0) return;
+  // kv [n_keys, H·256] and lat [n_keys, r + dr] (rows ld_lat apart) in boxes of 128 key rows ×
+  // 64 channels; rows past n_keys read zeros.
+  const CUtensorMap map_kv =
+      tensor_map_2d(a.kv, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.n_keys, a.H * (kDn + kDv), kAtom, kBN);
+  const CUtensorMap map_lat = tensor_map_2d_strided(a.lat, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.n_keys,
+                                                    a.r + a.dr, a.ld_lat, kAtom, kBN);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_prefill_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kSmemBytes)));
+  });
+  const int64_t n_blocks = n_tiles * a.H;
+  DI_CUDA_REQUIRE(n_blocks <= INT32_MAX);
+  mla_prefill_wgmma_kernel<<<static_cast<unsigned>(n_blocks), kThreads, kSmemBytes, s>>>(map_kv, map_lat, pp,
+                                                                                        static_cast<int>(n_tiles));
+  DI_CUDA_LAUNCHED();
+}
+
+}  // namespace deepinfer::cuda
