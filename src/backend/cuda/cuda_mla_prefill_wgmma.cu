@@ -8,20 +8,23 @@
 // 32 query rows (20 FLOP/B at 128 B/clk/SM) and ran at ~230 TFLOP/s, 0.29 of the bf16 rate —
 // half of a 16K-token V2-Lite prefill (run s14-8). wgmma reads its B operand from shared memory
 // once per 64 rows and its A operand (P) from registers; TMA fills the tiles without the math
-// warps issuing copies. Measured (runs s15-1 … s15-4, bench/mla_prefill_bench): 0.59 / 0.78 of
-// the bf16 cuBLAS rate at V2-Lite's 4K / 16K prefill (mma.sync: 0.31 / 0.33), 0.59 / 0.69 at
-// V3's 128 heads. Tried and dropped: FlashAttention-3's ping-pong of the two warpgroups' GEMMs
-// by named barriers (−6 % at 16K: the warpgroups already overlap each other's softmax) and its
-// intra-warpgroup overlap (S_{j+1} issued before P_j·V_j, K and V in rings of their own): ptxas
-// serialized every wgmma of it (one WARPGROUP.DEPBAR each), −10 %.
+// warps issuing copies. As FlashAttention-3, each warpgroup issues S_j = Q·K_jᵀ before
+// P_{j−1}·V_{j−1} and runs S_j's softmax while that GEMM does, and the two warpgroups take turns
+// issuing their GEMM pairs (named barriers), so one's softmax runs under the other's GEMMs.
+// Measured (run s15-6, bench/mla_prefill_bench, against bf16 cuBLAS 8192³): 0.63 / 0.84 of that
+// rate at V2-Lite's 4K / 16K prefill (mma.sync: 0.31 / 0.33), 0.62 / 0.74 at V3's 128 heads;
+// the overlap alone gained nothing (0.76 at 16K), the turns alone lost (s15-2: 0.72), both
+// together +9 % over neither (0.77). ptxas keeps the overlap asynchronous only while no register
+// an in-flight wgmma reads is written: P is packed into its A fragments after the P·V GEMM
+// reading the previous ones has finished (s15-3 wrote them during it: ptxas serialized every
+// wgmma, one WARPGROUP.DEPBAR each).
 //
 // Numerics: the mma.sync kernel's (q, K, V, p rounded to bf16; scores, softmax state, O fp32;
 // p = 2^(s·scale·log2 e − m·scale·log2 e) by ex2.approx; a rescale of exactly 1 when a row's max
 // is unchanged), with 128-key tiles, so p's maxima — and its bf16 roundings — are those of 128-key
 // prefixes. Deterministic, and a row's result depends only on its q row, its key count and the
 // K/V bits: key tiles always start at key 0, and a tile past a row's causal limit adds exact
-// zeros (or is skipped by the warpgroup when it is past all of its rows), so the row tile a row
-// falls in does not change it.
+// zeros, so the row tile a row falls in does not change it.
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_mla_prefill.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
@@ -37,23 +40,25 @@ namespace {
 constexpr int kDn = 128, kDr = 64, kDv = 128, kDqk = kDn + kDr;  // DeepSeek's head dims
 constexpr int kBM = 128;         // query rows per block: two math warpgroups of 64
 constexpr int kBN = 128;         // keys per K/V tile
-constexpr int kStages = 2;       // K/V tiles in shared memory
+constexpr int kStages = 2;       // K tiles and V tiles in shared memory (a ring each)
 constexpr int kMathGroups = 2;   // warpgroups issuing wgmma; one more warpgroup loads
 constexpr int kThreads = 128 * (kMathGroups + 1);
 constexpr int kAtom = 64;        // bf16 per 128-byte swizzle row
 // Shared memory (1024-byte aligned; every operand is made of [rows][128 B] swizzle atoms):
-//   Q:     [kMathGroups][3 channel blocks][64 rows][128 B]        49,152
-//   stage: K [3 channel blocks][kBN keys][128 B] (k_nope 0..127 from kv, k_pe from lat), then
-//          V [2 channel blocks][kBN keys][128 B]                   81,920 each
-//   full[kStages], empty[kStages] mbarriers.
+//   Q:      [kMathGroups][3 channel blocks][64 rows][128 B]                            49,152
+//   K ring: [kStages][3 channel blocks][kBN keys][128 B] (k_nope 0..127 from kv, k_pe from lat)
+//                                                                            49,152 per stage
+//   V ring: [kStages][2 channel blocks][kBN keys][128 B]                     32,768 per stage
+//   full / empty mbarriers of each ring. K and V have rings of their own because a tile's V is
+//   read a step after its K (the overlap above): a K stage is refilled once both warpgroups'
+//   S GEMMs on it are done, a V stage once their P·V GEMMs are.
 constexpr int kQGroupBytes = 64 * kDqk * 2;                       // one warpgroup's Q rows
 constexpr int kQBytes = kMathGroups * kQGroupBytes;
 constexpr int kKBlockBytes = kBN * 128, kKBytes = (kDqk / kAtom) * kKBlockBytes;
 constexpr int kVBlockBytes = kBN * 128, kVBytes = (kDv / kAtom) * kVBlockBytes;
-constexpr int kStageBytes = kKBytes + kVBytes;
-constexpr size_t kSmemBytes = kQBytes + kStages * kStageBytes + 2 * kStages * sizeof(uint64_t) + 1024;
+constexpr size_t kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + 4 * kStages * sizeof(uint64_t) + 1024;
 static_assert(kSmemBytes <= 227 * 1024, "one block per SM");
-static_assert(kQGroupBytes % 1024 == 0 && kKBlockBytes % 1024 == 0 && kStageBytes % 1024 == 0, "atom alignment");
+static_assert(kQGroupBytes % 1024 == 0 && kKBlockBytes % 1024 == 0 && kVBlockBytes % 1024 == 0, "atom alignment");
 // Registers after setmaxnreg: the launch reserves 168 per thread (65,536 / 384, rounded down to 8).
 constexpr int kLoaderRegs = 24, kMathRegs = 240;
 static_assert(kMathGroups * 128 * kMathRegs + 128 * kLoaderRegs <= kThreads * 168, "register budget");
@@ -76,27 +81,35 @@ __device__ __forceinline__ void block_coords(int b, int n_tiles, int H, int* til
   *head = h0 + r % heads;
 }
 
-// The loader (one thread): for each key tile j of the block, stage j % kStages once both math
-// warpgroups have released it — K's channel blocks 0, 1 (k_nope_h, kv columns h·256 + 0, 64), 2
-// (k_pe, lat columns r ..) and V's blocks 0, 1 (kv columns h·256 + 128, 192), 128 key rows each
-// from key_row0 + 128·j. Rows past n_keys are zero-filled by TMA; rows past the sequence's keys
-// but inside the buffer (the next sequence's) are finite and masked by the consumers.
-__device__ __forceinline__ void load_kv_tiles(const CUtensorMap* map_kv, const CUtensorMap* map_lat, uint8_t* ring,
-                                              uint64_t* full, uint64_t* empty, int h, int r, int key_row0,
+// The two rings' barriers: K stages full / empty, V stages full / empty ([kStages] each).
+struct Rings {
+  uint64_t *k_full, *k_empty, *v_full, *v_empty;
+};
+// The loader (one thread): for each key tile j of the block, K into K stage j % kStages once both
+// math warpgroups have released it — channel blocks 0, 1 (k_nope_h, kv columns h·256 + 0, 64) and
+// 2 (k_pe, lat columns r ..) — then V into V stage j % kStages likewise (kv columns h·256 + 128,
+// 192), 128 key rows each from key_row0 + 128·j. Rows past n_keys are zero-filled by TMA; rows
+// past the sequence's keys but inside the buffer (the next sequence's) are finite and masked by
+// the consumers.
+__device__ __forceinline__ void load_kv_tiles(const CUtensorMap* map_kv, const CUtensorMap* map_lat, uint8_t* k_ring,
+                                              uint8_t* v_ring, const Rings& rg, int h, int r, int key_row0,
                                               int n_tiles) {
   const int32_t x_head = h * (kDn + kDv);
   for (int j = 0; j < n_tiles; ++j) {
     const int s = j % kStages;
-    mbar_wait(&empty[s], ((j / kStages) & 1u) ^ 1u);
-    mbar_arrive_expect_tx(&full[s], kStageBytes);
-    uint8_t* k = ring + s * kStageBytes;
-    uint8_t* v = k + kKBytes;
+    const uint32_t parity = ((j / kStages) & 1u) ^ 1u;
     const int32_t y = key_row0 + j * kBN;
-    tma_load_2d(k, map_kv, x_head, y, &full[s]);
-    tma_load_2d(k + kKBlockBytes, map_kv, x_head + kAtom, y, &full[s]);
-    tma_load_2d(k + 2 * kKBlockBytes, map_lat, r, y, &full[s]);
-    tma_load_2d(v, map_kv, x_head + kDn, y, &full[s]);
-    tma_load_2d(v + kVBlockBytes, map_kv, x_head + kDn + kAtom, y, &full[s]);
+    uint8_t* k = k_ring + s * kKBytes;
+    mbar_wait(&rg.k_empty[s], parity);
+    mbar_arrive_expect_tx(&rg.k_full[s], kKBytes);
+    tma_load_2d(k, map_kv, x_head, y, &rg.k_full[s]);
+    tma_load_2d(k + kKBlockBytes, map_kv, x_head + kAtom, y, &rg.k_full[s]);
+    tma_load_2d(k + 2 * kKBlockBytes, map_lat, r, y, &rg.k_full[s]);
+    uint8_t* v = v_ring + s * kVBytes;
+    mbar_wait(&rg.v_empty[s], parity);
+    mbar_arrive_expect_tx(&rg.v_full[s], kVBytes);
+    tma_load_2d(v, map_kv, x_head + kDn, y, &rg.v_full[s]);
+    tma_load_2d(v + kVBlockBytes, map_kv, x_head + kDn + kAtom, y, &rg.v_full[s]);
   }
 }
 
@@ -112,8 +125,9 @@ __device__ __forceinline__ void issue_scores(float (&sc)[64], uint64_t dq, uint6
       wgmma_m64n128k16_bf16(sc, dq + cb * (64 * 128 / 16) + 2 * k, dk + cb * (kKBlockBytes / 16) + 2 * k, cb + k > 0);
   wgmma_commit();
 }
-// O[64 rows][128 channels] += P·V, P from registers (pa[k]: keys 16k .. 16k + 15), V a stage's
-// V tile as an MN-major B (k16 step: 16 key rows = 2048 bytes), issued and committed.
+// O[64 rows][128 channels] += P·V, P from registers (pa[k]: keys 16k .. 16k + 15), a V stage as
+// an MN-major B (k16 step: 16 key rows = 2048 bytes), issued and committed. P's registers must
+// not be written until the GEMM has finished (wgmma reads them asynchronously).
 __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[kBN / 16][4], const uint8_t* v) {
   const uint64_t dv = sw128_desc_mn(v, kVBlockBytes);
 #pragma unroll
@@ -130,14 +144,14 @@ __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[kB
 struct SoftmaxRows {
   float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;
 };
-// The softmax of a finished S tile (keys key0 ..): keys past a row's limit masked (only when
-// `mask`), the running max updated over the row's 4 lanes, p = 2^(s·sl2 − m·sl2) rounded to bf16
-// straight into P's A fragments (accumulator columns 16k .. 16k + 15 are k-step k's fragment),
-// l = l·corr + Σ rounded p. Returns O's rescale factors (corr_lo, corr_hi) for the caller to
-// apply before this tile's P·V: exactly 1 when a row's max is unchanged (a tile past a row's
-// limit then adds exact zeros), and a row with no visible key yet subtracts 0 (never −inf − −inf).
-__device__ __forceinline__ float2 softmax_tile(float (&sc)[64], uint32_t (&pa)[kBN / 16][4], SoftmaxRows& st,
-                                               bool mask, int key0, int lim_lo, int lim_hi, int qd, float sl2) {
+// The softmax of a finished S tile (keys key0 ..), in place: keys past a row's limit masked
+// (only when `mask`), the running max updated over the row's 4 lanes, sc = p = 2^(s·sl2 − m·sl2)
+// rounded to bf16 (pack_p then packs them exactly), l = l·corr + Σ rounded p. Returns O's
+// rescale factors (corr_lo, corr_hi) for the caller to apply before this tile's P·V: exactly 1
+// when a row's max is unchanged (a tile past a row's limit then adds exact zeros), and a row with
+// no visible key yet subtracts 0 (never −inf − −inf).
+__device__ __forceinline__ float2 softmax_tile(float (&sc)[64], SoftmaxRows& st, bool mask, int key0, int lim_lo,
+                                               int lim_hi, int qd, float sl2) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) fence_operand(sc[i]);
   if (mask) {
@@ -173,16 +187,28 @@ __device__ __forceinline__ float2 softmax_tile(float (&sc)[64], uint32_t (&pa)[k
     const float2 flo = unpack_bf16x2(lo), fhi = unpack_bf16x2(hi);
     ps_lo += flo.x + flo.y;
     ps_hi += fhi.x + fhi.y;
-    pa[n / 2][2 * (n % 2)] = lo;
-    pa[n / 2][2 * (n % 2) + 1] = hi;
+    sc[4 * n] = flo.x, sc[4 * n + 1] = flo.y, sc[4 * n + 2] = fhi.x, sc[4 * n + 3] = fhi.y;
   }
   st.l_lo = st.l_lo * corr_lo + ps_lo;
   st.l_hi = st.l_hi * corr_hi + ps_hi;
   return make_float2(corr_lo, corr_hi);
 }
+// P's A fragments from a tile softmax_tile left in sc: accumulator columns 16k .. 16k + 15 are
+// k-step k's fragment (a[0], a[1]: rows g, g + 8 of columns 2qd, +1; a[2], a[3]: of 8 + 2qd, +1).
+__device__ __forceinline__ void pack_p(const float (&sc)[64], uint32_t (&pa)[kBN / 16][4]) {
+#pragma unroll
+  for (int n = 0; n < 16; ++n) {
+    pa[n / 2][2 * (n % 2)] = pack_bf16x2(sc[4 * n], sc[4 * n + 1]);
+    pa[n / 2][2 * (n % 2) + 1] = pack_bf16x2(sc[4 * n + 2], sc[4 * n + 3]);
+  }
+}
 __device__ __forceinline__ void rescale(float (&o)[64], float2 corr) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] *= (i & 2) ? corr.y : corr.x;
+}
+// Arrives on named barrier `id` without waiting (the other side of a bar.sync by other warps).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 #endif
 
@@ -192,13 +218,16 @@ __device__ __forceinline__ void rescale(float (&o)[64], float2 corr) {
 // accumulator lays them out); warp 8 loads (load_kv_tiles), the rest of warpgroup 2 exits after
 // giving its registers back.
 // A math warpgroup: its Q rows → bf16 in shared memory (rows ≥ q_len zero; written in the
-// 128-byte swizzle TMA would use, then fenced for the async proxy), then per key tile j of the
-// block (j < n_tiles, the tiles up to the block's last row's causal limit): wait full[j % 2]; if
-// j < w_tiles (the tiles up to the warpgroup's last real row's limit; otherwise the tile adds
-// nothing): S_j = Q·K_jᵀ (issue_scores), its softmax (softmax_tile; masked only on tiles
-// reaching past the warpgroup's first row's limit), O rescaled, O += P_j·V_j (issue_pv);
-// release the stage (one arrival per warp). The two warpgroups overlap each other's softmax
-// with their GEMMs. Finally O / l (l summed over the row's 4 lanes) as fp32 for rows < q_len.
+// 128-byte swizzle TMA would use, then fenced for the async proxy), then every key tile j of the
+// block (the tiles up to its last row's causal limit; both warpgroups take all of them, so their
+// turns pair up — a tile past all of a warpgroup's rows adds exact zeros): S_0 and its softmax;
+// then per j ≥ 1, in its turn (named barrier kTurn + wg, handed to the other warpgroup after):
+// issue S_j = Q·K_jᵀ (issue_scores), rescale O for P_{j−1}'s max, issue O += P_{j−1}·V_{j−1}
+// (issue_pv); out of turn: wait for S_j (release K_j), its softmax (softmax_tile; masked only on
+// tiles reaching past the warpgroup's first row's limit), wait for P_{j−1}·V_{j−1} (release
+// V_{j−1}), pack P_j (pack_p); finally the last P·V. The same operations on O in the same order
+// as one tile at a time. Releases are one arrival per warp. Finally O / l (l summed over the
+// row's 4 lanes) as fp32 for rows < q_len.
 // Preconditions (mla_prefill_wgmma): sm_90a, the DeepSeek dims, kv / lat as TMA maps of their
 // n_keys rows, q 16-byte aligned, out 8-byte aligned, q_len ≥ 1, kv_len ≥ q_len.
 __global__ void __launch_bounds__(kThreads, 1)
@@ -208,12 +237,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t pw_smem_raw[];
   uint8_t* smem = pw_smem_raw + ((1024 - smem_u32(pw_smem_raw) % 1024) % 1024);
   uint8_t* sq = smem;                                                  // [kMathGroups][3][64][128 B]
-  uint8_t* ring = smem + kQBytes;                                      // [kStages][K | V]
-  auto* full = reinterpret_cast<uint64_t*>(ring + kStages * kStageBytes);  // [kStages]
-  uint64_t* empty = full + kStages;                                        // [kStages]
+  uint8_t* k_ring = smem + kQBytes;                                    // [kStages][3][kBN][128 B]
+  uint8_t* v_ring = k_ring + kStages * kKBytes;                        // [kStages][2][kBN][128 B]
+  auto* bars = reinterpret_cast<uint64_t*>(v_ring + kStages * kVBytes);  // [4][kStages]
+  const Rings rg{bars, bars + kStages, bars + 2 * kStages, bars + 3 * kStages};
 
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
-  if (t == 0) init_ring(full, empty, kStages, 1, kMathGroups * 4);  // one release per math warp
+  if (t == 0) {  // one release per math warp
+    init_ring(rg.k_full, rg.k_empty, kStages, 1, kMathGroups * 4);
+    init_ring(rg.v_full, rg.v_empty, kStages, 1, kMathGroups * 4);
+  }
   __syncthreads();
 
   int tile, h;
@@ -226,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == kMathGroups) {
     setmaxnreg_dec<kLoaderRegs>();
     if (warp == kMathGroups * 4 && lane == 0)
-      load_kv_tiles(&map_kv, &map_lat, ring, full, empty, h, p.r, rt.seq.key_row0, n_tiles);
+      load_kv_tiles(&map_kv, &map_lat, k_ring, v_ring, rg, h, p.r, rt.seq.key_row0, n_tiles);
     return;
   }
   setmaxnreg_inc<kMathRegs>();
@@ -259,33 +292,55 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Last visible key of rows g and g + 8 (rows past q_len: the last key, so nothing is NaN).
   const int lim_lo = min(first_pos + row_lo, kv_len - 1), lim_hi = min(first_pos + row_lo + 8, kv_len - 1);
   const int w_first_lim = first_pos + w_row0;  // the warpgroup's first row's limit
-  // Key tiles this warpgroup computes: up to its last real row's limit (none past q_len).
-  const int w_tiles = w_row0 < q_len ? (first_pos + min(w_row0 + 64, q_len) - 1) / kBN + 1 : 0;
   SoftmaxRows st;
   float o[64];  // O [64 rows][128 channels]: o[4d + v] = row g + 8·(v / 2), channel 8d + 2qd + v % 2
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   const uint64_t dq = sw128_desc(sqw);
 
-  for (int j = 0; j < n_tiles; ++j) {
-    const int s = j % kStages;
-    mbar_wait(&full[s], (j / kStages) & 1u);
-    if (j < w_tiles) {
-      const uint8_t* stage = ring + s * kStageBytes;
-      float sc[64];  // S [64 rows][128 keys]: sc[4n + v] = row g + 8·(v / 2), key 8n + 2qd + v % 2
-      uint32_t pa[kBN / 16][4];
-      issue_scores(sc, dq, sw128_desc(stage));
-      wgmma_wait<0>();
-      const bool mask = j * kBN + kBN - 1 > w_first_lim;  // the tile reaches past some row's last key
-      rescale(o, softmax_tile(sc, pa, st, mask, j * kBN, lim_lo, lim_hi, qd, sl2));
-      issue_pv(o, pa, stage + kKBytes);
-      wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < 64; ++i) fence_operand(o[i]);
-    }
+  auto phase = [](int j) { return static_cast<uint32_t>((j / kStages) & 1); };
+  auto release = [&](uint64_t* empty, int j) {
     __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[s]);
+    if (lane == 0) mbar_arrive(&empty[j % kStages]);
+  };
+  auto masked = [&](int j) { return j * kBN + kBN - 1 > w_first_lim; };  // reaches past some row's limit
+  constexpr int kTurn = 3;  // named barriers 3 (warpgroup 0's turn) and 4 (1's); 1, 2: the Q fences
+  if (wg == 1) named_barrier_arrive(kTurn, 256);  // warpgroup 0 goes first
+
+  float sc[64];  // S_j [64 rows][128 keys], then P_j: sc[4n + v] = row g + 8·(v / 2), key 8n + 2qd + v % 2
+  uint32_t pa[kBN / 16][4];  // P_{j−1} as A fragments while P_{j−1}·V_{j−1} is issued
+  mbar_wait(&rg.k_full[0], 0);
+  issue_scores(sc, dq, sw128_desc(k_ring));
+  wgmma_wait<0>();
+  release(rg.k_empty, 0);
+  // Every row sees key 0, so tile 0's max is finite and its corr is 0: O stays 0.
+  float2 corr = softmax_tile(sc, st, masked(0), 0, lim_lo, lim_hi, qd, sl2);
+  pack_p(sc, pa);
+  for (int j = 1; j < n_tiles; ++j) {
+    named_barrier(kTurn + wg, 256);
+    mbar_wait(&rg.k_full[j % kStages], phase(j));
+    issue_scores(sc, dq, sw128_desc(k_ring + (j % kStages) * kKBytes));
+    rescale(o, corr);
+    mbar_wait(&rg.v_full[(j - 1) % kStages], phase(j - 1));
+    issue_pv(o, pa, v_ring + ((j - 1) % kStages) * kVBytes);
+    named_barrier_arrive(kTurn + 1 - wg, 256);
+    wgmma_wait<1>();  // S_j done; P_{j−1}·V_{j−1} may still run
+    release(rg.k_empty, j);
+    corr = softmax_tile(sc, st, masked(j), j * kBN, lim_lo, lim_hi, qd, sl2);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 64; ++i) fence_operand(o[i]);
+    release(rg.v_empty, j - 1);
+    pack_p(sc, pa);
   }
+  rescale(o, corr);
+  mbar_wait(&rg.v_full[(n_tiles - 1) % kStages], phase(n_tiles - 1));
+  issue_pv(o, pa, v_ring + ((n_tiles - 1) % kStages) * kVBytes);
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < 64; ++i) fence_operand(o[i]);
+  release(rg.v_empty, n_tiles - 1);
+  if (wg == 0) named_barrier(kTurn, 256);  // warpgroup 1's last hand-over
 
   float ll = st.l_lo, lh = st.l_hi;
 #pragma unroll
