@@ -228,21 +228,8 @@ __global__ void __launch_bounds__(kThreads, 2) mla_prefill_kernel(const __grid_c
         mx_lo = fmaxf(mx_lo, fmaxf(s[mt][n][0], s[mt][n][1]));
         mx_hi = fmaxf(mx_hi, fmaxf(s[mt][n][2], s[mt][n][3]));
       }
-#pragma unroll
-      for (int x = 1; x < 4; x <<= 1) {  // the 4 lanes of a row
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, x));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, x));
-      }
-      // The subtracted max in exp2 units; a row with no visible key yet (max −inf, which cannot
-      // happen since key 0 is in tile 0 and every row sees it) subtracts 0 rather than −inf, so
-      // e^(−inf − m) = 0 and never −inf − (−inf) = NaN.
-      const float ms_lo = mx_lo == -INFINITY ? 0.0f : mx_lo * sl2;
-      const float ms_hi = mx_hi == -INFINITY ? 0.0f : mx_hi * sl2;
-      // Rescale of the old state: 0 on the first tile (m = −inf); exactly 1 when the max is
-      // unchanged (selected, not left to ex2.approx), so a tile wholly past a row's limit (p = +0,
-      // adding exact zeros) leaves its O and l bit-identical: chunk invariance.
-      const float corr_lo = mx_lo == m_lo[mt] ? 1.0f : fast_exp2(m_lo[mt] * sl2 - ms_lo);
-      const float corr_hi = mx_hi == m_hi[mt] ? 1.0f : fast_exp2(m_hi[mt] * sl2 - ms_hi);
+      const MaxStep step = quad_max_step(mx_lo, mx_hi, m_lo[mt], m_hi[mt], sl2);
+      const float ms_lo = step.ms_lo, ms_hi = step.ms_hi, corr_lo = step.corr_lo, corr_hi = step.corr_hi;
       m_lo[mt] = mx_lo;
       m_hi[mt] = mx_hi;
 

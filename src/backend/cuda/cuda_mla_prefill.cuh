@@ -1,12 +1,13 @@
 // What the two MLA prefill attention kernels share (.cu files only): the launch's argument table
 // (sequences and their first row tiles, passed by value), the row tile a block computes, and the
-// softmax's bf16 packing and fast 2^x. The kernels: cuda_mla_prefill.cu (FlashAttention-2 on
+// softmax's bf16 packing, fast 2^x and max step. The kernels: cuda_mla_prefill.cu (FlashAttention-2 on
 // mma.sync, every head-dim instance and GPU) and cuda_mla_prefill_wgmma.cu (wgmma, DeepSeek's
 // dims on sm_90).
 #pragma once
 
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "backend/cuda/cuda_common.h"
@@ -87,6 +88,31 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+// The online softmax's max step for the row pair (lo, hi) a thread shares with the other 3 lanes
+// of its quad (lanes 4g .. 4g + 3 hold rows g and g + 8's columns): mx_* enter as the thread's
+// maxima over its columns and the old maxima m_*, leave as the rows' maxima; returns the
+// subtracted maxima in exp2 units (ms) and the old state's rescales (corr). A row with no
+// visible key yet (max −inf, which cannot happen since key 0 is in tile 0 and every row sees
+// it) subtracts 0 rather than −inf, so e^(−inf − m) = 0 and never −inf − (−inf) = NaN. The
+// rescale is 0 on the first tile (m = −inf) and exactly 1 when the max is unchanged (selected,
+// not left to ex2.approx), so a tile wholly past a row's limit (p = +0, adding exact zeros)
+// leaves its O and l bit-identical: chunk invariance.
+struct MaxStep {
+  float ms_lo, ms_hi, corr_lo, corr_hi;
+};
+__device__ __forceinline__ MaxStep quad_max_step(float& mx_lo, float& mx_hi, float m_lo, float m_hi, float sl2) {
+#pragma unroll
+  for (int x = 1; x < 4; x <<= 1) {  // the 4 lanes of a row
+    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, x));
+    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, x));
+  }
+  MaxStep r;
+  r.ms_lo = mx_lo == -INFINITY ? 0.0f : mx_lo * sl2;
+  r.ms_hi = mx_hi == -INFINITY ? 0.0f : mx_hi * sl2;
+  r.corr_lo = mx_lo == m_lo ? 1.0f : fast_exp2(m_lo * sl2 - r.ms_lo);
+  r.corr_hi = mx_hi == m_hi ? 1.0f : fast_exp2(m_hi * sl2 - r.ms_hi);
+  return r;
 }
 #endif  // __CUDACC__
 

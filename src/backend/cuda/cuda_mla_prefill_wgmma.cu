@@ -167,15 +167,8 @@ __device__ __forceinline__ float2 softmax_tile(float (&sc)[64], SoftmaxRows& st,
     mx_lo = fmaxf(mx_lo, fmaxf(sc[4 * n], sc[4 * n + 1]));
     mx_hi = fmaxf(mx_hi, fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
   }
-#pragma unroll
-  for (int x = 1; x < 4; x <<= 1) {  // the 4 lanes of a row
-    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, x));
-    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, x));
-  }
-  const float ms_lo = mx_lo == -INFINITY ? 0.0f : mx_lo * sl2;
-  const float ms_hi = mx_hi == -INFINITY ? 0.0f : mx_hi * sl2;
-  const float corr_lo = mx_lo == st.m_lo ? 1.0f : fast_exp2(st.m_lo * sl2 - ms_lo);
-  const float corr_hi = mx_hi == st.m_hi ? 1.0f : fast_exp2(st.m_hi * sl2 - ms_hi);
+  const MaxStep step = quad_max_step(mx_lo, mx_hi, st.m_lo, st.m_hi, sl2);
+  const float ms_lo = step.ms_lo, ms_hi = step.ms_hi, corr_lo = step.corr_lo, corr_hi = step.corr_hi;
   st.m_lo = mx_lo;
   st.m_hi = mx_hi;
   float ps_lo = 0.0f, ps_hi = 0.0f;
