@@ -26,7 +26,7 @@ struct PrefillParams {
   float scale_log2;   // softmax_scale · log2(e): exp(scale·(s − m)) = exp2(s·scale_log2 − m·scale_log2)
   int32_t n_seqs;
   MlaPrefillSeq seqs[kMlaPrefillMaxSeqs];
-  int32_t tile0[kMlaPrefillMaxSeqs];  // first grid row tile (blockIdx.y) of each sequence
+  int32_t tile0[kMlaPrefillMaxSeqs];  // index of each sequence's first row tile (row_tile)
 };
 
 // The table of `a` for row tiles of `rows` query rows (sequences with q_len 0 dropped, each

@@ -24,12 +24,12 @@
 //  - wgmma (prefill, bf16 weights, sm_90): bf16_wgmma_grouped_gemm (cuda_bf16_wgmma.cu), 128×256
 //    tiles of each expert's rows fed by TMA, sync-free;
 //  - W8A8 (prefill, FP8 weights, sm_90): each token's row quantized per 1×128 group once
-//    (quantize_fp8_rows_bf16: no bf16 copy), then copied to its slots, the FP8 wgmma GEMM (cuda_fp8_wgmma.cu; its
-//    block form where the per-row scales are uniform over 128-row blocks) writing gate|up in
-//    bf16, SiLU·mul straight into the down GEMM's quantized input (silu_mul_quantize_fp8), the
-//    down GEMM (bf16 out), the combine — DeepSeek's "fp8" GEMM path (activations lose ~2^-4 per
-//    element, gate|up and each expert's output ~2^-9, as in the reference system's bf16 GEMM
-//    outputs), sync-free.
+//    (quantize_fp8_rows_bf16: no bf16 copy), then copied to its slots (gather_quantized_kernel),
+//    the FP8 wgmma GEMM (cuda_fp8_wgmma.cu; its block form where the per-row scales are uniform
+//    over 128-row blocks) writing gate|up in bf16, SiLU·mul straight into the down GEMM's
+//    quantized input (silu_mul_quantize_fp8), the down GEMM (bf16 out), the combine —
+//    DeepSeek's "fp8" GEMM path (activations lose ~2^-4 per element, gate|up and each expert's
+//    output ~2^-9, as in the reference system's bf16 GEMM outputs), sync-free.
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_launch.cuh"
