@@ -116,6 +116,15 @@ class Backend {
   // Host backends are invariant always; device backends trade some speed for it. Set it before
   // the first step: CUDA graphs already captured keep the kernels they were captured with.
   virtual void set_batch_invariant(bool on) { (void)on; }
+  // Whether, in the batch-invariant mode, the naive MLA form (MlaForm::kNaive) computes each
+  // row with arithmetic fixed by the row and its keys alone — not by the step's other rows, the
+  // chunk the row is in, or the launch's key count — so MlaPolicy::kByOrigin may run prompt
+  // tokens on it. Host backends: always (one thread per output element, keys in order).
+  // `p`: the model's dims (kv_b_proj not read).
+  virtual bool naive_mla_batch_invariant(const MlaParams& p) const {
+    (void)p;
+    return on_host();
+  }
   virtual std::vector<OpTime> take_op_times() { return {}; }
   virtual void capture_begin() { DI_CHECK(false && "no graphs on this backend"); }
   virtual int64_t capture_end() { return -1; }

@@ -90,7 +90,7 @@ Expected<std::vector<GenerateResult>> Generator::generate(const std::vector<Gene
     return true;
   };
 
-  const MlaPolicy policy = config_.batch_invariant ? MlaPolicy::kAbsorbed : MlaPolicy::kAuto;
+  const MlaPolicy policy = mla_policy_for(*backend_, model_->config(), config_.batch_invariant);
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   {  // Prefill every prompt in one step.
@@ -127,7 +127,8 @@ Expected<std::vector<GenerateResult>> Generator::generate(const std::vector<Gene
     for (int64_t i = 0; i < n; ++i) {
       if (done[static_cast<size_t>(i)]) continue;
       live.push_back(i);
-      batch.logits_rows.push_back(batch.add_sequence(seqs[static_cast<size_t>(i)], &last_token[static_cast<size_t>(i)], 1, bs));
+      batch.logits_rows.push_back(
+          batch.add_sequence(seqs[static_cast<size_t>(i)], &last_token[static_cast<size_t>(i)], 1, bs, /*is_generated=*/true));
     }
     if (live.empty()) break;
     const Tensor logits = backend_->to_host(model_->forward(*backend_, batch, cache, policy));

@@ -13,7 +13,9 @@ Expected<int64_t> plan_kv_blocks(const DeepseekModel& model, Backend& backend, c
   if (config.num_kv_blocks > 0) return config.num_kv_blocks;
   if (backend.on_host()) return std::max<int64_t>(1, config.kv_cache_bytes / block_bytes);
 
-  // Profiling step: the largest chunk the scheduler will ever send, one sequence.
+  // Profiling step: the largest chunk the scheduler will ever send, one sequence — as prompt
+  // tokens, and under kByOrigin also as generated ones (a recompute after preemption sends
+  // those as one chunk too, on the absorbed form, whose scratch differs).
   const int64_t T = std::max<int64_t>(1, std::min(config.max_num_batched_tokens, model.config().max_position_embeddings));
   {
     PagedKvCache scratch(backend, layers, (T + bs - 1) / bs, bs, backend.kv_dtype());
@@ -21,12 +23,15 @@ Expected<int64_t> plan_kv_blocks(const DeepseekModel& model, Backend& backend, c
     kv.block_ids = scratch.pool().allocate(scratch.pool().n_blocks());
     std::vector<int32_t> tokens(static_cast<size_t>(T));
     for (int64_t i = 0; i < T; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>(i % model.config().vocab_size);
-    ForwardBatch batch;
-    batch.add_sequence(kv, tokens.data(), T, bs);
-    batch.logits_rows.push_back(static_cast<int32_t>(T - 1));
-    const MlaPolicy policy = config.batch_invariant ? MlaPolicy::kAbsorbed : MlaPolicy::kAuto;
-    (void)model.forward(backend, batch, scratch, policy);
-    (void)model.forward(backend, batch, scratch, policy);  // the second step runs on the merged arena
+    const MlaPolicy policy = mla_policy_for(backend, model.config(), config.batch_invariant);
+    for (bool generated : {false, true}) {
+      if (generated && policy != MlaPolicy::kByOrigin) break;
+      ForwardBatch batch;
+      batch.add_sequence(kv, tokens.data(), T, bs, generated);
+      batch.logits_rows.push_back(static_cast<int32_t>(T - 1));
+      (void)model.forward(backend, batch, scratch, policy);
+      (void)model.forward(backend, batch, scratch, policy);  // the second step runs on the merged arena
+    }
     backend.synchronize();
   }
   const auto [free_b, total_b] = backend.memory_info();

@@ -52,8 +52,10 @@ LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, 
   backend_->set_batch_invariant(config_.batch_invariant);
   const int64_t bs = config_.kv_block_size;
   const int64_t n_blocks = config_.num_kv_blocks > 0 ? config_.num_kv_blocks : *plan_kv_blocks(*model_, *backend_, config_);
+  const MlaPolicy policy = mla_policy_for(*backend_, model_->config(), config_.batch_invariant);
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;
+  sc.share_prompt_pages_only = policy == MlaPolicy::kByOrigin;
   sc.max_num_batched_tokens = config_.max_num_batched_tokens;
   if (!config_.chunk_cost_model.empty()) {
     // Validated in create(); the decode tokens of a step take k1 each out of the budget.
@@ -64,9 +66,7 @@ LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<DeepseekModel> model, 
     };
   }
   scheduler_ = std::make_unique<Scheduler>(sc, std::make_unique<BlockManager>(n_blocks, bs, config_.enable_prefix_caching));
-  executor_ = std::make_unique<ModelRunner>(*model_, *backend_, n_blocks, bs,
-                                          config_.batch_invariant ? MlaPolicy::kAbsorbed : MlaPolicy::kAuto,
-                                          config_.cuda_graphs);
+  executor_ = std::make_unique<ModelRunner>(*model_, *backend_, n_blocks, bs, policy, config_.cuda_graphs);
 }
 
 void LLMEngine::set_overlap(bool on) {

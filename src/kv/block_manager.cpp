@@ -27,9 +27,11 @@ BlockHash BlockManager::chain(const BlockHash& parent, const int32_t* tokens, ui
   return {h.low64, h.high64};
 }
 
-int64_t BlockManager::count_cached_blocks(const std::vector<int32_t>& tokens, uint64_t salt) const {
+int64_t BlockManager::count_cached_blocks(const std::vector<int32_t>& tokens, uint64_t salt,
+                                         int64_t n_shareable) const {
   if (!prefix_caching_ || tokens.empty()) return 0;
-  const int64_t max_blocks = (static_cast<int64_t>(tokens.size()) - 1) / block_size_;
+  const int64_t max_blocks =
+      std::min((static_cast<int64_t>(tokens.size()) - 1) / block_size_, std::max<int64_t>(n_shareable, 0) / block_size_);
   BlockHash h;
   int64_t n = 0;
   for (; n < max_blocks; ++n) {
@@ -43,9 +45,10 @@ int64_t BlockManager::count_cached_blocks(const std::vector<int32_t>& tokens, ui
   return n;
 }
 
-bool BlockManager::can_allocate(const std::vector<int32_t>& tokens, int64_t n_extra, uint64_t salt) const {
+bool BlockManager::can_allocate(const std::vector<int32_t>& tokens, int64_t n_extra, uint64_t salt,
+                                int64_t n_shareable) const {
   const int64_t total = (static_cast<int64_t>(tokens.size()) + n_extra + block_size_ - 1) / block_size_;
-  const int64_t hits = count_cached_blocks(tokens, salt);
+  const int64_t hits = count_cached_blocks(tokens, salt, n_shareable);
   // Hit pages sitting in the LRU leave it when shared, so they count against the free supply.
   int64_t hits_in_lru = 0;
   if (hits > 0) {
@@ -85,11 +88,13 @@ void BlockManager::unhash(int32_t id) {
   b.tokens.clear();
 }
 
-KvAllocation BlockManager::allocate(const std::vector<int32_t>& tokens, int64_t n_extra, uint64_t salt) {
-  DI_CHECK(can_allocate(tokens, n_extra, salt));
+KvAllocation BlockManager::allocate(const std::vector<int32_t>& tokens, int64_t n_extra, uint64_t salt,
+                                    int64_t n_shareable) {
+  DI_CHECK(can_allocate(tokens, n_extra, salt, n_shareable));
   KvAllocation a;
   a.salt = salt;
-  const int64_t hits = count_cached_blocks(tokens, salt);
+  a.n_shareable_tokens = n_shareable;
+  const int64_t hits = count_cached_blocks(tokens, salt, n_shareable);
   BlockHash h;
   for (int64_t i = 0; i < hits; ++i) {
     h = chain(h, tokens.data() + i * block_size_, salt);
@@ -124,7 +129,7 @@ void BlockManager::append(KvAllocation& a, int64_t n_new) {
 void BlockManager::commit(KvAllocation& a, const std::vector<int32_t>& prompt, const std::vector<int32_t>& output) {
   if (!prefix_caching_) return;
   const int64_t n_known = static_cast<int64_t>(prompt.size() + output.size());
-  const int64_t full = std::min<int64_t>(a.kv.n_tokens, n_known) / block_size_;
+  const int64_t full = std::min({a.kv.n_tokens, n_known, a.n_shareable_tokens}) / block_size_;
   if (full <= a.n_committed_blocks) return;
   std::vector<int32_t> page(static_cast<size_t>(block_size_));
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());

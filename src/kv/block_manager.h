@@ -34,6 +34,7 @@ struct KvAllocation {
   int64_t n_committed_blocks = 0;     // leading pages whose hash is registered (or were hits)
   BlockHash last_hash;                // chain hash of page n_committed_blocks - 1
   uint64_t salt = 0;
+  int64_t n_shareable_tokens = INT64_MAX;  // only pages within the first n may be registered (allocate)
 };
 
 class BlockManager {
@@ -49,13 +50,18 @@ class BlockManager {
   bool prefix_caching() const { return prefix_caching_; }
 
   // Leading full pages of `tokens` present in the cache (never the page holding the last
-  // token: its logits must be computed). Pure lookup.
-  int64_t count_cached_blocks(const std::vector<int32_t>& tokens, uint64_t salt) const;
+  // token: its logits must be computed), among the pages that lie within the first
+  // `n_shareable` tokens. Pure lookup.
+  int64_t count_cached_blocks(const std::vector<int32_t>& tokens, uint64_t salt,
+                              int64_t n_shareable = INT64_MAX) const;
   // Whether pages for all of `tokens` plus `n_extra` more can be had now.
-  bool can_allocate(const std::vector<int32_t>& tokens, int64_t n_extra, uint64_t salt) const;
-  // Precondition: can_allocate. Shares the cached prefix, takes fresh pages for the rest of
-  // tokens (+ n_extra), and marks the shared prefix as computed.
-  KvAllocation allocate(const std::vector<int32_t>& tokens, int64_t n_extra, uint64_t salt);
+  bool can_allocate(const std::vector<int32_t>& tokens, int64_t n_extra, uint64_t salt,
+                    int64_t n_shareable = INT64_MAX) const;
+  // Precondition: can_allocate (same arguments). Shares the cached prefix, takes fresh pages for
+  // the rest of tokens (+ n_extra), and marks the shared prefix as computed. Only pages within
+  // the first `n_shareable` tokens may be hits, and only those are registered by commit.
+  KvAllocation allocate(const std::vector<int32_t>& tokens, int64_t n_extra, uint64_t salt,
+                        int64_t n_shareable = INT64_MAX);
   // Pages to hold n_new more tokens beyond those computed.
   bool can_append(const KvAllocation& a, int64_t n_new) const;
   void append(KvAllocation& a, int64_t n_new);

@@ -45,9 +45,21 @@ std::vector<const ScheduledSeq*> ModelRunner::build_batch(const StepPlan& plan, 
       }
       tokens[static_cast<size_t>(i)] = t;
     }
+    // Rows past the prompt are generated tokens. Under kByOrigin they take another attention
+    // form than the prompt's, so a chunk that crosses the prompt's end (a recompute after
+    // preemption) becomes two entries over the same pages: the second attends to the first's
+    // keys, all written before attention.
     KvSequence kv = s->kv.kv;
     kv.n_tokens = x.start;
-    const int32_t row = batch->add_sequence(kv, tokens.data(), x.n_tokens, bs);
+    const int64_t n_prompt = static_cast<int64_t>(s->prompt_ids.size());
+    const int64_t n_first = policy_ == MlaPolicy::kByOrigin && x.start < n_prompt && x.start + x.n_tokens > n_prompt
+                                ? n_prompt - x.start
+                                : x.n_tokens;
+    const int32_t row = batch->add_sequence(kv, tokens.data(), n_first, bs, /*is_generated=*/x.start >= n_prompt);
+    if (n_first < x.n_tokens) {
+      kv.n_tokens = n_prompt;
+      batch->add_sequence(kv, tokens.data() + n_first, x.n_tokens - n_first, bs, /*is_generated=*/true);
+    }
     if (x.sample) {
       batch->logits_rows.push_back(static_cast<int32_t>(row + x.n_tokens - 1));
       sampled.push_back(&x);

@@ -56,8 +56,10 @@ void Scheduler::preempt(Sequence* seq) {
 bool Scheduler::admit(Sequence* seq) {
   // All known tokens need pages now (the prompt, plus output kept across a preemption).
   const std::vector<int32_t> tokens = seq->all_tokens();
-  if (!blocks_->can_allocate(tokens, 0, seq->salt)) return false;
-  seq->kv = blocks_->allocate(tokens, 0, seq->salt);
+  // Unbounded unless prompt pages only: the output this sequence will generate is shareable too.
+  const int64_t n_shareable = config_.share_prompt_pages_only ? static_cast<int64_t>(seq->prompt_ids.size()) : INT64_MAX;
+  if (!blocks_->can_allocate(tokens, 0, seq->salt, n_shareable)) return false;
+  seq->kv = blocks_->allocate(tokens, 0, seq->salt, n_shareable);
   seq->n_scheduled = seq->kv.kv.n_tokens;  // the prefix-cache hit is already computed
   if (seq->n_preemptions == 0) seq->n_cached_prompt_tokens = seq->kv.n_cached_tokens;
   seq->status = SeqStatus::kRunning;

@@ -26,6 +26,10 @@ struct SchedulerConfig {
   // Optional chunk size policy (the fitted cost model): given the step's decode count and a
   // sequence's cached prefix, the largest chunk that fits the time budget. Null = budget only.
   std::function<int64_t(int64_t n_decode, int64_t n_cached)> chunk_limit;
+  // Prefix caching over prompt pages only: pages holding generated tokens are neither hit nor
+  // registered (MlaPolicy::kByOrigin, where a generated token's KV comes from another attention
+  // form than the same token's as a prompt token of a later request).
+  bool share_prompt_pages_only = false;
 };
 
 // One sequence's share of a step: rows [start, start + n_tokens) of its token list.

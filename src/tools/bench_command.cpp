@@ -103,7 +103,7 @@ class BenchRun {
       : cmd_(cmd), model_(model), backend_(backend), copy_bytes_per_s_(copy_bytes_per_s), flops_per_s_(flops_per_s),
         fp8_flops_per_s_(fp8_flops_per_s), weight_dtype_(weight_dtype), rng_(static_cast<uint64_t>(cmd.seed) + 1) {}
 
-  MlaPolicy policy() const { return cmd_.batch_invariant ? MlaPolicy::kAbsorbed : MlaPolicy::kAuto; }
+  MlaPolicy policy() const { return mla_policy_for(backend_, model_.config(), cmd_.batch_invariant); }
 
   // Batch 1, n tokens from an empty cache, logits of the last row only; median of
   // --prefill-reps runs after one warm-up run.
@@ -126,15 +126,18 @@ class BenchRun {
     KvSequence kv;
     kv.block_ids = cache.pool().allocate(n_blocks);
     const std::vector<int32_t> tokens = random_tokens(n);
-    std::vector<double> ms_all;
+    std::vector<double> ms_all, enqueue_all;
     for (int64_t r = 0; r < 1 + cmd_.prefill_reps; ++r) {
-      const double ms = time_step([&] {
-        ForwardBatch batch;
-        batch.add_sequence(kv, tokens.data(), n, bs);
-        batch.logits_rows.push_back(static_cast<int32_t>(n - 1));
-        (void)model_.forward(backend_, batch, cache, policy());
-      });
-      if (r >= 1) ms_all.push_back(ms);
+      double enqueue = 0;
+      const double ms = time_step(
+          [&] {
+            ForwardBatch batch;
+            batch.add_sequence(kv, tokens.data(), n, bs);
+            batch.logits_rows.push_back(static_cast<int32_t>(n - 1));
+            (void)model_.forward(backend_, batch, cache, policy());
+          },
+          &enqueue);
+      if (r >= 1) ms_all.push_back(ms), enqueue_all.push_back(enqueue);
     }
     if (cmd_.op_times) {
       res["op_times"] = timed_ops([&] {
@@ -146,6 +149,7 @@ class BenchRun {
     }
     const double ms = median(ms_all);
     res["ms"] = ms;
+    res["enqueue_ms"] = median(enqueue_all);
     res["tok_per_s"] = static_cast<double>(n) / (ms / 1e3);
     res["ratio_to_floor"] = floor ? json(*floor / ms) : json(nullptr);
     res["reps"] = ms_all.size();
@@ -176,27 +180,31 @@ class BenchRun {
       kv.block_ids = cache.pool().allocate(blocks_per_seq);
       kv.n_tokens = cmd_.context;
     }
-    std::vector<double> ms_all;
+    std::vector<double> ms_all, enqueue_all;
     DecodeGraphs graphs;  // decode steps replay a CUDA graph after the first two (warm-up)
     for (int64_t i = 0; i < cmd_.warmup + cmd_.steps; ++i) {
       const std::vector<int32_t> tokens = random_tokens(batch);
-      const double ms = time_step([&] {
-        ForwardBatch step;
-        for (int64_t b = 0; b < batch; ++b) {
-          step.add_sequence(seqs[static_cast<size_t>(b)], &tokens[static_cast<size_t>(b)], 1, bs);
-          step.logits_rows.push_back(static_cast<int32_t>(b));
-        }
-        (void)model_.forward(backend_, step, cache, policy(), cmd_.graphs ? &graphs : nullptr);
-      });
+      double enqueue = 0;
+      const double ms = time_step(
+          [&] {
+            ForwardBatch step;
+            for (int64_t b = 0; b < batch; ++b) {
+              step.add_sequence(seqs[static_cast<size_t>(b)], &tokens[static_cast<size_t>(b)], 1, bs,
+                                /*is_generated=*/true);
+              step.logits_rows.push_back(static_cast<int32_t>(b));
+            }
+            (void)model_.forward(backend_, step, cache, policy(), cmd_.graphs ? &graphs : nullptr);
+          },
+          &enqueue);
       for (KvSequence& kv : seqs) kv.n_tokens += 1;
-      if (i >= cmd_.warmup) ms_all.push_back(ms);
+      if (i >= cmd_.warmup) ms_all.push_back(ms), enqueue_all.push_back(enqueue);
     }
     if (cmd_.op_times) {  // one more step, eager, each op between two events
       const std::vector<int32_t> tokens = random_tokens(batch);
       res["op_times"] = timed_ops([&] {
         ForwardBatch step;
         for (int64_t b = 0; b < batch; ++b) {
-          step.add_sequence(seqs[static_cast<size_t>(b)], &tokens[static_cast<size_t>(b)], 1, bs);
+          step.add_sequence(seqs[static_cast<size_t>(b)], &tokens[static_cast<size_t>(b)], 1, bs, /*is_generated=*/true);
           step.logits_rows.push_back(static_cast<int32_t>(b));
         }
         (void)model_.forward(backend_, step, cache, policy(), nullptr);
@@ -204,6 +212,7 @@ class BenchRun {
     }
     const double ms = median(ms_all);
     res["ms_per_step"] = ms;
+    res["enqueue_ms"] = median(enqueue_all);
     res["tok_per_s"] = static_cast<double>(batch) / (ms / 1e3);
     res["ratio_to_floor"] = floor ? json(*floor / ms) : json(nullptr);
     res["steps"] = ms_all.size();
@@ -236,12 +245,16 @@ class BenchRun {
   }
 
   // Wall time of one step in ms, from an idle device to a finished step (host work included).
+  // `enqueue_ms` (optional): the host's share — until the step's call returned, its work queued.
+  // Near the wall time, the host (launches, waits inside the step) bounds the step, not the GPU.
   template <typename Step>
-  double time_step(Step&& step) {
+  double time_step(Step&& step, double* enqueue_ms = nullptr) {
     backend_.synchronize();
     const auto t0 = Clock::now();
     step();
+    const auto t1 = Clock::now();
     backend_.synchronize();
+    if (enqueue_ms != nullptr) *enqueue_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   }
 
@@ -407,7 +420,8 @@ int BenchCommand::run() const {
       {"settings",
        {{"prefill", *prefill_sizes}, {"decode_batch", *batch_sizes}, {"context", context}, {"steps", steps},
         {"warmup", warmup}, {"prefill_reps", prefill_reps}, {"prefill_warmup", 1}, {"block_size", block_size},
-        {"seed", seed}, {"threads", threads}, {"batch_invariant", batch_invariant}}},
+        {"seed", seed}, {"threads", threads}, {"batch_invariant", batch_invariant},
+        {"mla_policy", mla_policy_name(mla_policy_for(backend, model->config(), batch_invariant))}}},
       {"floor_definitions",
        {{"decode", "floor_ms = bytes / limits.copy_bytes_per_s: weights read per step (attention, dense FFN, router, "
                    "shared experts, norms, lm_head, and per MoE layer E*(1-(1-k/E)^B) distinct routed experts; bf16 "
@@ -421,7 +435,7 @@ int BenchCommand::run() const {
                              : "bf16_flops_per_s"},
         {"ratio_to_floor", "floor_ms / measured ms (1.0 = at the floor)"},
         {"timing", "host steady clock around each step, device synchronized before and after (host overhead "
-                   "included); no sampling"}}},
+                   "included); no sampling; enqueue_ms: host time until the step's call returned (its work queued)"}}},
       {"results", json::array()},
       {"finished", false},
   };

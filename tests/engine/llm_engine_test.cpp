@@ -75,7 +75,7 @@ std::map<std::string, RequestOutput> run_all(LLMEngine& engine, const std::vecto
   std::map<std::string, RequestOutput> done;
   for (size_t i = 0; i < jobs.size(); ++i) {
     EngineRequest r;
-    r.request_id = "r" + std::to_string(i);
+    r.request_id = fmt::format("r{}", i);
     r.prompt_ids = jobs[i].prompt;
     r.params = jobs[i].params;
     if (tolerant() && !as_given && !r.params.logprobs) r.params.logprobs = 20;
@@ -151,17 +151,24 @@ void expect_same_tokens(const std::map<std::string, RequestOutput>& a, const std
   }
 }
 
+// The batch-invariant mode's tests ask for log-probabilities, compared bitwise: a sampled token
+// rarely moves with a last-bit change of its logits, a log-probability always does.
+void with_logprobs(std::vector<Job>& jobs) {
+  for (Job& j : jobs) j.params.logprobs = 2;
+}
+
 void batched_equals_alone(bool batch_invariant, float temperature) {
   EngineConfig c = base_config();
   c.batch_invariant = batch_invariant;
   auto jobs = mixed_jobs(64, temperature, 5);
+  if (batch_invariant) with_logprobs(jobs);
   auto batched_engine = make_engine(c);
   auto batched = run_all(*batched_engine, jobs);
   auto alone_engine = make_engine(c);
   std::map<std::string, RequestOutput> alone;
   for (size_t i = 0; i < jobs.size(); ++i) {
     auto one = run_all(*alone_engine, {jobs[i]});
-    alone["r" + std::to_string(i)] = one.at("r0");
+    alone[fmt::format("r{}", i)] = one.at("r0");
   }
   expect_same_tokens(batched, alone, batch_invariant);
 }
@@ -260,6 +267,7 @@ TEST(LLMEngine, ChunkedPrefillEqualsWholePrefill) {
   EngineConfig c = base_config();
   c.batch_invariant = true;
   auto jobs = mixed_jobs(16, 1.0f, 9);
+  with_logprobs(jobs);
   auto whole = run_all(*make_engine(c), jobs);
   c.max_num_batched_tokens = 7;  // prompts split into many chunks, decodes interleaved
   auto chunked = run_all(*make_engine(c), jobs);
@@ -283,6 +291,7 @@ void prefix_hit_equals_miss(int64_t bs) {
     j.params.max_tokens = 6;
     j.params.ignore_eos = true;
     j.params.seq_seed = static_cast<uint64_t>(len);
+    j.params.logprobs = 2;
     jobs.push_back(j);
   }
   EngineConfig c = base_config();
@@ -292,7 +301,7 @@ void prefix_hit_equals_miss(int64_t bs) {
   c.enable_prefix_caching = false;
   auto off_engine = make_engine(c);
   std::map<std::string, RequestOutput> off, on;
-  for (size_t i = 0; i < jobs.size(); ++i) off["r" + std::to_string(i)] = run_all(*off_engine, {jobs[i]}).at("r0");
+  for (size_t i = 0; i < jobs.size(); ++i) off[fmt::format("r{}", i)] = run_all(*off_engine, {jobs[i]}).at("r0");
   c.enable_prefix_caching = true;
   auto on_engine = make_engine(c);
   int64_t hits = 0;
@@ -300,7 +309,7 @@ void prefix_hit_equals_miss(int64_t bs) {
     for (size_t i = 0; i < jobs.size(); ++i) {
       auto out = run_all(*on_engine, {jobs[i]}).at("r0");
       hits += out.metrics.n_cached_prompt_tokens;
-      on["r" + std::to_string(i)] = out;
+      on[fmt::format("r{}", i)] = out;
     }
     expect_same_tokens(off, on, true);
   }
@@ -311,11 +320,57 @@ void prefix_hit_equals_miss(int64_t bs) {
 TEST(LLMEngine, PrefixCacheHitEqualsMissBlock16) { prefix_hit_equals_miss(16); }
 TEST(LLMEngine, PrefixCacheHitEqualsMissBlock64) { prefix_hit_equals_miss(64); }
 
+// A second turn: its prompt is the first request's prompt, its output and a new question. In the
+// batch-invariant mode it must equal the same request on a cold cache, bitwise (log-
+// probabilities included): where the mode's policy is kByOrigin the first request's pages that
+// hold generated tokens were computed on the absorbed form and the second request computes
+// those tokens as prompt tokens on the naive one, so those pages must not be shared
+// (SchedulerConfig::share_prompt_pages_only); the prompt-only pages still are. In the default
+// mode every full page is shared (the first turn's output pages too).
+TEST(LLMEngine, SecondTurnOverFirstTurnsOutputEqualsColdCache) {
+  EngineConfig c = base_config();
+  c.batch_invariant = true;
+  Job first;
+  for (int t = 0; t < 21; ++t) first.prompt.push_back(3 + (t * 53) % 280);
+  first.params.temperature = 0.8f;
+  first.params.max_tokens = 40;
+  first.params.ignore_eos = true;
+  first.params.seq_seed = 5;
+  first.params.logprobs = 3;
+  auto engine = make_engine(c);
+  const RequestOutput one = run_all(*engine, {first}, true).at("r0");
+  Job second = first;
+  second.prompt.insert(second.prompt.end(), one.outputs[0].token_ids.begin(), one.outputs[0].token_ids.end());
+  for (int t = 0; t < 9; ++t) second.prompt.push_back(11 + t);
+  second.params.max_tokens = 12;
+  second.params.seq_seed = 6;
+  const RequestOutput warm = run_all(*engine, {second}, true).at("r0");
+  // 21 prompt and 40 output tokens (60 computed) in pages of 16: page 0 holds prompt tokens only.
+  if (test_device() == "cpu") {
+    EXPECT_TRUE(engine->scheduler().config().share_prompt_pages_only);  // the CPU takes kByOrigin
+  }
+  EXPECT_EQ(warm.metrics.n_cached_prompt_tokens, engine->scheduler().config().share_prompt_pages_only ? 16 : 48);
+  c.enable_prefix_caching = false;
+  const RequestOutput cold = run_all(*make_engine(c), {second}, true).at("r0");
+  expect_same_tokens({{"r0", warm}}, {{"r0", cold}}, true);
+  ASSERT_EQ(warm.outputs[0].logprobs.size(), 12u);
+
+  auto plain = make_engine(base_config());  // the default mode shares every full page: 0–2 here
+  const RequestOutput one_plain = run_all(*plain, {first}, true).at("r0");
+  Job again = second;
+  again.prompt.assign(first.prompt.begin(), first.prompt.end());
+  again.prompt.insert(again.prompt.end(), one_plain.outputs[0].token_ids.begin(), one_plain.outputs[0].token_ids.end());
+  for (int t = 0; t < 9; ++t) again.prompt.push_back(11 + t);
+  EXPECT_FALSE(plain->scheduler().config().share_prompt_pages_only);
+  EXPECT_EQ(run_all(*plain, {again}, true).at("r0").metrics.n_cached_prompt_tokens, 48);
+}
+
 TEST(LLMEngine, PrefixCacheSurvivesEvictionChurn) {
   EngineConfig c = base_config();
   c.batch_invariant = true;
   c.num_kv_blocks = 12;  // 192 tokens: constant eviction
   auto jobs = mixed_jobs(40, 0.0f, 21);
+  with_logprobs(jobs);
   for (auto& j : jobs) j.prompt.insert(j.prompt.begin(), {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21});
   auto with_cache = run_all(*make_engine(c), jobs);
   c.enable_prefix_caching = false;
@@ -328,6 +383,7 @@ TEST(LLMEngine, PreemptionUnderTinyPoolEqualsUnpressured) {
   EngineConfig c = base_config();
   c.batch_invariant = true;
   auto jobs = mixed_jobs(24, 1.0f, 13);
+  with_logprobs(jobs);
   for (auto& j : jobs) j.params.max_tokens = 20;
   auto unpressured = run_all(*make_engine(c), jobs);
   c.num_kv_blocks = 6;  // 96 tokens for 24 sequences of up to 60: preemption all the time

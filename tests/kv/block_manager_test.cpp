@@ -1,7 +1,7 @@
 // BlockManager as a timeline: random arrivals, appends and releases with the invariants
 // (free + held = total, ref counts = holders, LRU pages unheld, hashes findable) checked after
 // every step; prefix hits at k×block_size and k×block_size ± 1; eviction order; salts; a
-// failed request's pages never hit.
+// failed request's pages never hit; shareable prefixes (pages past it neither hit nor registered).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -45,6 +45,40 @@ TEST(BlockManager, PrefixHitLengths) {
     ASSERT_TRUE(m.check_invariants(0).is_ok());
     EXPECT_EQ(m.n_free(), 16);
   }
+}
+
+// n_shareable (SchedulerConfig::share_prompt_pages_only passes the prompt's length): a sequence
+// registers only the full pages within its first n_shareable tokens, and a lookup hits only
+// pages within its own first n_shareable tokens, even where later pages are cached.
+TEST(BlockManager, ShareableTokensBoundHitsAndRegistrations) {
+  const int64_t bs = 4;
+  BlockManager m(32, bs, true);
+  const auto tokens = seq_tokens(18, 100);  // 4 full pages + 2 tokens
+  KvAllocation a = m.allocate(tokens, 0, 0, /*n_shareable=*/9);  // pages 0, 1 shareable
+  a.kv.n_tokens = 18;
+  m.commit(a, tokens);
+  EXPECT_EQ(a.n_committed_blocks, 2);
+  m.release(a);
+  EXPECT_EQ(m.n_cached_free(), 2);  // pages 2, 3 were never registered
+  EXPECT_EQ(m.count_cached_blocks(tokens, 0), 2);
+  ASSERT_TRUE(m.check_invariants(0).is_ok());
+
+  // Now every full page cached (an unbounded sequence), then lookups bounded at 5 and 8 tokens.
+  KvAllocation b = m.allocate(tokens, 0, 0);
+  EXPECT_EQ(b.n_cached_tokens, 8);
+  b.kv.n_tokens = 18;
+  m.commit(b, tokens);
+  EXPECT_EQ(b.n_committed_blocks, 4);
+  m.release(b);
+  EXPECT_EQ(m.count_cached_blocks(tokens, 0), 4);
+  EXPECT_EQ(m.count_cached_blocks(tokens, 0, 5), 1);
+  EXPECT_EQ(m.count_cached_blocks(tokens, 0, 8), 2);
+  EXPECT_EQ(m.count_cached_blocks(tokens, 0, 0), 0);
+  KvAllocation c = m.allocate(tokens, 0, 0, 13);
+  EXPECT_EQ(c.n_cached_tokens, 12);
+  m.release(c);
+  ASSERT_TRUE(m.check_invariants(0).is_ok());
+  EXPECT_EQ(m.n_free(), 32);
 }
 
 TEST(BlockManager, SaltIsolatesTenants) {

@@ -128,6 +128,7 @@ struct CudaState {
   int moe_gemm = -1;  // set_moe_gemm
   int dense_w8a8 = -1;  // set_dense_fp8_w8a8; DEEPINFER_CUDA_FP8_W8A8=0|1
   bool mla_wgmma = true;  // set_mla_prefill_wgmma; DEEPINFER_CUDA_MLA_WGMMA=0|1
+  bool invariant_naive = false;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
   bool batch_invariant = false;  // set_batch_invariant
 };
 
@@ -227,6 +228,11 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
     if (v == "0" || v == "1") s_->mla_wgmma = v == "1";
     else if (!v.empty()) log_warn("DEEPINFER_CUDA_MLA_WGMMA='{}' ignored: it must be 0 or 1", v);
   }
+  if (const char* inv = std::getenv("DEEPINFER_CUDA_INVARIANT_NAIVE"); inv != nullptr) {
+    const std::string_view v(inv);
+    if (v == "0" || v == "1") s_->invariant_naive = v == "1";
+    else if (!v.empty()) log_warn("DEEPINFER_CUDA_INVARIANT_NAIVE='{}' ignored: it must be 0 or 1", v);
+  }
 }
 
 CudaBackend::~CudaBackend() {
@@ -259,6 +265,15 @@ void CudaBackend::set_dense_fp8_w8a8(int mode) {
 }
 
 void CudaBackend::set_mla_prefill_wgmma(bool on) { s_->mla_wgmma = on; }
+
+void CudaBackend::set_invariant_naive_mla(bool on) { s_->invariant_naive = on; }
+
+// Only the flash kernel's dims: the fallback's per-sequence TF32 GEMMs take cuBLAS algorithms
+// by the chunk's shape.
+bool CudaBackend::naive_mla_batch_invariant(const MlaParams& p) const {
+  return s_->invariant_naive &&
+         cuda::mla_prefill_supported(p.qk_nope_head_dim, p.qk_rope_head_dim, p.v_head_dim, p.kv_lora_rank);
+}
 
 void CudaBackend::set_op_timing(bool on) { s_->op_timing = on; }
 
@@ -952,10 +967,15 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
   // the selected sequences in groups of ≤ kMlaPrefillMaxSeqs whose K/V scratch stays under
   // ~1 GiB (a longer sequence alone); per group its latents gathered into one bf16 buffer, one
   // bf16 GEMM decompressing [k_nope_h | v_h] for every key and head (bf16 out: the kernel's
-  // operand precision), then one attention launch.
+  // operand precision), then one attention launch. The batch-invariant mode decompresses on
+  // invariant_gemm instead (cuBLAS picks its algorithm by the group's key count): c_kv copied
+  // compact, fp32 out, rounded to bf16 — each key's row fixed by the key alone; the kernel's rows
+  // do not depend on their chunk (CudaMlaPrefill.DeterministicAndChunkInvariant).
   if (cuda::mla_prefill_supported(dn, dr, dv, r)) {
     const int64_t kv_cols = H * (dn + dv);
-    const int64_t max_group_keys = std::max<int64_t>(1, (int64_t{1} << 30) / (2 * (kv_cols + width)));
+    const bool invariant = s_->batch_invariant;
+    const int64_t key_bytes = 2 * (kv_cols + width) + (invariant ? 4 * kv_cols + 2 * r : 0);
+    const int64_t max_group_keys = std::max<int64_t>(1, (int64_t{1} << 30) / key_bytes);
     std::vector<cuda::MlaPrefillSeq> group;  // key_row0: offsets into the group's buffers
     std::vector<int64_t> group_seqs;         // their sequence ids (for the page lists)
     int64_t group_keys = 0;
@@ -969,8 +989,17 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
                             dptr<bf16>(lat) + group[i].key_row0 * width, Elem::kBF16, st);
       }
       Tensor kvd = empty(DType::kBF16, {group_keys, kv_cols});  // [Σ kv_len, H·(dn + dv)] [k_nope_h | v_h]
-      cuda::gemm(s_->blas, group_keys, kv_cols, r, dptr<bf16>(lat), width, 0, kvb, r, 0, true, dptr(kvd),
-                 Elem::kBF16, kv_cols, 0, 1);
+      if (invariant) {
+        Tensor ckv = empty(DType::kBF16, {group_keys, r});         // [Σ kv_len, r] c_kv, compact
+        Tensor kvf = empty(DType::kF32, {group_keys, kv_cols});    // [Σ kv_len, H·(dn + dv)]
+        DI_CUDA_CHECK(cudaMemcpy2DAsync(dptr(ckv), sizeof(bf16) * r, dptr(lat), sizeof(bf16) * width,
+                                        sizeof(bf16) * r, group_keys, cudaMemcpyDeviceToDevice, st));
+        invariant_gemm(dptr(ckv), group_keys, kvb, nullptr, false, 0, kv_cols, r, dptr<float>(kvf), kv_cols);
+        cuda::to_bf16(cdptr<float>(kvf), kv_cols, group_keys, kv_cols, dptr<bf16>(kvd), st);
+      } else {
+        cuda::gemm(s_->blas, group_keys, kv_cols, r, dptr<bf16>(lat), width, 0, kvb, r, 0, true, dptr(kvd),
+                   Elem::kBF16, kv_cols, 0, 1);
+      }
       cuda::MlaPrefillArgs a{};
       a.q = cdptr<float>(q);
       a.kv = cdptr<bf16>(kvd);

@@ -124,6 +124,13 @@ class CudaBackend : public Backend {
   // takes the head dims and GPU — the default — or always on the mma.sync kernel (false).
   // DEEPINFER_CUDA_MLA_WGMMA=0|1 sets it at construction.
   void set_mla_prefill_wgmma(bool on);
+  // The batch-invariant mode's naive MLA form (the kv_b decompression on invariant_gemm, then
+  // the flash kernel, whose rows do not depend on their chunk): whether MlaPolicy::kByOrigin may
+  // run prompt tokens on it (naive_mla_batch_invariant). Off by default until the GPU suite has
+  // proven its bits (docs/perf.md, version 14); DEEPINFER_CUDA_INVARIANT_NAIVE=0|1 sets it at
+  // construction.
+  void set_invariant_naive_mla(bool on);
+  bool naive_mla_batch_invariant(const MlaParams& p) const override;
   // The cudaStream_t all ops are issued on, as an opaque pointer.
   void* stream() const;
 

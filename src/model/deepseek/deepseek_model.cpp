@@ -9,8 +9,30 @@
 
 namespace deepinfer {
 
-int32_t ForwardBatch::add_sequence(const KvSequence& kv, const int32_t* tokens, int64_t n, int64_t block_size) {
+MlaPolicy mla_policy_for(const Backend& backend, const DeepseekConfig& config, bool batch_invariant) {
+  if (!batch_invariant) return MlaPolicy::kAuto;
+  MlaParams dims;
+  dims.n_heads = config.num_attention_heads;
+  dims.qk_nope_head_dim = config.qk_nope_head_dim;
+  dims.qk_rope_head_dim = config.qk_rope_head_dim;
+  dims.v_head_dim = config.v_head_dim;
+  dims.kv_lora_rank = config.kv_lora_rank;
+  return backend.naive_mla_batch_invariant(dims) ? MlaPolicy::kByOrigin : MlaPolicy::kAbsorbed;
+}
+
+const char* mla_policy_name(MlaPolicy policy) {
+  switch (policy) {
+    case MlaPolicy::kAuto: return "auto";
+    case MlaPolicy::kAbsorbed: return "absorbed";
+    case MlaPolicy::kByOrigin: return "by_origin";
+  }
+  return "?";
+}
+
+int32_t ForwardBatch::add_sequence(const KvSequence& kv, const int32_t* tokens, int64_t n, int64_t block_size,
+                                   bool is_generated) {
   if (q_indptr.empty()) q_indptr.push_back(0);
+  generated.push_back(is_generated ? 1 : 0);
   if (block_indptr.empty()) block_indptr.push_back(0);
   const int32_t first_row = static_cast<int32_t>(token_ids.size());
   DI_CHECK_GE(static_cast<int64_t>(kv.block_ids.size()) * block_size, kv.n_tokens + n);
@@ -166,22 +188,27 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
   for (int32_t t : batch.logits_rows) DI_CHECK(t >= 0 && t < T);
   backend.begin_step();
 
-  // Two views of the batch for the two attention forms: decode rows (q_len == 1) and the rest.
+  // Two views of the batch for the two attention forms: the absorbed ("decode") sequences and
+  // the naive ("prefill") ones, as the policy picks them.
   const int64_t B = batch.n_seqs();
+  DI_CHECK(batch.generated.empty() || static_cast<int64_t>(batch.generated.size()) == B);
   std::vector<uint8_t> is_decode(static_cast<size_t>(B)), is_prefill(is_decode.size());
   int64_t n_decode = 0, n_one = 0;
   for (int64_t b = 0; b < B; ++b) {
     const bool one = batch.q_indptr[static_cast<size_t>(b) + 1] - batch.q_indptr[static_cast<size_t>(b)] == 1;
-    const bool d = policy == MlaPolicy::kAbsorbed || one;
+    const bool gen = !batch.generated.empty() && batch.generated[static_cast<size_t>(b)] != 0;
+    const bool d = policy == MlaPolicy::kAbsorbed || (policy == MlaPolicy::kAuto && one) ||
+                   (policy == MlaPolicy::kByOrigin && gen);
     is_decode[static_cast<size_t>(b)] = d;
     is_prefill[static_cast<size_t>(b)] = !d;
     n_decode += d;
     n_one += one;
   }
   const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
-  // A decode-only step has the same device work for every step of its batch size: graphable.
+  // A decode-only step (one absorbed row per sequence) has the same device work for every step
+  // of its batch size: graphable. (Under kByOrigin, one-token prompt chunks are naive: not.)
   const bool graphed = graphs != nullptr && backend.supports_graphs() && routing_trace_ == nullptr && B > 0 &&
-                       n_one == B && T == B && R == B;
+                       n_one == B && n_decode == B && T == B && R == B;
 
   // Every per-step index array in one buffer: ids, positions, slots, q_indptr, kv_len,
   // block_indptr, block_ids, logits rows, then the two masks packed into i32 words. Graphed

@@ -18,8 +18,7 @@ namespace deepinfer {
 
 // One forward step over several sequences. Sequence b contributes query rows
 // [q_indptr[b], q_indptr[b+1]) — its newest tokens — and has kv_len[b] tokens cached once
-// they are written. Sequences with one query row take the absorbed (decode) attention form,
-// others the naive (prefill) form.
+// they are written. Which attention form its rows take is the MlaPolicy's choice (below).
 struct ForwardBatch {
   std::vector<int32_t> token_ids;     // [T] each < vocab_size (validated by the caller)
   std::vector<int32_t> positions;     // [T]
@@ -29,6 +28,10 @@ struct ForwardBatch {
   std::vector<int32_t> block_indptr;  // [B + 1]
   std::vector<int32_t> block_ids;     // pages of each sequence in order
   std::vector<int32_t> logits_rows;   // rows of T whose logits are returned, in this order
+  // [B] 1: sequence b's rows are tokens the model generated (sampled outputs, MTP drafts), not
+  // prompt tokens. Read by MlaPolicy::kByOrigin only; one entry holds one kind (callers split a
+  // sequence's chunk at its prompt's end into two entries over the same pages).
+  std::vector<uint8_t> generated;
   // Tokens sampled by a step still in flight, in the backend's memory: token_ids[t] < 0 stands
   // for pending_tokens[−token_ids[t] − 1] (Backend::resolve_tokens). Undefined: none.
   Tensor pending_tokens;
@@ -36,8 +39,10 @@ struct ForwardBatch {
   int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t n_seqs() const { return static_cast<int64_t>(kv_len.size()); }
   // Appends one sequence's step: new tokens at positions [kv.n_tokens, kv.n_tokens + n)
-  // (kv must already own pages for them). Returns the first new row's index.
-  int32_t add_sequence(const KvSequence& kv, const int32_t* tokens, int64_t n, int64_t block_size);
+  // (kv must already own pages for them); `is_generated`: they are generated tokens (see
+  // `generated`). Returns the first new row's index.
+  int32_t add_sequence(const KvSequence& kv, const int32_t* tokens, int64_t n, int64_t block_size,
+                       bool is_generated = false);
 };
 
 // CUDA graphs of decode steps, one per batch size, owned by the caller of forward (a runner).
@@ -57,11 +62,23 @@ struct DecodeGraphs {
   int64_t n_replays = 0;
 };
 
-// How a step's sequences attend. kAuto: one-token steps use the absorbed form, longer ones
-// the naive form (cheaper for long prompts). kAbsorbed: every row uses the absorbed form, so a
-// token's result does not depend on how its sequence was chunked, batched, preempted or
-// prefix-cached (batch-invariant mode).
-enum class MlaPolicy { kAuto, kAbsorbed };
+// How a step's sequences attend (the two forms are the same math and differ by rounding).
+// kAuto: one-token steps use the absorbed form, longer ones the naive form (cheaper for long
+// prompts): a token's bits depend on how its sequence was chunked. The batch-invariant mode
+// needs a form fixed by the token alone:
+// - kAbsorbed: every row absorbed.
+// - kByOrigin: prompt tokens naive, generated tokens absorbed (ForwardBatch::generated), for
+//   backends whose naive form is row-invariant (Backend::naive_mla_batch_invariant). A token's
+//   form then survives chunking, batching and preemption (the recompute splits its chunk at the
+//   prompt's end), and a prefix-cache page is shared only between sequences that computed it in
+//   the same form: pages holding generated tokens are neither hit nor registered
+//   (SchedulerConfig::share_prompt_pages_only).
+enum class MlaPolicy { kAuto, kAbsorbed, kByOrigin };
+
+// The policy of a run: kAuto by default; in the batch-invariant mode kByOrigin where the
+// backend's naive form is row-invariant at the model's dims, else kAbsorbed.
+MlaPolicy mla_policy_for(const Backend& backend, const DeepseekConfig& config, bool batch_invariant);
+const char* mla_policy_name(MlaPolicy policy);  // "auto" | "absorbed" | "by_origin"
 
 class DeepseekModel {
  public:
