@@ -592,7 +592,9 @@ TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
                            (T > 64 && w8a8_moe_ok(D, S * I, d_routed[0].gate_proj.block_k)));
         EXPECT_LT(rel_err(down(d_o), ref_o), w8a8 ? 6e-2 : 1e-2)
             << "moe_ffn " << dtype_name(dt) << " T=" << T << " invariant " << invariant;
-        if (!fused) {  // the combine adds the shared MLP's output: the three ops' bits
+        // Not fused: the combine adds the shared MLP's output — the three ops' bits, FP8 at
+        // T = 200 with x quantized once for the shared MLP's and the routed form 5's W8A8 GEMMs.
+        if (!fused) {
           Tensor o3 = dev_empty(DType::kF32, {T, D}), sh = dev_empty(DType::kF32, {T, D});
           gpu_->moe_experts(d_x, d_ids, d_w, d_routed, o3);
           gpu_->mlp(d_x, d_shared, sh);
@@ -818,6 +820,33 @@ TEST_F(CudaOps, LinearW8a8MatchesQuantizedReference) {
     ref_.matmul(x, c.stride, w, ref_plain);
     std::printf("[linear w8a8] M=%ld N=%ld K=%ld: relative L2 %.3g to the quantized reference, %.3g to the plain one\n",
                 static_cast<long>(c.M), static_cast<long>(c.N), static_cast<long>(c.K), err, rel_err(got, ref_plain));
+  }
+}
+
+// matmul_parts at prefill sizes with FP8 parts on the W8A8 form (V2-Lite's q_proj | kv_a_proj
+// stack: the second part starting at a 128-row block, its last block partial): x quantized once
+// for both GEMMs, bitwise the separate matmuls (each quantizing x itself); one timed op per part.
+TEST_F(CudaOps, MatmulPartsW8a8EqualsTheSeparateMatmuls) {
+  if (!cuda::fp8_wgmma_available()) GTEST_SKIP() << "the W8A8 form needs an sm_90 GPU";
+  const int64_t N0 = 256, N1 = 200, K = 384;
+  const LinearWeight h0 = host_linear(N0, K, DType::kF8E4M3), h1 = host_linear(N1, K, DType::kF8E4M3);
+  const LinearWeight all = gpu_->place_linear({&h0, &h1});
+  const LinearWeight w0 = all.rows(0, N0), w1 = all.rows(N0, N1);
+  ASSERT_TRUE(w0.uniform_row_blocks && w1.uniform_row_blocks);
+  for (int64_t M : {65, 300}) {
+    const Tensor x = up(randn({M, K}));
+    Tensor o0 = dev_empty(DType::kF32, {M, N0}), o1 = dev_empty(DType::kF32, {M, N1});
+    Tensor r0 = dev_empty(DType::kF32, {M, N0}), r1 = dev_empty(DType::kF32, {M, N1});
+    gpu_->set_op_timing(true);
+    gpu_->matmul_parts(x, {&w0, &w1}, {&o0, &o1});
+    const std::vector<OpTime> times = gpu_->take_op_times();
+    gpu_->set_op_timing(false);
+    ASSERT_EQ(times.size(), 2u) << "M=" << M;
+    gpu_->matmul(x, 0, w0, r0);
+    gpu_->matmul(x, 0, w1, r1);
+    const Tensor a0 = down(o0), a1 = down(o1), b0 = down(r0), b1 = down(r1);
+    EXPECT_EQ(0, std::memcmp(a0.raw_data(), b0.raw_data(), a0.n_bytes())) << "M=" << M;
+    EXPECT_EQ(0, std::memcmp(a1.raw_data(), b1.raw_data(), a1.n_bytes())) << "M=" << M;
   }
 }
 #endif

@@ -1118,7 +1118,28 @@ void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWe
                    w[0]->n_in() == w[1]->n_in() && w[0]->dtype() != DType::kF32 && stacked(w);
   const int64_t M = out[0]->size(0), K = w[0]->n_in();
   if (!two || M == 0 || x.size(1) != K || !gemv_fits(x.raw_data(), Elem::kF32, K, M, *w[0])) {
-    Backend::matmul_parts(x, w, out);
+    // Prefill sizes with every part on the W8A8 form: x rounded and quantized once for all of
+    // them — what each part's matmul would compute again (the same bits; 52 µs per V2-Lite layer
+    // at 16,384 rows, run s15-8).
+    bool w8a8 = M > 0 && x.size(1) == K && x.size(0) == M && w.size() > 1;
+    for (size_t i = 0; w8a8 && i < w.size(); ++i)
+      w8a8 = w[i]->n_in() == K && out[i]->size(0) == M && out[i]->size(1) == w[i]->n_out() &&
+             w8a8_from_f32(x, K, M, *w[i]);
+    if (!w8a8) {
+      Backend::matmul_parts(x, w, out);
+      return;
+    }
+    ScratchScope scope(*this);
+    Tensor q = empty(DType::kU8, {M, K});                        // [M, K] e4m3
+    Tensor sq = empty(DType::kF32, {M, K / cuda::kFp8GroupK});  // [M, K / 128]
+    for (size_t i = 0; i < w.size(); ++i) {
+      OpTimer timer(*this, "matmul", w[i]->n_out(), K);  // the first part's time holds the quantizer
+      if (i == 0)
+        cuda::quantize_fp8_rows_bf16(cdptr<float>(x), K, nullptr, 1, M, K, dptr<uint8_t>(q), dptr<float>(sq),
+                                     s_->stream);
+      fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), M, *w[i], w[i]->n_out(), w[i]->uniform_row_blocks,
+                    dptr<float>(*out[i]), w[i]->n_out());
+    }
     return;
   }
   const int64_t n0 = w[0]->n_out(), n1 = w[1]->n_out();
@@ -1126,6 +1147,22 @@ void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWe
   OpTimer timer(*this, "matmul", n0 + n1, K);
   try_gemv(x.raw_data(), Elem::kF32, K, M, *w[0], n0, dptr<float>(*out[0]), n0, dptr<float>(*out[1]), n1);
 }
+
+// x [T, D] fp32 rounded to bf16 and quantized per 1×128 group (quantize_fp8_rows_bf16), once,
+// for the W8A8 consumers of one x — the shared MLP and the routed experts' form 5 (moe_ffn) —
+// into buffers its owner allocates; the first consumer's ensure() runs the quantizer.
+struct CudaBackend::RowsFp8Once {
+  const float* x = nullptr;  // [T, D] fp32, row pitch D
+  int64_t T = 0, D = 0;
+  uint8_t* q = nullptr;      // [T, D] e4m3
+  float* scale = nullptr;    // [T, D / 128] fp32
+  bool ready = false;
+  void ensure(cudaStream_t s) {
+    if (ready) return;
+    cuda::quantize_fp8_rows_bf16(x, D, nullptr, 1, T, D, q, scale, s);
+    ready = true;
+  }
+};
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                               const std::vector<MlpWeights>& experts, Tensor& out) {
@@ -1161,16 +1198,28 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   }
   // The shared MLP first, then the routed experts, whose combine adds its output (the add op's
   // values without its pass over memory: 1.2 ms of a V2-Lite prefill at 4,096 tokens, run s9-7).
+  // FP8 weights: both may take x's rows quantized the same way (the shared MLP's W8A8 form, the
+  // routed experts' form 5), quantized once (RowsFp8Once: 52 µs per V2-Lite layer at 16,384
+  // tokens, run s15-8).
   ScratchScope scope(*this);
   Tensor s = empty(DType::kF32, {x.size(0), out.size(1)});  // [T, D]
-  mlp(x, *shared.mlp, s);
+  RowsFp8Once xq;
+  Tensor q, sq;
+  if (fp8 && x.size(1) % cuda::kFp8GroupK == 0) {
+    q = empty(DType::kU8, {x.size(0), x.size(1)});                         // [T, D] e4m3
+    sq = empty(DType::kF32, {x.size(0), x.size(1) / cuda::kFp8GroupK});  // [T, D / 128]
+    xq = RowsFp8Once{cdptr<float>(x), x.size(0), x.size(1), dptr<uint8_t>(q), dptr<float>(sq), false};
+  }
+  mlp_impl(x, *shared.mlp, s, xq.q != nullptr ? &xq : nullptr);
   OpTimer timer(*this, "moe_experts");
-  run_moe(x, ids, weights, experts, nullptr, out, &s);
+  run_moe(x, ids, weights, experts, nullptr, out, &s, xq.q != nullptr ? &xq : nullptr);
 }
+
+
 
 void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights,
                           const std::vector<MlpWeights>& experts, const std::vector<MlpWeights>* shared_slices,
-                          Tensor& out, const Tensor* addend) {
+                          Tensor& out, const Tensor* addend, RowsFp8Once* xq) {
   const int64_t E = static_cast<int64_t>(experts.size());
   DI_CHECK_GT(E, 0);
   std::vector<const LinearWeight*> w13, w2;
@@ -1237,11 +1286,19 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
   if (a.form == 2 && s_->capturing) a.form = 0;
   a.blas = s_->blas;
   a.invariant = s_->batch_invariant;
+  if (xq != nullptr && a.form == 5 && a.k > 1) {  // (k = 1 gathers while it quantizes: no copy to save)
+    DI_CHECK(xq->x == a.x && xq->T == a.T && xq->D == a.D);
+    xq->ensure(s_->stream);
+    a.xq = xq->q;
+    a.xq_scale = xq->scale;
+  }
   ScratchScope scope(*this);
   cuda::moe_experts(a, arena_alloc, &s_->arena, s_->stream);
 }
 
-void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) {
+void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) { mlp_impl(x, w, out, nullptr); }
+
+void CudaBackend::mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, RowsFp8Once* xq) {
   OpTimer timer(*this, "mlp", 2 * w.gate_proj.n_out(), w.gate_proj.n_in());
 
   const int64_t T = x.size(0), D = x.size(1), I = w.gate_proj.n_out();
@@ -1262,17 +1319,24 @@ void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) {
   const bool w8a8 = !gemv_done && w8a8_from_f32(x, D, T, w.gate_proj) && w8a8_from_f32(x, D, T, w.up_proj) &&
                     dense_w8a8_fits(T, w.down_proj) && I % 16 == 0;
   if (w8a8) {
-    Tensor q = empty(DType::kU8, {T, D});                        // [T, D] e4m3
-    Tensor sq = empty(DType::kF32, {T, D / cuda::kFp8GroupK});  // [T, D / 128]
-    cuda::quantize_fp8_rows_bf16(cdptr<float>(x), D, nullptr, 1, T, D, dptr<uint8_t>(q), dptr<float>(sq), st);
+    const uint8_t* q;  // [T, D] e4m3
+    const float* sq;   // [T, D / 128]
+    if (xq != nullptr) {  // quantized once for this MLP and another consumer of x (moe_ffn)
+      DI_CHECK(xq->x == cdptr<float>(x) && xq->T == T && xq->D == D);
+      xq->ensure(st);
+      q = xq->q, sq = xq->scale;
+    } else {
+      Tensor qt = empty(DType::kU8, {T, D});
+      Tensor st_scale = empty(DType::kF32, {T, D / cuda::kFp8GroupK});
+      cuda::quantize_fp8_rows_bf16(cdptr<float>(x), D, nullptr, 1, T, D, dptr<uint8_t>(qt), dptr<float>(st_scale), st);
+      q = cdptr<uint8_t>(qt), sq = cdptr<float>(st_scale);
+    }
     if (stacked({&w.gate_proj, &w.up_proj})) {
       const bool uniform = w.gate_proj.uniform_row_blocks && w.up_proj.uniform_row_blocks && I % 128 == 0;
-      fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), T, w.gate_proj, 2 * I, uniform, dptr<float>(gu), 2 * I);
+      fp8_gemm_w8a8(q, sq, T, w.gate_proj, 2 * I, uniform, dptr<float>(gu), 2 * I);
     } else {
-      fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), T, w.gate_proj, I, w.gate_proj.uniform_row_blocks,
-                    dptr<float>(gu), 2 * I);
-      fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), T, w.up_proj, I, w.up_proj.uniform_row_blocks,
-                    dptr<float>(gu) + I, 2 * I);
+      fp8_gemm_w8a8(q, sq, T, w.gate_proj, I, w.gate_proj.uniform_row_blocks, dptr<float>(gu), 2 * I);
+      fp8_gemm_w8a8(q, sq, T, w.up_proj, I, w.up_proj.uniform_row_blocks, dptr<float>(gu) + I, 2 * I);
     }
   } else if (!gemv_done) {
     Tensor xb = empty(DType::kBF16, {T, D});

@@ -135,11 +135,17 @@ class CudaBackend : public Backend {
   void* stream() const;
 
  private:
+  // x's rows quantized once for several W8A8 consumers (defined in cuda_backend.cpp).
+  struct RowsFp8Once;
   // moe_experts over `experts`, plus (non-null) the shared slices stacked after them as extra
   // experts of weight 1 in every token's last slots (cuda::MoeArgs::n_shared); addend (non-null,
-  // [T, D] fp32) is added to every token's combined row (cuda::MoeArgs::addend).
+  // [T, D] fp32) is added to every token's combined row (cuda::MoeArgs::addend); xq (non-null):
+  // x's quantized rows, for form 5.
   void run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
-               const std::vector<MlpWeights>* shared_slices, Tensor& out, const Tensor* addend = nullptr);
+               const std::vector<MlpWeights>* shared_slices, Tensor& out, const Tensor* addend = nullptr,
+               RowsFp8Once* xq = nullptr);
+  // mlp, its W8A8 form taking x's quantized rows from xq (non-null).
+  void mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, RowsFp8Once* xq);
   // Weight w as a bf16 [n_out, n_in] device pointer: the weight itself, or (FP8) a step-memory
   // dequantized copy.
   const void* bf16_weight(const LinearWeight& w);

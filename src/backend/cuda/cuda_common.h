@@ -290,6 +290,11 @@ struct MoeArgs {
   // [T, D] or null: out = the experts' combine + addend (the separate shared MLP's output,
   // added as the add op would: one fp32 add per element, no extra pass over memory).
   const float* addend = nullptr;
+  // [T, D] e4m3 and [T, D / 128] fp32, or null: x already rounded and quantized per 1×128 group
+  // (quantize_fp8_rows_bf16, the quantizer form 5 runs): form 5 with k > 1 copies its slots from
+  // them instead of quantizing x again.
+  const uint8_t* xq = nullptr;
+  const float* xq_scale = nullptr;
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 the decode GEMV (bandwidth), 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
                            // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),

@@ -1165,9 +1165,14 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
       // Each token's row quantized once, then its k copies gathered (1 + 1/k byte per element
       // instead of 4 gathered fp32 bytes per slot: run s15-8 measured the gathering quantizer at
       // 345 µs per V2-Lite layer at 16,384 tokens, ~4× its traffic at the copy rate).
-      auto* qx = static_cast<uint8_t*>(get(static_cast<size_t>(a.T * a.D)));  // [T, D] e4m3
-      auto* sqx = static_cast<float*>(get(sizeof(float) * a.T * kb_d));       // [T, D / 128]
-      quantize_fp8_rows_bf16(a.x, a.D, nullptr, 1, a.T, a.D, qx, sqx, s);
+      const uint8_t* qx = a.xq;  // [T, D] e4m3
+      const float* sqx = a.xq_scale;  // [T, D / 128]
+      if (qx == nullptr) {
+        auto* q1 = static_cast<uint8_t*>(get(static_cast<size_t>(a.T * a.D)));
+        auto* s1 = static_cast<float*>(get(sizeof(float) * a.T * kb_d));
+        quantize_fp8_rows_bf16(a.x, a.D, nullptr, 1, a.T, a.D, q1, s1, s);
+        qx = q1, sqx = s1;
+      }
       gather_quantized_kernel<<<static_cast<unsigned>(R), 128, 0, s>>>(qx, sqx, perm, a.k, a.D, kb_d, q, sq);
       DI_CUDA_LAUNCHED();
     } else {
