@@ -1215,8 +1215,6 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   run_moe(x, ids, weights, experts, nullptr, out, &s, xq.q != nullptr ? &xq : nullptr);
 }
 
-
-
 void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights,
                           const std::vector<MlpWeights>& experts, const std::vector<MlpWeights>* shared_slices,
                           Tensor& out, const Tensor* addend, RowsFp8Once* xq) {
@@ -1321,15 +1319,16 @@ void CudaBackend::mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, Ro
   if (w8a8) {
     const uint8_t* q;  // [T, D] e4m3
     const float* sq;   // [T, D / 128]
+    Tensor q_own, sq_own;
     if (xq != nullptr) {  // quantized once for this MLP and another consumer of x (moe_ffn)
       DI_CHECK(xq->x == cdptr<float>(x) && xq->T == T && xq->D == D);
       xq->ensure(st);
       q = xq->q, sq = xq->scale;
     } else {
-      Tensor qt = empty(DType::kU8, {T, D});
-      Tensor st_scale = empty(DType::kF32, {T, D / cuda::kFp8GroupK});
-      cuda::quantize_fp8_rows_bf16(cdptr<float>(x), D, nullptr, 1, T, D, dptr<uint8_t>(qt), dptr<float>(st_scale), st);
-      q = cdptr<uint8_t>(qt), sq = cdptr<float>(st_scale);
+      q_own = empty(DType::kU8, {T, D});
+      sq_own = empty(DType::kF32, {T, D / cuda::kFp8GroupK});
+      cuda::quantize_fp8_rows_bf16(cdptr<float>(x), D, nullptr, 1, T, D, dptr<uint8_t>(q_own), dptr<float>(sq_own), st);
+      q = cdptr<uint8_t>(q_own), sq = cdptr<float>(sq_own);
     }
     if (stacked({&w.gate_proj, &w.up_proj})) {
       const bool uniform = w.gate_proj.uniform_row_blocks && w.up_proj.uniform_row_blocks && I % 128 == 0;
