@@ -96,6 +96,41 @@ TEST_F(CudaInvariantOps, MatmulRowsAreBatchInvariant) {
 // MoE experts: every token alone (small kernel, form 3) against the same token among 200
 // (600 routed rows: ≥ 64 per expert, so the wgmma kernel's invariant form — D and I are
 // multiples of 64; FP8 weights widened to bf16 first), and the forms forced on one batch.
+// matmul_parts at one row with the parts' outputs back to back (the model's q | kv at DeepSeek's
+// dims): one GEMM over the stack (one timed op), bitwise the separate matmuls — which a row in a
+// larger step gets — and with the outputs apart, the two matmuls. bf16 and FP8, V2-Lite's
+// q_proj | kv_a_proj shapes (3,072 + 576 rows, K 2,048) and a partial-tile pair.
+TEST_F(CudaInvariantOps, MatmulPartsOneRowIsOneGemmWithTheSeparateBits) {
+  struct Shape {
+    int64_t N0, N1, K;
+  };
+  for (const Shape& s : {Shape{3072, 576, 2048}, Shape{200, 56, 1088}})
+    for (DType dt : {DType::kF32, DType::kF8E4M3}) {
+      const LinearWeight h0 = testing::random_linear(rng_, s.N0, s.K, dt);
+      const LinearWeight h1 = testing::random_linear(rng_, s.N1, s.K, dt);
+      const LinearWeight all = gpu_->place_linear({&h0, &h1});
+      const LinearWeight w0 = all.rows(0, s.N0), w1 = all.rows(s.N0, s.N1);
+      const Tensor x = gpu_->upload(randn({1, s.K}));
+      for (bool adjacent : {true, false}) {
+        Tensor row = gpu_->allocate(DType::kF32, {s.N0 + s.N1 + 64});
+        Tensor o0 = row.slice_rows(0, s.N0).reshape({1, s.N0});
+        const int64_t at1 = adjacent ? s.N0 : s.N0 + 64;
+        Tensor o1 = row.slice_rows(at1, at1 + s.N1).reshape({1, s.N1});
+        gpu_->set_op_timing(true);
+        gpu_->matmul_parts(x, {&w0, &w1}, {&o0, &o1});
+        const std::vector<OpTime> times = gpu_->take_op_times();
+        gpu_->set_op_timing(false);
+        ASSERT_EQ(times.size(), adjacent ? 1u : 2u) << "N0=" << s.N0 << " adjacent " << adjacent;
+        Tensor r0 = gpu_->allocate(DType::kF32, {1, s.N0}), r1 = gpu_->allocate(DType::kF32, {1, s.N1});
+        gpu_->matmul(x, 0, w0, r0);
+        gpu_->matmul(x, 0, w1, r1);
+        const Tensor a0 = gpu_->to_host(o0), a1 = gpu_->to_host(o1), b0 = gpu_->to_host(r0), b1 = gpu_->to_host(r1);
+        EXPECT_EQ(0, std::memcmp(a0.raw_data(), b0.raw_data(), a0.n_bytes())) << dtype_name(dt) << " N0=" << s.N0;
+        EXPECT_EQ(0, std::memcmp(a1.raw_data(), b1.raw_data(), a1.n_bytes())) << dtype_name(dt) << " N0=" << s.N0;
+      }
+    }
+}
+
 TEST_F(CudaInvariantOps, MoeExpertsRowsAreBatchInvariant) {
   const int64_t E = 9, k = 3, T = 200;
   // D = 1088, I = 576: K splits in both GEMMs (small_m_gemm's partials then go straight to the

@@ -1113,6 +1113,7 @@ bool stacked(const std::vector<const LinearWeight*>& parts) {
 void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWeight*>& w,
                                const std::vector<Tensor*>& out) {
   DI_CHECK_EQ(w.size(), out.size());
+  if (s_->batch_invariant && invariant_parts_one_row(x, w, out)) return;
   // Decode sizes, two parts stacked by the placement: one GEMV over both, its output split.
   const bool two = w.size() == 2 && out[0]->size(0) == out[1]->size(0) && w[0]->dtype() == w[1]->dtype() &&
                    w[0]->n_in() == w[1]->n_in() && w[0]->dtype() != DType::kF32 && stacked(w);
@@ -1146,6 +1147,39 @@ void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWe
   DI_CHECK(out[0]->size(1) == n0 && out[1]->size(1) == n1);
   OpTimer timer(*this, "matmul", n0 + n1, K);
   try_gemv(x.raw_data(), Elem::kF32, K, M, *w[0], n0, dptr<float>(*out[0]), n0, dptr<float>(*out[1]), n1);
+}
+
+// The batch-invariant mode at one row: stacked parts whose outputs lie back to back (the row of
+// part i + 1 starts where part i's ends — the model allocates q then kv, adjacent when q's row is
+// a multiple of 256 bytes, as at DeepSeek's dims) are one invariant GEMM over the stack: each
+// output element's fold does not depend on the columns beside it (16-column items, the K
+// structure fixed), so the bits are the separate GEMMs'. One conversion and one GEMM (with its
+// K-split sum) instead of two of each: V2-Lite's kv_a_proj took 10 µs per layer on its own at
+// B = 1 (run s15-7). Returns false (nothing run) where the conditions do not hold.
+bool CudaBackend::invariant_parts_one_row(const Tensor& x, const std::vector<const LinearWeight*>& w,
+                                          const std::vector<Tensor*>& out) {
+  if (w.size() < 2 || x.dtype() != DType::kF32 || x.size(0) != 1 || !stacked(w)) return false;
+  const int64_t K = w[0]->n_in();
+  if (x.size(1) != K) return false;
+  int64_t N = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const Tensor& o = *out[i];
+    const bool same_kind = w[i]->dtype() == w[0]->dtype() && w[i]->n_in() == K && w[i]->block_k == w[0]->block_k &&
+                           w[i]->block_n == w[0]->block_n;
+    const bool adjacent = cdptr<float>(o) == cdptr<float>(*out[0]) + N;
+    if (!same_kind || o.dtype() != DType::kF32 || o.size(0) != 1 || o.size(1) != w[i]->n_out() || !adjacent)
+      return false;
+    N += w[i]->n_out();
+  }
+  const bool fp8 = w[0]->dtype() == DType::kF8E4M3;
+  if ((w[0]->dtype() != DType::kBF16 && !fp8) || (fp8 && w[0]->block_n != 1)) return false;
+  OpTimer timer(*this, "matmul", N, K);
+  ScratchScope scope(*this);
+  Tensor xb = empty(DType::kBF16, {1, K});
+  cuda::to_bf16(cdptr<float>(x), K, 1, K, dptr<bf16>(xb), s_->stream);
+  invariant_gemm(dptr(xb), 1, w[0]->weight.raw_data(), fp8 ? cdptr<float>(w[0]->scale_inv) : nullptr, fp8,
+                 w[0]->block_k, N, K, dptr<float>(*out[0]), N);
+  return true;
 }
 
 // x [T, D] fp32 rounded to bf16 and quantized per 1×128 group (quantize_fp8_rows_bf16), once,

@@ -144,6 +144,10 @@ class CudaBackend : public Backend {
   void run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                const std::vector<MlpWeights>* shared_slices, Tensor& out, const Tensor* addend = nullptr,
                RowsFp8Once* xq = nullptr);
+  // matmul_parts in the batch-invariant mode at one row, as one GEMM where the parts' outputs
+  // are adjacent (cuda_backend.cpp); false: not taken.
+  bool invariant_parts_one_row(const Tensor& x, const std::vector<const LinearWeight*>& w,
+                               const std::vector<Tensor*>& out);
   // mlp, its W8A8 form taking x's quantized rows from xq (non-null).
   void mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, RowsFp8Once* xq);
   // Weight w as a bf16 [n_out, n_in] device pointer: the weight itself, or (FP8) a step-memory

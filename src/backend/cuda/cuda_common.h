@@ -388,7 +388,8 @@ void bf16_wgmma_grouped_glu(const bf16* A, int64_t R, int64_t K, const bf16* W13
 // Dense C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for m < M on the same kernel (its dense
 // row tiles, no offsets). Graph-safe.
 void bf16_wgmma_dense_gemm(const bf16* A, int64_t M, int64_t K, const bf16* W, int64_t N, float* C, int64_t ldc,
-                           cudaStream_t s, bool invariant);// Dense C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for m < M with the tiled grouped GEMM
+                           cudaStream_t s, bool invariant);
+// Dense C[m, n] (row stride ldc) = Σ_k A[m, k] · W[n, k] for m < M with the tiled grouped GEMM
 // (one "expert"): the same per-element fold as small_m_gemm, so either may serve any M in the
 // batch-invariant mode. W bf16 or FP8 (per (row, block_k) scales, widened to bf16).
 void dense_gemm_tiled(const bf16* A, int64_t M, int64_t K, const void* W, const float* scale, bool fp8,
