@@ -110,13 +110,16 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
   const float eps = static_cast<float>(c.rms_norm_eps);
 
   // The two linears of x (q_proj or q_a_proj, and kv_a_proj_with_mqa) together: placements
-  // stack their rows, so decode steps read them in one launch.
+  // stack their rows, so decode steps read them in one launch. (kv is allocated right after the
+  // first part's output: at one row the two are then one contiguous row where the first is a
+  // whole number of the step arena's alignment steps, which the batch-invariant GEMM uses.)
   Tensor q = backend.empty(DType::kF32, {T, H * dqk});  // [T, H * (dn + dr)]
+  Tensor qa;                                            // [T, q_lora_rank] (q_lora_rank > 0)
+  if (c.q_lora_rank != 0) qa = backend.empty(DType::kF32, {T, c.q_lora_rank});
   Tensor kv = backend.empty(DType::kF32, {T, width});  // [T, r + dr] = [c_kv | k_pe]
   if (c.q_lora_rank == 0) {
     backend.matmul_parts(x, {&w.q_proj, &w.kv_a_proj_with_mqa}, {&q, &kv});
   } else {
-    Tensor qa = backend.empty(DType::kF32, {T, c.q_lora_rank});  // [T, q_lora_rank]
     backend.matmul_parts(x, {&w.q_a_proj, &w.kv_a_proj_with_mqa}, {&qa, &kv});
     backend.rms_norm(qa, 0, w.q_a_layernorm, eps, qa);
     backend.matmul(qa, 0, w.q_b_proj, q);
