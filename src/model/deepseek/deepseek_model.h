@@ -28,7 +28,7 @@ struct ForwardBatch {
   std::vector<int32_t> block_indptr;  // [B + 1]
   std::vector<int32_t> block_ids;     // pages of each sequence in order
   std::vector<int32_t> logits_rows;   // rows of T whose logits are returned, in this order
-  // [B] 1: sequence b's rows are tokens the model generated (sampled outputs, MTP drafts), not
+  // [B] 1: sequence b's rows are tokens the model generated (sampled outputs), not
   // prompt tokens. Read by MlaPolicy::kByOrigin only; one entry holds one kind (callers split a
   // sequence's chunk at its prompt's end into two entries over the same pages).
   std::vector<uint8_t> generated;
