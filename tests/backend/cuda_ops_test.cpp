@@ -9,6 +9,7 @@
 //    the absorbed decode alone on bf16-exact cache and weights: 1e-4 per row with the fp32 split
 //    kernel, 1e-2 with the tensor-core one (bf16 q̃ and probabilities; see CudaMlaTc).
 // Skipped without a GPU (CI); run on the GPU machine by scripts/device/gpu_check.sh.
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -115,6 +116,27 @@ class CudaOps : public ::testing::Test {
       m.down_proj = host_linear(D, I, dtype);
     }
     return experts;
+  }
+
+  // matmul_parts of M random rows over (w0, w1) against the two matmuls: bitwise, `n_ops` timed
+  // ops (which path ran); returns the op times.
+  std::vector<OpTime> parts_equal_separate(const LinearWeight& w0, const LinearWeight& w1, int64_t M, size_t n_ops,
+                                           const std::string& what) {
+    const int64_t K = w0.n_in(), N0 = w0.n_out(), N1 = w1.n_out();
+    const Tensor x = up(randn({M, K}));
+    Tensor o0 = dev_empty(DType::kF32, {M, N0}), o1 = dev_empty(DType::kF32, {M, N1});
+    Tensor r0 = dev_empty(DType::kF32, {M, N0}), r1 = dev_empty(DType::kF32, {M, N1});
+    gpu_->set_op_timing(true);
+    gpu_->matmul_parts(x, {&w0, &w1}, {&o0, &o1});
+    std::vector<OpTime> times = gpu_->take_op_times();
+    gpu_->set_op_timing(false);
+    EXPECT_EQ(times.size(), n_ops) << what;
+    gpu_->matmul(x, 0, w0, r0);
+    gpu_->matmul(x, 0, w1, r1);
+    const Tensor a0 = down(o0), a1 = down(o1), b0 = down(r0), b1 = down(r1);
+    EXPECT_EQ(0, std::memcmp(a0.raw_data(), b0.raw_data(), a0.n_bytes())) << what;
+    EXPECT_EQ(0, std::memcmp(a1.raw_data(), b1.raw_data(), a1.n_bytes())) << what;
+    return times;
   }
 
   std::unique_ptr<Backend> gpu_;
@@ -350,23 +372,12 @@ TEST_F(CudaOps, MatmulPartsEqualsTheSeparateMatmuls) {
     } else {
       w0 = gpu_->place_linear({&h0}), w1 = gpu_->place_linear({&h1});
     }
-    const Tensor x = up(randn({M, K}));
-    Tensor o0 = dev_empty(DType::kF32, {M, N0}), o1 = dev_empty(DType::kF32, {M, N1});
-    Tensor r0 = dev_empty(DType::kF32, {M, N0}), r1 = dev_empty(DType::kF32, {M, N1});
-    gpu_->set_op_timing(true);
-    gpu_->matmul_parts(x, {&w0, &w1}, {&o0, &o1});
-    const std::vector<OpTime> times = gpu_->take_op_times();
-    gpu_->set_op_timing(false);
     const bool fused = stacked && M <= 2;
-    ASSERT_EQ(times.size(), fused ? 1u : 2u) << "M=" << M;
-    if (fused) {
+    const std::vector<OpTime> times =
+        parts_equal_separate(w0, w1, M, fused ? 1 : 2, fmt::format("{} M={}", dtype_name(dt), M));
+    if (fused && !times.empty()) {
       EXPECT_EQ(times[0].op, "matmul 58x272");
     }
-    gpu_->matmul(x, 0, w0, r0);
-    gpu_->matmul(x, 0, w1, r1);
-    const Tensor a0 = down(o0), a1 = down(o1), b0 = down(r0), b1 = down(r1);
-    EXPECT_EQ(0, std::memcmp(a0.raw_data(), b0.raw_data(), a0.n_bytes())) << dtype_name(dt) << " M=" << M;
-    EXPECT_EQ(0, std::memcmp(a1.raw_data(), b1.raw_data(), a1.n_bytes())) << dtype_name(dt) << " M=" << M;
   }
 }
 
@@ -833,21 +844,7 @@ TEST_F(CudaOps, MatmulPartsW8a8EqualsTheSeparateMatmuls) {
   const LinearWeight all = gpu_->place_linear({&h0, &h1});
   const LinearWeight w0 = all.rows(0, N0), w1 = all.rows(N0, N1);
   ASSERT_TRUE(w0.uniform_row_blocks && w1.uniform_row_blocks);
-  for (int64_t M : {65, 300}) {
-    const Tensor x = up(randn({M, K}));
-    Tensor o0 = dev_empty(DType::kF32, {M, N0}), o1 = dev_empty(DType::kF32, {M, N1});
-    Tensor r0 = dev_empty(DType::kF32, {M, N0}), r1 = dev_empty(DType::kF32, {M, N1});
-    gpu_->set_op_timing(true);
-    gpu_->matmul_parts(x, {&w0, &w1}, {&o0, &o1});
-    const std::vector<OpTime> times = gpu_->take_op_times();
-    gpu_->set_op_timing(false);
-    ASSERT_EQ(times.size(), 2u) << "M=" << M;
-    gpu_->matmul(x, 0, w0, r0);
-    gpu_->matmul(x, 0, w1, r1);
-    const Tensor a0 = down(o0), a1 = down(o1), b0 = down(r0), b1 = down(r1);
-    EXPECT_EQ(0, std::memcmp(a0.raw_data(), b0.raw_data(), a0.n_bytes())) << "M=" << M;
-    EXPECT_EQ(0, std::memcmp(a1.raw_data(), b1.raw_data(), a1.n_bytes())) << "M=" << M;
-  }
+  for (int64_t M : {65, 300}) (void)parts_equal_separate(w0, w1, M, 2, fmt::format("M={}", M));
 }
 #endif
 
