@@ -9,15 +9,23 @@
 
 namespace deepinfer {
 
+namespace {
+// The model's MLA dims and softmax scale (kv_b_proj: the caller's, per layer).
+MlaParams mla_params(const DeepseekConfig& c) {
+  MlaParams p;
+  p.n_heads = c.num_attention_heads;
+  p.qk_nope_head_dim = c.qk_nope_head_dim;
+  p.qk_rope_head_dim = c.qk_rope_head_dim;
+  p.v_head_dim = c.v_head_dim;
+  p.kv_lora_rank = c.kv_lora_rank;
+  p.softmax_scale = static_cast<float>(c.softmax_scale());
+  return p;
+}
+}  // namespace
+
 MlaPolicy mla_policy_for(const Backend& backend, const DeepseekConfig& config, bool batch_invariant) {
   if (!batch_invariant) return MlaPolicy::kAuto;
-  MlaParams dims;
-  dims.n_heads = config.num_attention_heads;
-  dims.qk_nope_head_dim = config.qk_nope_head_dim;
-  dims.qk_rope_head_dim = config.qk_rope_head_dim;
-  dims.v_head_dim = config.v_head_dim;
-  dims.kv_lora_rank = config.kv_lora_rank;
-  return backend.naive_mla_batch_invariant(dims) ? MlaPolicy::kByOrigin : MlaPolicy::kAbsorbed;
+  return backend.naive_mla_batch_invariant(mla_params(config)) ? MlaPolicy::kByOrigin : MlaPolicy::kAbsorbed;
 }
 
 const char* mla_policy_name(MlaPolicy policy) {
@@ -106,7 +114,7 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
   const DeepseekConfig& c = config_;
   const DeepseekLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
   const int64_t T = x.size(0), H = c.num_attention_heads, dqk = c.qk_head_dim();
-  const int64_t r = c.kv_lora_rank, dr = c.qk_rope_head_dim, width = c.kv_latent_dim();
+  const int64_t width = c.kv_latent_dim();
   const float eps = static_cast<float>(c.rms_norm_eps);
 
   // The two linears of x (q_proj or q_a_proj, and kv_a_proj_with_mqa) together: placements
@@ -129,13 +137,7 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
   // q_pe rotated; c_kv normed, k_pe rotated, both cached.
   backend.mla_rope_kv_write(q3, c.qk_nope_head_dim, kv, w.kv_a_layernorm, eps, positions, rope_, slots, cache_layer);
 
-  MlaParams p;
-  p.n_heads = H;
-  p.qk_nope_head_dim = c.qk_nope_head_dim;
-  p.qk_rope_head_dim = dr;
-  p.v_head_dim = c.v_head_dim;
-  p.kv_lora_rank = r;
-  p.softmax_scale = static_cast<float>(c.softmax_scale());
+  MlaParams p = mla_params(c);
   p.kv_b_proj = w.kv_b_proj_bf16.defined() ? &w.kv_b_proj_bf16 : &w.kv_b_proj;
   Tensor o = backend.empty(DType::kF32, {T, H, c.v_head_dim});  // [T, H, dv]
   if (decode.n_seqs > 0) backend.mla_attention(p, MlaForm::kAbsorbed, q3, cache_layer, decode, o);
