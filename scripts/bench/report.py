@@ -6,7 +6,8 @@ Usage: python3 scripts/bench/report.py OUT_DIR
 Reads every ``*.json`` in OUT_DIR written by ``deepinfer bench --json`` ("engine": "deepinfer") or
 ``scripts/bench/torch_peer.py --out`` ("engine": "transformers"); other JSON files are ignored.
 Prints one table per model config (grouped by the config file's name): one row per case (prefill
-length, decode batch size), and per run (engine + weight dtype) its tok/s, ms (per step for decode)
+length, decode batch size), and per run (engine + weight dtype, plus the batch-invariant mode and its
+MLA policy where set) its tok/s, ms (per step for decode)
 and ratio to its floor; then, for each deepinfer run, its speedup over the transformers bf16 run
 (deepinfer tok/s / transformers tok/s). Each engine's ratio is against the limits it measured itself
 (listed under the table). A failed or skipped case shows as "error" / "skipped", with the reason in
@@ -47,7 +48,13 @@ def case_label(key: tuple) -> str:
 
 
 def run_label(doc: dict) -> str:
-    return f"{doc['engine']} {doc.get('dtype', '?')}"
+    """Engine and weight dtype, plus the batch-invariant mode and its MLA policy where set."""
+    label = f"{doc['engine']} {doc.get('dtype', '?')}"
+    settings = doc.get("settings") or {}
+    if settings.get("batch_invariant"):
+        policy = settings.get("mla_policy")
+        label += " invariant" + (f" ({policy})" if policy else "")
+    return label
 
 
 def measured(r: dict | None) -> bool:
