@@ -127,8 +127,8 @@ Expected<std::vector<GenerateResult>> Generator::generate(const std::vector<Gene
     for (int64_t i = 0; i < n; ++i) {
       if (done[static_cast<size_t>(i)]) continue;
       live.push_back(i);
-      batch.logits_rows.push_back(
-          batch.add_sequence(seqs[static_cast<size_t>(i)], &last_token[static_cast<size_t>(i)], 1, bs, /*is_generated=*/true));
+      const size_t k = static_cast<size_t>(i);
+      batch.logits_rows.push_back(batch.add_sequence(seqs[k], &last_token[k], 1, bs, /*is_generated=*/true));
     }
     if (live.empty()) break;
     const Tensor logits = backend_->to_host(model_->forward(*backend_, batch, cache, policy));

@@ -30,8 +30,8 @@ BlockHash BlockManager::chain(const BlockHash& parent, const int32_t* tokens, ui
 int64_t BlockManager::count_cached_blocks(const std::vector<int32_t>& tokens, uint64_t salt,
                                          int64_t n_shareable) const {
   if (!prefix_caching_ || tokens.empty()) return 0;
-  const int64_t max_blocks =
-      std::min((static_cast<int64_t>(tokens.size()) - 1) / block_size_, std::max<int64_t>(n_shareable, 0) / block_size_);
+  const int64_t n_tokens = static_cast<int64_t>(tokens.size());
+  const int64_t max_blocks = std::min(n_tokens - 1, std::max<int64_t>(n_shareable, 0)) / block_size_;
   BlockHash h;
   int64_t n = 0;
   for (; n < max_blocks; ++n) {

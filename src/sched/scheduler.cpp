@@ -57,7 +57,8 @@ bool Scheduler::admit(Sequence* seq) {
   // All known tokens need pages now (the prompt, plus output kept across a preemption).
   const std::vector<int32_t> tokens = seq->all_tokens();
   // Unbounded unless prompt pages only: the output this sequence will generate is shareable too.
-  const int64_t n_shareable = config_.share_prompt_pages_only ? static_cast<int64_t>(seq->prompt_ids.size()) : INT64_MAX;
+  const int64_t n_prompt = static_cast<int64_t>(seq->prompt_ids.size());
+  const int64_t n_shareable = config_.share_prompt_pages_only ? n_prompt : INT64_MAX;
   if (!blocks_->can_allocate(tokens, 0, seq->salt, n_shareable)) return false;
   seq->kv = blocks_->allocate(tokens, 0, seq->salt, n_shareable);
   seq->n_scheduled = seq->kv.kv.n_tokens;  // the prefix-cache hit is already computed

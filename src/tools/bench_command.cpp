@@ -204,7 +204,8 @@ class BenchRun {
       res["op_times"] = timed_ops([&] {
         ForwardBatch step;
         for (int64_t b = 0; b < batch; ++b) {
-          step.add_sequence(seqs[static_cast<size_t>(b)], &tokens[static_cast<size_t>(b)], 1, bs, /*is_generated=*/true);
+          const size_t k = static_cast<size_t>(b);
+          step.add_sequence(seqs[k], &tokens[k], 1, bs, /*is_generated=*/true);
           step.logits_rows.push_back(static_cast<int32_t>(b));
         }
         (void)model_.forward(backend_, step, cache, policy(), nullptr);

@@ -203,9 +203,13 @@ void run_invariance(const std::string& name, const nlohmann::json& json, DType d
       std::vector<Seq*> seqs{&p};
       std::vector<int64_t> n;
       const int64_t left = p.prompt - p.fed;
-      if (recompute > 0 && p.fed == 0) n.push_back(p.prompt + recompute);
-      else n.push_back(left > 0 ? (probe_chunk > 0 ? std::min(left, 1 + static_cast<int64_t>(rng() % probe_chunk)) : left)
-                                : 1);
+      if (recompute > 0 && p.fed == 0) {
+        n.push_back(p.prompt + recompute);
+      } else if (left > 0) {
+        n.push_back(probe_chunk > 0 ? std::min(left, 1 + static_cast<int64_t>(rng() % probe_chunk)) : left);
+      } else {
+        n.push_back(1);
+      }
       for (auto& s : nb) {
         if (s.fed >= static_cast<int64_t>(s.tokens.size())) continue;
         const int64_t sl = s.prompt - s.fed;

@@ -1152,9 +1152,8 @@ void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWe
 // The batch-invariant mode at one row: stacked parts whose outputs lie back to back (the row of
 // part i + 1 starts where part i's ends — the model allocates q (or q_a) then kv, adjacent when
 // the first row is a multiple of 256 bytes, as at DeepSeek's dims) are one invariant GEMM over
-// the stack: each
-// output element's fold does not depend on the columns beside it (16-column items, the K
-// structure fixed), so the bits are the separate GEMMs'. One conversion and one GEMM (with its
+// the stack: each output element's fold does not depend on the columns beside it (16-column
+// items, the K structure fixed), so the bits are the separate GEMMs'. One conversion and one GEMM (with its
 // K-split sum) instead of two of each: V2-Lite's kv_a_proj took 10 µs per layer on its own at
 // B = 1 (run s15-7). Returns false (nothing run) where the conditions do not hold.
 bool CudaBackend::invariant_parts_one_row(const Tensor& x, const std::vector<const LinearWeight*>& w,
