@@ -10,10 +10,11 @@
 #              device sampling) synchronous and overlapped, with the device timeline (not in "all")
 #   profile:   `deepinfer bench --op-times` on deepseek_v2_lite.json, bf16 and fp8: device time per op
 #              kind for prefill 4096 and decode B=1/32/256 (not in "all")
-#   invariant: `deepinfer bench` on deepseek_v2_lite.json, bf16 and fp8, default, --batch-invariant, and
-#              --batch-invariant with DEEPINFER_CUDA_INVARIANT_NAIVE=1 (prefill 4096, decode
-#              B=1/32/256): the batch-invariant mode's overhead in its two MLA policies; then prefill
-#              16384 (default mode) and, where built, bench/mla_prefill_bench (not in "all")
+#   invariant: `deepinfer bench` on deepseek_v2_lite.json, bf16 and fp8, default and --batch-invariant
+#              (prefill 4096, decode B=1/32/256): the batch-invariant mode's overhead (its MLA policy
+#              by_origin; INVARIANT_ABSORBED=1 adds a run with DEEPINFER_CUDA_INVARIANT_NAIVE=0, every
+#              row absorbed); then prefill 16384 (default mode) and, where built,
+#              bench/mla_prefill_bench (not in "all")
 #   report:    scripts/bench/report.py OUT_DIR, also saved as OUT_DIR/report.md
 # Each command runs under `timeout` (seconds: DI_TIMEOUT, default 180; PEER_TIMEOUT, default 280, with
 # the peer's own budget PEER_MAX_SECONDS, default 180); a failed or timed-out command is reported
@@ -80,11 +81,11 @@ fi
 
 if [ "$WHAT" = invariant ]; then
   for dt in bf16 fp8; do
-    # invariant_naive: the batch-invariant mode with prompt rows on the naive form (kByOrigin).
-    for mode in default invariant invariant_naive; do
-      flag="" naive=0
+    # invariant_absorbed: the batch-invariant mode with every row absorbed (MlaPolicy::kAbsorbed).
+    for mode in default invariant ${INVARIANT_ABSORBED:+invariant_absorbed}; do
+      flag="" naive=1
       [ "$mode" != default ] && flag=--batch-invariant
-      [ "$mode" = invariant_naive ] && naive=1
+      [ "$mode" = invariant_absorbed ] && naive=0
       run "deepinfer_v2_lite_${dt}_${mode}" "$DI_TIMEOUT" env DEEPINFER_CUDA_INVARIANT_NAIVE=$naive "$BIN" bench \
         --config "$LITE" --dtype "$dt" --prefill 4096 --decode-batch 1,32,256 --op-times $flag \
         --json "$OUT/deepinfer_v2_lite_${dt}_${mode}.json"

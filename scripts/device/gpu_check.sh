@@ -30,8 +30,9 @@ grep -E "\[cuda (fixture|parity)\]" "$OUT/cuda_fixtures.log" | sed 's|/.*/fixtur
 run cuda_runtime env DEEPINFER_TEST_DEVICE=cuda "$T" --gtest_filter='LLMEngine.*'
 grep -c "\[tolerant\]" "$OUT/cuda_runtime.log" | sed 's/^/tolerant divergences: /'
 grep -E "\[(timeline|graphs)\]" "$OUT/cuda_runtime.log"
-# The batch-invariant mode's identity tests again with prompt rows on the naive form (kByOrigin).
-run cuda_runtime_by_origin env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_INVARIANT_NAIVE=1 "$T" \
+# The batch-invariant mode's identity tests again with every row absorbed (kAbsorbed, the policy
+# DEEPINFER_CUDA_INVARIANT_NAIVE=0 selects).
+run cuda_runtime_absorbed env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_INVARIANT_NAIVE=0 "$T" \
   --gtest_filter='LLMEngine.BatchInvariant*:LLMEngine.ChunkedPrefill*:LLMEngine.PrefixCache*:LLMEngine.Preemption*:LLMEngine.SecondTurn*'
 run bf16_reference env PYTHONUNBUFFERED=1 python3 scripts/golden/bf16_reference_error.py --out "$OUT/bf16_reference.json"
 cat "$OUT/bf16_reference.log"

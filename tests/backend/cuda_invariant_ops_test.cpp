@@ -14,6 +14,7 @@
 #include "backend/reference/reference_backend.h"
 #ifdef DEEPINFER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"  // moe_w8a8_ok
 #endif
 #include "support/cuda_available.h"
 #include "support/logits_compare.h"
@@ -134,7 +135,9 @@ TEST_F(CudaInvariantOps, MatmulPartsOneRowIsOneGemmWithTheSeparateBits) {
 TEST_F(CudaInvariantOps, MoeExpertsRowsAreBatchInvariant) {
   const int64_t E = 9, k = 3, T = 200;
   // D = 1088, I = 576: K splits in both GEMMs (small_m_gemm's partials then go straight to the
-  // SiLU·mul and the combine, which add them in split order).
+  // SiLU·mul and the combine, which add them in split order). The mode's own choice (FP8
+  // weights on sm_90: W8A8 at every size) is what the rows alone and in batches compare; the
+  // forced forms 0, 3, 4 compare with each other.
   for (const auto& [D, I] : {std::pair<int64_t, int64_t>{256, 192}, std::pair<int64_t, int64_t>{1088, 576}})
   for (DType dt : {DType::kF32, DType::kF8E4M3}) {
     std::vector<MlpWeights> experts(E);
@@ -177,7 +180,15 @@ TEST_F(CudaInvariantOps, MoeExpertsRowsAreBatchInvariant) {
     const Tensor full = run(0, T);
     Tensor ref = Tensor::empty_host(DType::kF32, {T, D});
     ref_.moe_experts(x, ids, wts, experts, ref);
-    EXPECT_LT(rel_err(full, ref), 1e-2) << dtype_name(dt);
+    // FP8 on the W8A8 form: the activations quantized per 1×128 group, ~2^-4/√3 per GEMM input
+    // from this unquantized reference (measured 0.043, run s17-6), hence 6e-2 as in
+    // CudaOps.MoeFfnRunsSharedSlicesInTheRoutedLaunch; otherwise bf16 operands, 1e-2.
+#ifdef DEEPINFER_HAVE_CUDA
+    const bool w8a8 = dt == DType::kF8E4M3 && cuda::moe_w8a8_ok(D, I, true, dev[0].gate_proj.block_k);
+#else
+    const bool w8a8 = false;
+#endif
+    EXPECT_LT(rel_err(full, ref), w8a8 ? 6e-2 : 1e-2) << dtype_name(dt);
     for (int64_t t : {0, 1, 5, 77, 199}) EXPECT_TRUE(same_rows(run(t, 1), full, t)) << dtype_name(dt) << " token " << t;
     EXPECT_TRUE(same_rows(run(0, 31), full, 0)) << dtype_name(dt) << " first 31 tokens";
 #ifdef DEEPINFER_HAVE_CUDA

@@ -593,14 +593,14 @@ TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
         const bool wgmma_prefill =
             dt != DType::kF8E4M3 && T * (k + S) >= 64 * (E + S) && wgmma_moe_ok(D);
         EXPECT_EQ(fused, invariant || decode_sized || wgmma_prefill) << "T=" << T << " invariant " << invariant;
-        // FP8 routed steps of ≥ 64 rows per expert in the default mode take the W8A8 form (the
-        // activations quantized per 1×128 group: ~3 % from this unquantized reference; run s10-13
-        // measured 0.030 at T = 200; CudaOps.MoeW8a8MatchesQuantizedReference holds that form to
-        // 1e-2 of its own quantized reference), hence 6e-2 there.
-        // So does the shared MLP on its own above 64 tokens (the dense W8A8 form, same bound).
-        const bool w8a8 = dt == DType::kF8E4M3 && !invariant && !fused &&
-                          ((T * k >= 64 * E && w8a8_moe_ok(D, I, d_routed[0].gate_proj.block_k)) ||
-                           (T > 64 && w8a8_moe_ok(D, S * I, d_routed[0].gate_proj.block_k)));
+        // FP8 routed steps of more than one token (in the batch-invariant mode: every step) take
+        // the W8A8 form on sm_90 (the activations quantized per 1×128 group: ~3 % from this
+        // unquantized reference; run s10-13 measured 0.030 at T = 200;
+        // CudaOps.MoeW8a8MatchesQuantizedReference holds that form to 1e-2 of its own quantized
+        // reference), hence 6e-2 there (the shared MLP on its own above 64 tokens takes the dense
+        // W8A8 form, same bound).
+        const bool w8a8 =
+            dt == DType::kF8E4M3 && w8a8_moe_ok(D, I, d_routed[0].gate_proj.block_k) && (invariant || T > 1);
         EXPECT_LT(rel_err(down(d_o), ref_o), w8a8 ? 6e-2 : 1e-2)
             << "moe_ffn " << dtype_name(dt) << " T=" << T << " invariant " << invariant;
         // Not fused: the combine adds the shared MLP's output — the three ops' bits, FP8 at
@@ -758,9 +758,22 @@ TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
   for (MlpWeights& m : rows_form)
     for (LinearWeight* lw : {&m.gate_proj, &m.up_proj, &m.down_proj}) lw->uniform_row_blocks = false;
   gpu_->moe_experts(up(x), up(i32(ids).reshape({T, k})), up(w), rows_form, d_o);
-  set_moe_gemm(*gpu_, -1);
   const Tensor got_rows = down(d_o);
   EXPECT_EQ(0, std::memcmp(got.raw_data(), got_rows.raw_data(), got.n_bytes())) << "block vs per-row form";
+  // Decode sizes (the default form beyond one token, and every size in the batch-invariant mode):
+  // a token's row must not depend on the step's size — the first n tokens alone (one-block sort,
+  // one row per expert up to a few) give the bits of their rows in the 700-token step.
+  for (int64_t n : {1, 2, 5, 64}) {
+    const std::vector<int32_t> head(ids.begin(), ids.begin() + n * k);
+    Tensor x_n = Tensor::empty_host(DType::kF32, {n, D}), w_n = Tensor::empty_host(DType::kF32, {n, k});
+    std::memcpy(x_n.raw_data(), x.raw_data(), x_n.n_bytes());
+    std::memcpy(w_n.raw_data(), w.raw_data(), w_n.n_bytes());
+    Tensor d_n = dev_empty(DType::kF32, {n, D});
+    gpu_->moe_experts(up(x_n), up(i32(head).reshape({n, k})), up(w_n), d_experts, d_n);
+    EXPECT_EQ(0, std::memcmp(down(d_n).raw_data(), got.raw_data(), static_cast<size_t>(n * D) * sizeof(float)))
+        << "the first " << n << " tokens alone";
+  }
+  set_moe_gemm(*gpu_, -1);
   const double err = rel_err(got, ref);
   std::printf("[moe w8a8] relative L2 to the quantized reference %.3g\n", err);
   EXPECT_LT(err, 1e-2);
@@ -769,14 +782,15 @@ TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
   ref_.moe_experts(x, i32(ids).reshape({T, k}), w, experts, ref_plain);
   std::printf("[moe w8a8] relative L2 to the dequantized-weights reference %.3g\n", rel_err(got, ref_plain));
 }
-// The dense W8A8 form (CudaBackend::linear_w8a8, the default above 64 rows for checkpoint-placed
-// FP8 weights: a linear's rows quantized per 1×128 group, then the FP8 wgmma GEMM — its block
-// form, and forced on, its per-row form, bitwise equal) against a host reference of the same recipe: the rows rounded
-// to bf16, quantized as quantize_fp8_rows does (see MoeW8a8MatchesQuantizedReference), the
-// placed FP8 weights dequantized, sums in double. Bound 1e-2 relative L2, for the reasons given
-// there; the unquantized reference is printed (~2^-4/√3 away: the test sees the recipe). Shapes:
-// the fewest rows the form takes (65), partial row and column tiles (N = 136, 576), a padded
-// input row pitch, 2–8 K blocks.
+// The dense W8A8 form (CudaBackend::linear_w8a8, the default above the decode GEMV's 2 rows for
+// checkpoint-placed FP8 weights: a linear's rows quantized per 1×128 group, then the FP8 wgmma
+// GEMM — its block form, and forced on, its per-row form, bitwise equal) against a host
+// reference of the same recipe: the rows rounded to bf16, quantized as quantize_fp8_rows does
+// (see MoeW8a8MatchesQuantizedReference), the placed FP8 weights dequantized, sums in double.
+// Bound 1e-2 relative L2, for the reasons given there; the unquantized reference is printed
+// (~2^-4/√3 away: the test sees the recipe). Shapes: the fewest rows the form takes (3), 65
+// (once the fewest), partial row and column tiles (N = 136, 576), a padded input row pitch, 2–8
+// K blocks.
 TEST_F(CudaOps, LinearW8a8MatchesQuantizedReference) {
   if (!cuda::fp8_wgmma_available()) GTEST_SKIP() << "the W8A8 form needs an sm_90 GPU";
   auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
@@ -789,7 +803,8 @@ TEST_F(CudaOps, LinearW8a8MatchesQuantizedReference) {
     EXPECT_FALSE(gpu_->place_linear({&p200, &p256}).uniform_row_blocks) << "a part starting mid-block";
     EXPECT_FALSE(gpu_->place_linear({&p256, &p200}).rows(64, 192).uniform_row_blocks) << "a view from row 64";
   }
-  for (const Case& c : {Case{65, 136, 256, 260}, Case{200, 320, 384, 384}, Case{1000, 576, 1024, 1024}}) {
+  for (const Case& c : {Case{3, 136, 256, 260}, Case{65, 136, 256, 260}, Case{200, 320, 384, 384},
+                        Case{1000, 576, 1024, 1024}}) {
     const LinearWeight w = host_linear(c.N, c.K, DType::kF8E4M3);
     const LinearWeight dw = gpu_->place_linear({&w});
     const Tensor x = randn({c.M, c.stride});
@@ -834,7 +849,7 @@ TEST_F(CudaOps, LinearW8a8MatchesQuantizedReference) {
   }
 }
 
-// matmul_parts at prefill sizes with FP8 parts on the W8A8 form (V2-Lite's q_proj | kv_a_proj
+// matmul_parts at decode and prefill sizes with FP8 parts on the W8A8 form (V2-Lite's q_proj | kv_a_proj
 // stack: the second part starting at a 128-row block, its last block partial): x quantized once
 // for both GEMMs, bitwise the separate matmuls (each quantizing x itself); one timed op per part.
 TEST_F(CudaOps, MatmulPartsW8a8EqualsTheSeparateMatmuls) {
@@ -844,7 +859,7 @@ TEST_F(CudaOps, MatmulPartsW8a8EqualsTheSeparateMatmuls) {
   const LinearWeight all = gpu_->place_linear({&h0, &h1});
   const LinearWeight w0 = all.rows(0, N0), w1 = all.rows(N0, N1);
   ASSERT_TRUE(w0.uniform_row_blocks && w1.uniform_row_blocks);
-  for (int64_t M : {65, 300}) (void)parts_equal_separate(w0, w1, M, 2, fmt::format("M={}", M));
+  for (int64_t M : {3, 65, 300}) (void)parts_equal_separate(w0, w1, M, 2, fmt::format("M={}", M));
 }
 #endif
 

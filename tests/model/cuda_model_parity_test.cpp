@@ -2,7 +2,12 @@
 // the golden fixtures) on random checkpoints: a dense-only V3, a MoE V3, a V2-Lite shape and
 // FP8. Per logits row, relative L2 error ≤ 2e-2 (the CUDA issue's bf16 bound; see
 // golden_fixture_cuda_test.cpp) up to the first routing near-tie (support/routing_trace.h), and
-// greedy tokens equal up to a near-tie (top-5 rule).
+// greedy tokens equal up to a near-tie (top-5 rule). FP8 on sm_90 (its dims fit the MoE's W8A8
+// form, moe_w8a8_ok): ≤ 8e-2. The GPU then quantizes each expert GEMM's input per 1×128 group
+// to e4m3 (DeepSeek's and transformers' own FP8 recipe; the CPU engine does not): ~2^-4/√3
+// relative per element, carried to every MoE output (measured 3.6e-2 to 4.7e-2 on this model's
+// rows, run s17-6). 8e-2 still catches a row-local bug (a wrong page, position or expert moves a
+// row by O(1)).
 // The dense-only model isolates attention and GEMM rounding from MoE routing decisions.
 // Skipped without a GPU.
 #include <gtest/gtest.h>
@@ -11,6 +16,9 @@
 #include <algorithm>
 #include <cmath>
 
+#ifdef DEEPINFER_HAVE_CUDA
+#include "backend/cuda/cuda_common.h"  // moe_w8a8_ok
+#endif
 #include "engine/generator.h"
 #include "model/deepseek/deepseek_random.h"
 #include "support/cuda_available.h"
@@ -35,7 +43,7 @@ std::unique_ptr<Generator> open(const std::string& dir, const std::string& devic
   return std::move(*g);
 }
 
-void check(const std::string& name, nlohmann::json config, DType dtype) {
+void check(const std::string& name, nlohmann::json config, DType dtype, double bound = 2e-2) {
   if (!testing::try_cuda_backend()) GTEST_SKIP() << "no CUDA backend/GPU here (runs on the GPU machine)";
   const std::string dir = fmt::format("{}/cuda_parity_{}_{}", ::testing::TempDir(), name, ::getpid());
   ASSERT_TRUE(write_random_deepseek_checkpoint(dir, config, 4321, dtype, false).is_ok());
@@ -87,7 +95,7 @@ void check(const std::string& name, nlohmann::json config, DType dtype) {
                 "routing near-tie at position %lld (rel err after it %.3e)\n",
                 name.c_str(), i, static_cast<long long>(np), agree, x.token_ids.size(), worst,
                 static_cast<long long>(flip[i] == INT64_MAX ? -1 : flip[i]), after_flip);
-    EXPECT_LE(worst, 2e-2) << name << " request " << i;
+    EXPECT_LE(worst, bound) << name << " request " << i;
   }
 }
 
@@ -98,7 +106,16 @@ TEST(CudaModelParity, V3DenseOnly) {
 }
 TEST(CudaModelParity, V3Moe) { check("v3_moe", testing::tiny_v3_config(), DType::kBF16); }
 TEST(CudaModelParity, V2) { check("v2", testing::tiny_v2_config(), DType::kF32); }
-TEST(CudaModelParity, V3Fp8) { check("v3_fp8", testing::tiny_fp8_config(), DType::kF8E4M3); }
+TEST(CudaModelParity, V3Fp8) {
+  const nlohmann::json c = testing::tiny_fp8_config();
+#ifdef DEEPINFER_HAVE_CUDA
+  const bool w8a8 = cuda::moe_w8a8_ok(c["hidden_size"].get<int64_t>(), c["moe_intermediate_size"].get<int64_t>(), true,
+                                      c["quantization_config"]["weight_block_size"][1].get<int64_t>());
+#else
+  const bool w8a8 = false;
+#endif
+  check("v3_fp8", c, DType::kF8E4M3, w8a8 ? 8e-2 : 2e-2);
+}
 
 }  // namespace
 }  // namespace deepinfer

@@ -21,13 +21,22 @@
 // (bf16 q, K, V and probabilities: cuda_mla_prefill.cu) one greedy-step row of that fixture
 // reaches 5.06e-2 (run s5-3; its tensors stay ≤ 1.6e-2, every other fixture's rows ≤ 1.5e-2) —
 // the size transformers' own bf16 run reaches there. 6e-2 per row still catches any row-local
-// bug (a wrong page, position or mask moves a row by O(1)). Skipped without a GPU.
+// bug (a wrong page, position or mask moves a row by O(1)).
+// FP8 checkpoints on sm_90: ≤ 4e-2 per tensor. Their linears past 2 rows (dense, with K a
+// multiple of 128) and MoE steps past one token (I a multiple of 16) quantize each GEMM input
+// per 1×128 group to e4m3 — DeepSeek's W8A8 recipe, which transformers' own FP8 kernels follow;
+// the fixtures were computed on dequantized weights without it — ~2^-4/√3 relative per element
+// on top of the bf16 roundings: v3_fp8 measured 2.77e-2 and 2.47e-2 per prompt tensor, 3.4e-2
+// worst row (run s17-7; 6e-3 before its 19-token prompts took W8A8). Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 
+#ifdef DEEPINFER_HAVE_CUDA
+#include "backend/cuda/cuda_common.h"  // fp8_wgmma_available
+#endif
 #include "engine/generator.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
@@ -62,6 +71,14 @@ TEST_P(GoldenFixtureCuda, MatchesTransformersWithinBf16) {
   auto cpu = Generator::create(config);
   ASSERT_TRUE(cpu.has_value()) << cpu.status().to_string();
   const int64_t vocab = (*gen)->model().config().vocab_size;
+  auto model_config = read_json_file(dir + "/config.json");
+  ASSERT_TRUE(model_config.has_value()) << model_config.status().to_string();
+#ifdef DEEPINFER_HAVE_CUDA
+  const bool w8a8 = model_config->contains("quantization_config") && cuda::fp8_wgmma_available();
+#else
+  const bool w8a8 = false;
+#endif
+  const double tensor_bound = w8a8 ? 4e-2 : 2e-2;
   std::vector<Tensor> trace_cpu, trace_gpu;
   (*cpu)->model().set_routing_trace(&trace_cpu);
   (*gen)->model().set_routing_trace(&trace_gpu);
@@ -120,8 +137,8 @@ TEST_P(GoldenFixtureCuda, MatchesTransformersWithinBf16) {
         break;
       }
     }
-    EXPECT_LE(prompt_err.value(), 2e-2) << tag << " (prompt logits tensor)";
-    EXPECT_LE(step_err.value(), 2e-2) << tag << " (greedy-step logits tensor)";
+    EXPECT_LE(prompt_err.value(), tensor_bound) << tag << " (prompt logits tensor)";
+    EXPECT_LE(step_err.value(), tensor_bound) << tag << " (greedy-step logits tensor)";
     EXPECT_LE(worst, 6e-2) << tag << " (worst row)";
     RecordProperty("p" + std::to_string(i) + "_worst_rel_err", std::to_string(worst));
     RecordProperty("p" + std::to_string(i) + "_tokens_agreeing", std::to_string(agree));

@@ -127,8 +127,11 @@ struct CudaState {
   bool capturing = false;
   int moe_gemm = -1;  // set_moe_gemm
   int dense_w8a8 = -1;  // set_dense_fp8_w8a8; DEEPINFER_CUDA_FP8_W8A8=0|1
+  // The dense W8A8 form above this many rows (dense_w8a8_fits; the constructor sets
+  // kGemvMaxRows); DEEPINFER_CUDA_FP8_W8A8_ROWS=n.
+  int64_t dense_w8a8_rows = 0;
   bool mla_wgmma = true;  // set_mla_prefill_wgmma; DEEPINFER_CUDA_MLA_WGMMA=0|1
-  bool invariant_naive = false;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
+  bool invariant_naive = true;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
   bool batch_invariant = false;  // set_batch_invariant
 };
 
@@ -139,9 +142,15 @@ namespace {
 // run s8-3: V2-Lite bf16 B = 1 3.25 → 2.87 ms per step, FP8 3.50 → 2.89; B = 2 4.09 → 3.80 and
 // 4.49 → 4.16), larger ones small_m_gemm (form 3: 16-row tensor-core passes over each active
 // expert's weights; decode up to batch 85 at top-6 of 64 experts — at B = 4 the GEMV's CUDA-core
-// math already loses, run s8-1). Beyond, the tiled kernel (V2-Lite batch 256: 83 ms on CUDA
-// cores vs 60 ms tiled v1 per step, 34 ms with tiled v2), or per-expert cuBLAS once the experts
-// average kMoePerExpertMinRows rows (prefill), where cuBLAS's tiles win and one host sync is cheap.
+// math already loses, run s8-1). Beyond, bf16 weights take the wgmma grouped GEMM on sm_90
+// (form 4; run s17-5, V2-Lite ms per step, tiled → wgmma: B = 128 15.54 → 12.71, B = 256
+// 17.63 → 14.17; at B = 64, 384 rows, 11.82 vs 11.96), else the tiled kernel, or per-expert
+// cuBLAS once the experts average kMoePerExpertMinRows rows (prefill) without wgmma.
+// FP8 weights on sm_90 take W8A8 (form 5) at every step of more than one token: its 128-row
+// tiles hold a few rows per expert at decode sizes, but they stream the FP8 weights through TMA
+// at the FP8 matrix rate, where small_m_gemm and the tiled kernel widen them on the CUDA cores
+// (run s17-5, ms per step, size-picked → W8A8: B = 2 4.05 → 3.66, B = 8 9.04 → 6.60, B = 32
+// 15.21 → 8.78, B = 128 15.05 → 10.41, B = 256 17.15 → 11.65; B = 1 keeps the GEMV, 2.47 vs 2.88).
 constexpr int64_t kMoeDecodeMaxRows = 512;
 constexpr int64_t kMoePerExpertMinRows = 64;
 // Prefill-sized MoE steps (≥ kMoePerExpertMinRows rows per expert on average, shared slices
@@ -173,9 +182,9 @@ constexpr int64_t kMlaInvariantMaxSplits = 32;
 // Default-mode dense linears of at most this many rows run on the decode GEMV (cuda_gemv.cu): the
 // weights read once at the copy rate (FP8 at a byte each), fp32 activations rounded to bf16 as
 // they are read (no conversion launch), fp32 router weights as they are. Beyond, FP8 weights
-// take small_m_gemm's tensor-core 16-row passes up to kInvariantSmallRows (run s5-8, FP8 decode
-// B = 32: the 5632×2048 MLP 6.57 ms per step on CUDA cores, 2.08 ms with small_m_gemm), bf16
-// weights cuBLAS.
+// take the dense W8A8 form where it applies (dense_w8a8_fits), else small_m_gemm's tensor-core
+// 16-row passes up to kInvariantSmallRows (run s5-8, FP8 decode B = 32: the 5632×2048 MLP
+// 6.57 ms per step on CUDA cores, 2.08 ms with small_m_gemm); bf16 weights cuBLAS.
 constexpr int64_t kGemvMaxRows = 2;
 
 Elem elem_of(DType t) {
@@ -227,6 +236,18 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
     const std::string_view v(wg);
     if (v == "0" || v == "1") s_->mla_wgmma = v == "1";
     else if (!v.empty()) log_warn("DEEPINFER_CUDA_MLA_WGMMA='{}' ignored: it must be 0 or 1", v);
+  }
+  s_->dense_w8a8_rows = kGemvMaxRows;
+  if (const char* rows = std::getenv("DEEPINFER_CUDA_FP8_W8A8_ROWS"); rows != nullptr) {
+    char* end = nullptr;
+    const long n = std::strtol(rows, &end, 10);
+    if (end != rows && *end == '\0' && n >= 0) s_->dense_w8a8_rows = n;
+    else if (*rows != '\0') log_warn("DEEPINFER_CUDA_FP8_W8A8_ROWS='{}' ignored: it must be a row count", rows);
+  }
+  if (const char* form = std::getenv("DEEPINFER_CUDA_MOE_FORM"); form != nullptr) {
+    const std::string_view v(form);
+    if (v.size() == 1 && v[0] >= '0' && v[0] <= '5') s_->moe_gemm = v[0] - '0';
+    else if (!v.empty()) log_warn("DEEPINFER_CUDA_MOE_FORM='{}' ignored: it must be one of 0 … 5", v);
   }
   if (const char* inv = std::getenv("DEEPINFER_CUDA_INVARIANT_NAIVE"); inv != nullptr) {
     const std::string_view v(inv);
@@ -678,12 +699,12 @@ void CudaBackend::linear(const void* xb, int64_t M, const LinearWeight& w, float
     return;
   }
   if (try_gemv(xb, Elem::kBF16, K, M, w, N, out, ldc)) return;
-  if (fp8 && M <= kInvariantSmallRows && w.block_n == 1) {
-    invariant_gemm(xb, M, w.weight.raw_data(), cdptr<float>(w.scale_inv), true, w.block_k, N, K, out, ldc);
-    return;
-  }
   if (fp8 && dense_w8a8_fits(M, w)) {
     linear_w8a8(xb, M, w, N, w.uniform_row_blocks, out, ldc);
+    return;
+  }
+  if (fp8 && M <= kInvariantSmallRows && w.block_n == 1) {
+    invariant_gemm(xb, M, w.weight.raw_data(), cdptr<float>(w.scale_inv), true, w.block_k, N, K, out, ldc);
     return;
   }
   const auto* wb = static_cast<const bf16*>(bf16_weight(w));
@@ -692,12 +713,15 @@ void CudaBackend::linear(const void* xb, int64_t M, const LinearWeight& w, float
 
 // The dense W8A8 form (set_dense_fp8_w8a8; by default where the scales are uniform over 128-row
 // blocks): FP8 weights with per-row scales and 128-wide K blocks (CudaBackend's placement), K a
-// whole number of blocks, more rows than the small-M GEMM takes (kInvariantSmallRows), an sm_90
-// GPU. Measured (run s14-2, V2-Lite shapes at 4,096 rows): the block form ~1,000 TFLOP/s, the
-// per-row form ~560; the fallback (dequantize, then bf16 cuBLAS) ~330 in the model (s14-2).
+// whole number of blocks, more rows than the decode GEMV takes (dense_w8a8_rows: kGemvMaxRows
+// by default), an sm_90 GPU. Measured (run s14-2, V2-Lite shapes at 4,096 rows): the block form
+// ~1,000 TFLOP/s, the per-row form ~560; the fallback (dequantize, then bf16 cuBLAS) ~330 in the
+// model (s14-2). At decode sizes it streams the weights through TMA where small_m_gemm widens
+// them on the CUDA cores once per 16-row pass (run s17-6, V2-Lite FP8 ms per step, from 64 rows
+// → from 2: B = 32 8.81 → 8.17, B = 64 11.30 → 9.30, B = 8 6.61 → 6.58; from 16: the same).
 bool CudaBackend::dense_w8a8_fits(int64_t M, const LinearWeight& w) const {
   const bool on = s_->dense_w8a8 == 1 || (s_->dense_w8a8 == -1 && w.uniform_row_blocks);
-  return on && M > kInvariantSmallRows && w.block_n == 1 && w.block_k == cuda::kFp8GroupK &&
+  return on && M > s_->dense_w8a8_rows && w.block_n == 1 && w.block_k == cuda::kFp8GroupK &&
          w.n_in() % cuda::kFp8GroupK == 0 && reinterpret_cast<uintptr_t>(w.weight.raw_data()) % 16 == 0 &&
          cuda::fp8_wgmma_available();
 }
@@ -1309,12 +1333,20 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
                        (s_->moe_gemm == 4 && !(s_->batch_invariant ? wgmma_inv_ok : wgmma_ok)) ||
                        (s_->moe_gemm == 5 && !w8a8_ok);
     a.form = unfit ? 0 : s_->moe_gemm;
-  } else if (s_->batch_invariant) {  // bitwise-equal forms (wgmma: its invariant K structure)
-    a.form = R <= kMoeDecodeMaxRows && small_ok ? 3 : prefill_sized && wgmma_inv_ok ? 4 : 0;
+  } else if (s_->batch_invariant) {
+    // FP8 weights: W8A8 at every size (its rows never depend on the step's size). Otherwise
+    // bitwise-equal forms by size: small-M, the wgmma form's invariant K structure (FP8 weights
+    // widened for it at prefill sizes only: the widening costs a pass over every expert), tiled.
+    if (w8a8_ok) a.form = 5;
+    else if (R <= kMoeDecodeMaxRows && small_ok) a.form = 3;
+    else if (wgmma_inv_ok && (prefill_sized || !a.fp8)) a.form = 4;
+    else a.form = 0;
+  } else if (w8a8_ok && !(a.T == 1 && gemv_ok)) {
+    a.form = 5;  // FP8 weights beyond one token (kMoeDecodeMaxRows' comment)
   } else if (R <= kMoeDecodeMaxRows) {
     a.form = (a.T <= kGemvMaxRows || !small_ok) && gemv_ok ? 1 : small_ok ? 3 : 0;
-  } else if (prefill_sized) a.form = wgmma_ok ? 4 : w8a8_ok ? 5 : !s_->capturing ? 2 : 0;
-  else a.form = 0;
+  } else if (prefill_sized) a.form = wgmma_ok ? 4 : !s_->capturing ? 2 : 0;
+  else a.form = wgmma_ok ? 4 : 0;
   if (a.form == 2 && s_->capturing) a.form = 0;
   a.blas = s_->blas;
   a.invariant = s_->batch_invariant;

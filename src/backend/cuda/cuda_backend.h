@@ -104,17 +104,19 @@ class CudaBackend : public Backend {
   int64_t step_memory_generation() const override;
   std::pair<int64_t, int64_t> memory_info() const override;  // cudaMemGetInfo
   int64_t step_memory_bytes() const override;                 // the arena's capacity
-  // The MoE grouped-GEMM form (tests and benchmarks): −1 by the step's size (the default: the
-  // GEMV up to 2 tokens, small_m_gemm up to 512 routed rows; from 64 rows per expert on average a
-  // wgmma form, else per-expert cuBLAS outside graph captures; tiled in between), 0 the tiled
-  // WMMA kernel, 1 the decode GEMV (where its sizes allow), 2 a cuBLAS GEMM per expert
-  // (one host synchronization; never while capturing), 3 small_m_gemm (bitwise equal to 0; the
-  // batch-invariant mode's form up to 512 routed rows), 4 the bf16 wgmma grouped GEMM (bf16
-  // weights on sm_90; by default from 64 rows per expert), 5 W8A8 with the FP8 wgmma GEMM (FP8
-  // weights on sm_90; by default from 64 rows per expert). A form the sizes do not fit falls
-  // back to 0.
+  // The MoE grouped-GEMM form (tests and benchmarks): −1 by the step's size and mode (the
+  // default: FP8 weights on sm_90 the GEMV at one token and W8A8 beyond — in the batch-invariant
+  // mode W8A8 at every size; otherwise the GEMV up to 2 tokens, small_m_gemm up to 512 routed
+  // rows, beyond the bf16 wgmma form, else tiled, or per-expert cuBLAS from 64 rows per expert
+  // outside graph captures), 0 the tiled WMMA kernel, 1 the decode GEMV (where its sizes
+  // allow), 2 a cuBLAS GEMM per expert (one host synchronization; never while capturing), 3
+  // small_m_gemm (bitwise equal to 0; the batch-invariant mode's bf16 form up to 512 routed
+  // rows), 4 the bf16 wgmma grouped GEMM (bf16 weights on sm_90), 5 W8A8 with the FP8 wgmma GEMM
+  // (FP8 weights on sm_90). A form the sizes do not fit falls back to 0.
+  // DEEPINFER_CUDA_MOE_FORM=0…5 sets it at construction (a lab knob: every step then takes that
+  // form, whatever the mode).
   void set_moe_gemm(int form);
-  // Dense linears with FP8 weights above 64 rows: W8A8 (the rows quantized per 1×128 group, then
+  // Dense linears with FP8 weights above 2 rows (DEEPINFER_CUDA_FP8_W8A8_ROWS): W8A8 (the rows quantized per 1×128 group, then
   // the FP8 wgmma GEMM; linear_w8a8) instead of bf16 weights and cuBLAS. mode −1 (the default):
   // where the weight's scales are uniform over 128-row blocks (LinearWeight::uniform_row_blocks,
   // every checkpoint-placed stack: the GEMM's block form); 1: every FP8 weight; 0: never.
@@ -126,9 +128,9 @@ class CudaBackend : public Backend {
   void set_mla_prefill_wgmma(bool on);
   // The batch-invariant mode's naive MLA form (the kv_b decompression on invariant_gemm, then
   // the flash kernel, whose rows do not depend on their chunk): whether MlaPolicy::kByOrigin may
-  // run prompt tokens on it (naive_mla_batch_invariant). Off by default until the GPU suite has
-  // proven its bits (docs/perf.md, version 14); DEEPINFER_CUDA_INVARIANT_NAIVE=0|1 sets it at
-  // construction.
+  // run prompt tokens on it (naive_mla_batch_invariant). On by default since the GPU suite proved
+  // its bits (docs/perf.md, version 15); off, every row takes the absorbed form (kAbsorbed: 2.3×
+  // the invariant prefill's time). DEEPINFER_CUDA_INVARIANT_NAIVE=0|1 sets it at construction.
   void set_invariant_naive_mla(bool on);
   bool naive_mla_batch_invariant(const MlaParams& p) const override;
   // The cudaStream_t all ops are issued on, as an opaque pointer.

@@ -298,15 +298,17 @@ struct MoeArgs {
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 the decode GEMV (bandwidth), 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
                            // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),
-                           // 4 bf16 wgmma (bf16 weights on sm_90, K % 8 == 0; many rows per expert;
-                           //   FP8 weights only with `invariant`, widened to bf16 scratch first:
-                           //   moe_wgmma_fp8_ok),
+                           // 4 bf16 wgmma (bf16 weights on sm_90, K % 8 == 0; from ~10 rows per
+                           //   expert; FP8 weights only with `invariant`, widened to bf16 scratch
+                           //   first: moe_wgmma_fp8_ok),
                            // 5 W8A8: activations quantized per 1×128 group + the FP8 wgmma GEMM
-                           //   (FP8 weights with block_k 128 on sm_90: moe_w8a8_ok); gate|up
-                           //   written in bf16, SiLU·mul fused into the down GEMM's quantizer
+                           //   (FP8 weights with block_k 128 on sm_90: moe_w8a8_ok; any number of
+                           //   rows); gate|up written in bf16, SiLU·mul fused into the down GEMM's
+                           //   quantizer
   cublasHandle_t blas = nullptr;  // form 2
   // The batch-invariant K structure in forms 0 and 4 (form 4: K % 64 == 0; form 3 always has it;
-  // forms 1, 2 and 5 must not be used).
+  // forms 1 and 2 must not be used; form 5 needs none: every row's arithmetic is fixed by the row,
+  // whatever the step's size, so the invariant mode may run it at every size).
   bool invariant = false;
 };
 // Scratch comes from `alloc` (step memory). Forms 0 and 1 never synchronize (graph-capturable);

@@ -2,8 +2,10 @@
 // cuda_fp8_gemm.cu, with the same semantics (1×128 activation groups, 128×128 weight blocks,
 // per-K-block fp32 promotion) — dense and grouped (MoE). Owns: the TMA + mbarrier pipeline, the
 // wgmma tile kernel, the tensor-map encoding. Does not own: dispatch by size (fp8_gemm /
-// fp8_grouped_gemm pick it), split-K, or batch invariance (its MMA order
-// differs from the mma.sync variants', so it is never used in the batch-invariant mode).
+// fp8_grouped_gemm pick it), split-K. Batch invariance: a row's arithmetic (its K blocks'
+// MMAs, promoted in K order) depends on neither M nor the row's place in its tile, so the MoE's
+// W8A8 form runs it at every step size in the batch-invariant mode; its MMA order differs from
+// the mma.sync variants', which therefore never stand in for it there.
 // Why wgmma: on sm_90a ptxas lowers mma.sync .e4m3 to an fp8 → fp16 unpack plus an fp16 HMMA
 // (~200 TFLOP/s); wgmma .e4m3 runs at the FP8 rate (≈1,435 TFLOP/s measured on the H200).
 #include <mutex>

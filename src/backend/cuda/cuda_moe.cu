@@ -7,7 +7,7 @@
 // Shared experts may ride along (MoeArgs::n_shared): extra experts after the routed ones, in
 // every token's last slots with weight 1, so one launch per stage serves both.
 // The forms of the grouped GEMMs (MoeArgs::form; CudaBackend picks by the step's size):
-//  - GEMV (decode, 1–2 tokens in the default mode): the decode GEMV (cuda_gemv.cu) — weights
+//  - GEMV (decode, 1–2 tokens in the default mode; FP8 weights 1): the decode GEMV (cuda_gemv.cu) — weights
 //    streamed once at the copy rate, fp32 FMAs on the CUDA cores (the weights' bandwidth, not
 //    the math, is the limit at a row or two per expert). After the one-block sort it reads the
 //    tokens' rows through the permutation and applies SiLU·mul in the gate|up epilogue (no
@@ -21,9 +21,10 @@
 //    three fold K identically (bitwise equal), with or without the batch-invariant K splits;
 //  - small-M (batch-invariant mode, ≤ 512 routed rows): small_m_gemm (cuda_invariant_gemm.cu),
 //    bitwise equal to the tiled form with the invariant K structure.
-//  - wgmma (prefill, bf16 weights, sm_90): bf16_wgmma_grouped_gemm (cuda_bf16_wgmma.cu), 128×256
-//    tiles of each expert's rows fed by TMA, sync-free;
-//  - W8A8 (prefill, FP8 weights, sm_90): each token's row quantized per 1×128 group once
+//  - wgmma (bf16 weights, sm_90, beyond 512 routed rows): bf16_wgmma_grouped_gemm
+//    (cuda_bf16_wgmma.cu), 128×256 tiles of each expert's rows fed by TMA, sync-free;
+//  - W8A8 (FP8 weights, sm_90, every step beyond one token; in the batch-invariant mode every
+//    step): each token's row quantized per 1×128 group once
 //    (quantize_fp8_rows_bf16: no bf16 copy), then copied to its slots (gather_quantized_kernel),
 //    the FP8 wgmma GEMM (cuda_fp8_wgmma.cu; its block form where the per-row scales are uniform
 //    over 128-row blocks) writing gate|up in bf16, SiLU·mul straight into the down GEMM's
