@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "core/dtype.h"
 #ifdef DEEPINFER_HAVE_CUDA
 #include "backend/cuda/cuda_common.h"
@@ -580,6 +582,77 @@ TEST_F(CudaFp8Gemm, GroupedMatchesReferenceWithEmptyExperts) {
       DI_CUDA_CHECK(cudaDeviceSynchronize());
       EXPECT_EQ(download<uint8_t>(dc, c_bytes), wgmma_bits) << "E=" << E << " variant 3, cluster " << cluster;
     }
+  }
+}
+
+// The MoE gate|up GEMM with SiLU·mul and the down GEMM's quantizer in its epilogue
+// (fp8_wgmma_glu_quantize) against what it replaces — the wgmma GEMM writing gate|up in bf16,
+// then silu_mul_quantize_fp8 — bitwise, codes and scales: experts with no rows, 1, a few,
+// tiles straddling experts and several row tiles; I = 128 (one activation column tile), 384
+// (three) and 1,408 (V2-Lite's, eleven); K = 256 and 2,048 (V2-Lite's D: sixteen K blocks, the
+// ring wrapped many times); the weights' per-row scales uniform within 128-row blocks (the
+// checkpoint placement the form needs). Rows of the output past M are never written.
+TEST_F(CudaFp8Gemm, GluQuantizeEqualsGemmThenSiluMulQuantize) {
+  if (!cuda::fp8_wgmma_available()) GTEST_SKIP() << "the wgmma form needs an sm_90 GPU";
+  struct Case {
+    std::vector<int32_t> counts;  // rows per expert
+    int64_t I, K;
+  };
+  std::vector<int32_t> many(64);
+  for (size_t e = 0; e < many.size(); ++e) many[e] = e % 7 == 0 ? 0 : static_cast<int32_t>((e * 53) % 41);
+  const Case cases[] = {
+      {{0, 5, 0, 130, 17, 0, 64, 1}, 128, 256},
+      {{300, 0, 129, 1, 257}, 384, 256},
+      {many, 1408, 2048},
+      {{1, 1, 0, 1}, 1408, 2048},
+  };
+  for (const Case& c : cases) {
+    const int64_t E = static_cast<int64_t>(c.counts.size()), N = 2 * c.I, n_kb = (c.K + 127) / 128;
+    ASSERT_TRUE(cuda::fp8_wgmma_glu_ok(c.I, true));
+    std::vector<int32_t> offsets(static_cast<size_t>(E + 1), 0);
+    for (int64_t e = 0; e < E; ++e)
+      offsets[static_cast<size_t>(e + 1)] = offsets[static_cast<size_t>(e)] + c.counts[static_cast<size_t>(e)];
+    const int64_t M = offsets.back(), nb = N / 128, qb = c.I / 128;
+    const auto a = random_e4m3(static_cast<size_t>(M * c.K), rng_);
+    const auto w = random_e4m3(static_cast<size_t>(E * N * c.K), rng_);
+    const auto sa = random_scales(static_cast<size_t>(M * n_kb), rng_);
+    const auto sb = random_scales(static_cast<size_t>(E * nb * n_kb), rng_);  // per 128-row block
+    std::vector<float> sw(static_cast<size_t>(E * N * n_kb));                  // one row each, uniform in blocks
+    for (int64_t r = 0; r < E * N; ++r)
+      for (int64_t kb = 0; kb < n_kb; ++kb)
+        sw[static_cast<size_t>(r * n_kb + kb)] = sb[static_cast<size_t>((r / 128) * n_kb + kb)];
+    DevBuf da(a.size() + 16), dw(w.size() + 16), dsa(sa.size() * 4 + 4), dsw(sw.size() * 4), doff(offsets.size() * 4),
+        dh(static_cast<size_t>(M * N) * 2 + 16), dq(static_cast<size_t>(M * c.I) + 16),
+        dsq(static_cast<size_t>(M * qb) * 4 + 4), dq2(static_cast<size_t>(M * c.I) + 16),
+        dsq2(static_cast<size_t>(M * qb) * 4 + 4);
+    upload(da, a);
+    upload(dw, w);
+    upload(dsa, sa);
+    upload(dsw, sw);
+    upload(doff, offsets);
+    Fp8GemmArgs args;
+    args.a = da.as<uint8_t>(), args.a_scale = dsa.as<float>();
+    args.w = dw.as<uint8_t>(), args.w_scale = dsw.as<float>();
+    args.M = M, args.N = N, args.K = c.K, args.block_n = 1, args.w_scale_uniform = true;
+    args.offsets = doff.as<int32_t>(), args.E = E;
+    args.variant = 3;
+    // The separate kernels.
+    Fp8GemmArgs plain = args;
+    plain.c = dh.as<void>(), plain.c_elem = Elem::kBF16, plain.ldc = N;
+    cuda::fp8_grouped_gemm(plain, nullptr);
+    cuda::silu_mul_quantize_fp8(dh.as<void>(), Elem::kBF16, M, c.I, dq.as<uint8_t>(), dsq.as<float>(), nullptr);
+    // The fused form, into buffers pre-filled with a pattern the codes never all take.
+    DI_CUDA_CHECK(cudaMemset(dq2.as<void>(), 0x7f, static_cast<size_t>(M * c.I) + 16));
+    DI_CUDA_CHECK(cudaMemset(dsq2.as<void>(), 0xff, static_cast<size_t>(M * qb) * 4 + 4));
+    cuda::fp8_wgmma_glu_quantize(args, dq2.as<uint8_t>(), dsq2.as<float>(), nullptr);
+    DI_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::string tag = fmt::format("E={} M={} I={} K={}", E, M, c.I, c.K);
+    EXPECT_EQ(download<uint8_t>(dq2, static_cast<size_t>(M * c.I)), download<uint8_t>(dq, static_cast<size_t>(M * c.I)))
+        << tag << ": codes";
+    EXPECT_EQ(download<float>(dsq2, static_cast<size_t>(M * qb)), download<float>(dsq, static_cast<size_t>(M * qb)))
+        << tag << ": scales";
+    const auto past = download<uint8_t>(dq2, static_cast<size_t>(M * c.I) + 16);
+    EXPECT_TRUE(std::all_of(past.end() - 16, past.end(), [](uint8_t b) { return b == 0x7f; })) << tag << ": past M";
   }
 }
 

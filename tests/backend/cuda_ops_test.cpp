@@ -760,6 +760,12 @@ TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
   gpu_->moe_experts(up(x), up(i32(ids).reshape({T, k})), up(w), rows_form, d_o);
   const Tensor got_rows = down(d_o);
   EXPECT_EQ(0, std::memcmp(got.raw_data(), got_rows.raw_data(), got.n_bytes())) << "block vs per-row form";
+  // SiLU·mul and the down GEMM's quantizer in the gate|up GEMM's epilogue: the same bits.
+  auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
+  cuda.set_fp8_glu_fused(true);
+  gpu_->moe_experts(up(x), up(i32(ids).reshape({T, k})), up(w), d_experts, d_o);
+  cuda.set_fp8_glu_fused(false);
+  EXPECT_EQ(0, std::memcmp(got.raw_data(), down(d_o).raw_data(), got.n_bytes())) << "the fused GLU epilogue";
   // Decode sizes (the default form beyond one token, and every size in the batch-invariant mode):
   // a token's row must not depend on the step's size — the first n tokens alone (one-block sort,
   // one row per expert up to a few) give the bits of their rows in the 700-token step.

@@ -132,6 +132,7 @@ struct CudaState {
   int64_t dense_w8a8_rows = 0;
   bool mla_wgmma = true;  // set_mla_prefill_wgmma; DEEPINFER_CUDA_MLA_WGMMA=0|1
   bool invariant_naive = true;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
+  bool fp8_glu = false;          // set_fp8_glu_fused; DEEPINFER_CUDA_FP8_GLU=0|1
   bool batch_invariant = false;  // set_batch_invariant
 };
 
@@ -249,6 +250,11 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
     if (v.size() == 1 && v[0] >= '0' && v[0] <= '5') s_->moe_gemm = v[0] - '0';
     else if (!v.empty()) log_warn("DEEPINFER_CUDA_MOE_FORM='{}' ignored: it must be one of 0 … 5", v);
   }
+  if (const char* glu = std::getenv("DEEPINFER_CUDA_FP8_GLU"); glu != nullptr) {
+    const std::string_view v(glu);
+    if (v == "0" || v == "1") s_->fp8_glu = v == "1";
+    else if (!v.empty()) log_warn("DEEPINFER_CUDA_FP8_GLU='{}' ignored: it must be 0 or 1", v);
+  }
   if (const char* inv = std::getenv("DEEPINFER_CUDA_INVARIANT_NAIVE"); inv != nullptr) {
     const std::string_view v(inv);
     if (v == "0" || v == "1") s_->invariant_naive = v == "1";
@@ -288,6 +294,8 @@ void CudaBackend::set_dense_fp8_w8a8(int mode) {
 void CudaBackend::set_mla_prefill_wgmma(bool on) { s_->mla_wgmma = on; }
 
 void CudaBackend::set_invariant_naive_mla(bool on) { s_->invariant_naive = on; }
+
+void CudaBackend::set_fp8_glu_fused(bool on) { s_->fp8_glu = on; }
 
 // Only the flash kernel's dims: the fallback's per-sequence TF32 GEMMs take cuBLAS algorithms
 // by the chunk's shape.
@@ -1350,6 +1358,7 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
   if (a.form == 2 && s_->capturing) a.form = 0;
   a.blas = s_->blas;
   a.invariant = s_->batch_invariant;
+  a.glu_fused = s_->fp8_glu;
   if (xq != nullptr && a.form == 5 && a.k > 1) {  // (k = 1 gathers while it quantizes: no copy to save)
     DI_CHECK(xq->x == a.x && xq->T == a.T && xq->D == a.D);
     xq->ensure(s_->stream);

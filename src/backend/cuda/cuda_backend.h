@@ -132,6 +132,12 @@ class CudaBackend : public Backend {
   // its bits (docs/perf.md, version 15); off, every row takes the absorbed form (kAbsorbed: 2.3×
   // the invariant prefill's time). DEEPINFER_CUDA_INVARIANT_NAIVE=0|1 sets it at construction.
   void set_invariant_naive_mla(bool on);
+  // The MoE's W8A8 form with SiLU·mul and the down GEMM's quantizer in the gate|up GEMM's
+  // epilogue (cuda::fp8_wgmma_glu_quantize, where it applies: sm_90, I % 128 == 0, checkpoint
+  // scale blocks) — the same codes as the separate kernels, without their bf16 [rows, 2I] round
+  // trip. Off by default until the GPU suite has run it (docs/perf.md, version 15);
+  // DEEPINFER_CUDA_FP8_GLU=0|1 sets it at construction.
+  void set_fp8_glu_fused(bool on);
   bool naive_mla_batch_invariant(const MlaParams& p) const override;
   // The cudaStream_t all ops are issued on, as an opaque pointer.
   void* stream() const;

@@ -295,6 +295,10 @@ struct MoeArgs {
   // them instead of quantizing x again.
   const uint8_t* xq = nullptr;
   const float* xq_scale = nullptr;
+  // Form 5: the gate|up GEMM's epilogue applies SiLU·mul and quantizes the down GEMM's input
+  // (fp8_wgmma_glu_quantize, where fp8_wgmma_glu_ok) instead of writing gate|up in bf16 for
+  // silu_mul_quantize_fp8 — the same codes and scales.
+  bool glu_fused = false;
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 the decode GEMV (bandwidth), 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
                            // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),
@@ -482,6 +486,13 @@ int fp8_grouped_gemm_variant(const Fp8GemmArgs& a);
 // or 1, K % 16 == 0, a and w 16-byte aligned.
 bool fp8_wgmma_available();
 void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s);
+// The MoE's gate|up GEMM with SiLU·mul and the down GEMM's quantizer in its epilogue: for the
+// grouped form of a (W = each expert's 2I rows, gate then up; N = 2I; block_n 1 with
+// w_scale_uniform), q [M, I] e4m3 and q_scale [M, I / 128] are bitwise what fp8_grouped_gemm
+// (variant 3, bf16 out) followed by silu_mul_quantize_fp8 write — without the [M, 2I] bf16
+// round trip. Whether it applies: fp8_wgmma_glu_ok (sm_90, I % 128 == 0, uniform scale blocks).
+bool fp8_wgmma_glu_ok(int64_t I, bool w_scale_uniform);
+void fp8_wgmma_glu_quantize(const Fp8GemmArgs& a, uint8_t* q, float* q_scale, cudaStream_t s);
 // ---- cuda_invariant_gemm.cu ----
 // The batch-invariant GEMMs' K structure: K is cut into splits of kInvariantSplitK (a function of
 // K alone); each split folds its 16-wide chunks in increasing order from zero on the tensor cores

@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_fp8_quant.cuh"
 #include "backend/cuda/cuda_grouped_tile.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 
@@ -22,16 +23,14 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kGroupK = static_cast<int>(kFp8GroupK);  // K elements per scale block (128 bytes of e4m3)
-constexpr float kE4m3Max = 448.0f;
-constexpr float kAmaxFloor = 1e-4f;  // DeepSeek's act_quant clamp: a zero group gets scale 1e-4/448
 
 // ---------------------------------------------------------------------------------------------
 // Activation quantization.
 // One warp per 1×128 group: lane l owns elements 4l..4l+3 of the group (one 16-byte fp32 or
-// 8-byte bf16 load), the warp max-reduces |x| (exact), s = max(amax, 1e-4) / 448 (IEEE division;
-// ue8m0: rounded up to 2^ceil(log2 s) by bumping the exponent when the mantissa is non-zero),
-// q = e4m3_satfinite_rn(x / s) (IEEE division: the CPU reference reproduces every bit). Lanes
-// past K (a partial last group) contribute 0 and store nothing. Preconditions: K % 16 == 0.
+// 8-byte bf16 load), the warp max-reduces |x| (exact), then cuda_fp8_quant.cuh's scale and codes
+// (ue8m0: the scale rounded up to 2^ceil(log2 s) by bumping the exponent when the mantissa is
+// non-zero). Lanes past K (a partial last group) contribute 0 and store nothing.
+// Preconditions: K % 16 == 0.
 // ---------------------------------------------------------------------------------------------
 // A warp's 1×128 group (lane l holds elements 4l..4l+3 in v, zeros past K; `store`: they lie
 // inside K): the scale into *scale (lane 0), the lane's 4 codes into q (4 bytes).
@@ -40,17 +39,14 @@ __device__ __forceinline__ void quantize_group(const float (&v)[4], bool store, 
   float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  float s = __fdiv_rn(fmaxf(amax, kAmaxFloor), kE4m3Max);
+  float s = fp8_group_scale(amax);
   if (ue8m0) {
     uint32_t bits = __float_as_uint(s);  // s is a positive normal (≥ 1e-4/448)
     if (bits & 0x7fffffu) bits = (bits & 0xff800000u) + 0x800000u;
     s = __uint_as_float(bits);
   }
   if (store) {
-    const __nv_fp8x2_storage_t lo =
-        __nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(v[0], s), __fdiv_rn(v[1], s)), __NV_SATFINITE, __NV_E4M3);
-    const __nv_fp8x2_storage_t hi =
-        __nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(v[2], s), __fdiv_rn(v[3], s)), __NV_SATFINITE, __NV_E4M3);
+    const __nv_fp8x2_storage_t lo = fp8_codes2(v[0], v[1], s), hi = fp8_codes2(v[2], v[3], s);
     *reinterpret_cast<uint32_t*>(q) = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
   }
   if (threadIdx.x % 32 == 0) *scale = s;

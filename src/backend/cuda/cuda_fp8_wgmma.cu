@@ -10,7 +10,9 @@
 // (~200 TFLOP/s); wgmma .e4m3 runs at the FP8 rate (≈1,435 TFLOP/s measured on the H200).
 #include <mutex>
 
+#include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_fp8_quant.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_sm90.cuh"
 
@@ -218,6 +220,25 @@ __device__ __forceinline__ void store_tile_tma(const CUtensorMap& map_c, uint8_t
   }
 }
 
+// A math warpgroup's MMAs of the K block in stage s into `part` (the first overwriting it), once
+// full[s] has completed (parity `phase`); then s and phase move on to the next stage.
+__device__ __forceinline__ void issue_k_block(float (&part)[64], const uint8_t* ring, uint64_t* full, int wg, int& s,
+                                              uint32_t& phase) {
+  mbar_wait(&full[s], phase);
+  const uint8_t* stage = ring + s * kStageBytes;
+  const uint64_t da = sw128_desc(stage + wg * 64 * kBK), db = sw128_desc(stage + kTileBytes);
+#pragma unroll
+  for (int i = 0; i < 64; ++i) fence_operand(part[i]);
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kBK / 32; ++k) wgmma_m64n128k32(part, da + 2 * k, db + 2 * k, k);  // +32 bytes of K
+  wgmma_commit();
+  if (++s == kStages) {
+    s = 0;
+    phase ^= 1u;
+  }
+}
+
 // A math warp (warpgroup wg, see fp8_wgmma_kernel): its 16 rows of each of this block's tiles.
 template <bool kGrouped, typename OutT, bool kRowScales, int kCluster>
 __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtensorMap& map_c, const uint8_t* ring,
@@ -260,19 +281,7 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
         sc.a1 = sa1[kb];
         sc.w = swp[kb];
       }
-      mbar_wait(&full[s], phase);
-      const uint8_t* stage = ring + s * kStageBytes;
-      const uint64_t da = sw128_desc(stage + wg * 64 * kBK), db = sw128_desc(stage + kTileBytes);
-#pragma unroll
-      for (int i = 0; i < 64; ++i) fence_operand(part[i]);
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < kBK / 32; ++k) wgmma_m64n128k32(part, da + 2 * k, db + 2 * k, k);  // +32 bytes of K
-      wgmma_commit();
-      if (++s == kStages) {
-        s = 0;
-        phase ^= 1u;
-      }
+      issue_k_block(part, ring, full, wg, s, phase);
     };
     // The finished K block in `part` (its MMAs waited for) from stage sr: released, then promoted.
     auto promote = [&](float (&part)[64], int sr, const Scales& sc) {
@@ -337,6 +346,174 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
     }
   }
   if (p.c_tma && warp % 4 == 0 && lane == 0) bulk_wait_all<false>();  // the last stores complete before exit
+}
+
+// ---- The MoE's gate|up GEMM with SiLU·mul and the down GEMM's quantizer in its epilogue ----
+// (fp8_wgmma_glu_quantize). A tile: kBM rows × 128 activation columns n0.. of one expert (one
+// 1×128 quantization group per row), computed as two halves h = 0, 1 of 64 columns in turn, each
+// a full K loop whose W stage is 64 gate rows e·2I + n0 + 64h.. then the matching 64 up rows
+// e·2I + I + n0 + 64h.. (two 64-row boxes, as the bf16 GLU form loads them): thread t's m64n128
+// fragment then holds gate column 8j + 2·(l%4) + v%2 at d[4j + v] and its up column at
+// d[4(j + 8) + v], j < 8. Their values are the plain GEMM's bit for bit (an element's MMAs and
+// promotion do not depend on the columns beside it; the promotion's scale is the gate or up
+// row block's, as the plain GEMM's 128-row tiles read them), so the epilogue reproduces
+// fp8_grouped_gemm (bf16 out) + silu_mul_quantize_fp8 exactly: g, u rounded to bf16, act =
+// bf16(silu_times(g, u)), the row's group scale over its 128 act values, the codes
+// (cuda_fp8_quant.cuh). Each half's act values wait in shared memory (`stash`: 32 bf16 pairs
+// per thread, word i of thread t at i·128 + t, no bank conflicts) until the row's |act| maximum
+// is known — a 4-lane reduction (a row's 128 columns lie in one quad).
+
+// The loader warp: per tile, per half, per K block — the it-th overall, stage it % kStages.
+__device__ __forceinline__ void load_glu_stages(const CUtensorMap& map_a, const CUtensorMap& map_w,
+                                                const WgmmaParams& p, uint8_t* ring, uint64_t* full, uint64_t* empty,
+                                                const int32_t* table, int lane) {
+  const int64_t I = p.N / 2, n_col_tiles = I / kBN, n_kb = p.n_kb;
+  const int64_t n_tiles = p.n_row_tiles * n_col_tiles;
+  uint32_t it = 0;
+  for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    TileView v;
+    if (!resolve_tile<kBM, kBN>(tile, p.n_row_tiles, n_col_tiles, table, p.E, p.M, &v)) continue;
+    for (int h = 0; h < 2; ++h) {
+      const auto y_gate = static_cast<int32_t>(v.e * p.N + v.n0 + 64 * h), y_up = y_gate + static_cast<int32_t>(I);
+      for (int64_t kb = 0; kb < n_kb; ++kb, ++it) {
+        const int s = static_cast<int>(it % kStages);
+        if (lane == 0) mbar_wait(&empty[s], ((it / kStages) & 1u) ^ 1u);
+        __syncwarp();
+        if (lane == 0) {
+          mbar_arrive_expect_tx(&full[s], kStageBytes);
+          uint8_t* stage = ring + s * kStageBytes;
+          const auto x = static_cast<int32_t>(kb * kBK);
+          tma_load_2d(stage, &map_a, x, static_cast<int32_t>(v.m0), &full[s]);
+          tma_load_2d(stage + kTileBytes, &map_w, x, y_gate, &full[s]);
+          tma_load_2d(stage + kTileBytes + 64 * kBK, &map_w, x, y_up, &full[s]);
+        }
+      }
+    }
+  }
+}
+
+// A math warp (warpgroup wg): its 16 rows of each of this block's tiles, both halves, then the
+// codes of its rows' 128 columns into q [M, I] and their scales into q_scale [M, I / 128].
+__device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t* q, float* q_scale, const uint8_t* ring,
+                                                  uint32_t* stash, uint64_t* full, uint64_t* empty,
+                                                  const int32_t* table, int wg, int warp, int lane) {
+  const int64_t I = p.N / 2, n_col_tiles = I / kBN, n_kb = p.n_kb, w_blocks = p.N / kBN;
+  const int64_t n_tiles = p.n_row_tiles * n_col_tiles;
+  const int tw = threadIdx.x % 128;  // this thread in its warpgroup
+  int s = 0;           // the stage of the next K block (as compute_tiles)
+  uint32_t phase = 0;  // full[s]'s parity
+  for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    TileView v;
+    if (!resolve_tile<kBM, kBN>(tile, p.n_row_tiles, n_col_tiles, table, p.E, p.M, &v)) continue;
+    const int64_t e = v.e, m0 = v.m0, m_end = v.m_end, n0 = v.n0;
+    const bool idle = m0 + 64 * wg >= m_end;  // as compute_tiles: MMAs issued, nothing promoted or stored
+    const int rl = 64 * wg + 16 * (warp % 4) + lane / 4;
+    const int64_t r0 = m0 + rl, r1 = r0 + 8;
+    const float* sa0 = p.sa + (r0 < p.M ? r0 : 0) * n_kb;
+    const float* sa1 = p.sa + (r1 < p.M ? r1 : 0) * n_kb;
+    // The scale rows of the gate block (n0 / 128) and, up_step further, of the up block
+    // ((I + n0) / 128).
+    const float* swg = p.sw + (e * w_blocks + n0 / kBN) * p.sw_step * n_kb;
+    const auto up_step = static_cast<int32_t>(n_col_tiles * p.sw_step * n_kb);
+    float amax0 = 0.0f, amax1 = 0.0f;  // |act| maxima of rows r0, r1 over this thread's columns
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) {
+      float acc[64], part0[64], part1[64];
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[i] = part0[i] = part1[i] = 0.0f;
+      struct Scales {
+        float a0, a1, g, u;
+      };
+      auto issue = [&](float (&part)[64], int kb, Scales& sc) {
+        sc.a0 = sa0[kb];
+        sc.a1 = sa1[kb];
+        sc.g = swg[kb];
+        sc.u = swg[up_step + kb];
+        issue_k_block(part, ring, full, wg, s, phase);
+      };
+      // compute_tiles' block-form promotion, with the gate scale for fragments j < 8 and the up
+      // scale for j ≥ 8 (the products a·w as the plain GEMM forms them).
+      auto promote = [&](float (&part)[64], int sr, const Scales& sc) {
+#pragma unroll
+        for (int i = 0; i < 64; ++i) fence_operand(part[i]);
+        release_stage<1>(&empty[sr], lane);
+        if (idle) return;
+        const float s0g = sc.a0 * sc.g, s1g = sc.a1 * sc.g, s0u = sc.a0 * sc.u, s1u = sc.a1 * sc.u;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const float s0 = j < 8 ? s0g : s0u, s1 = j < 8 ? s1g : s1u;
+          acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+        }
+      };
+      const int kbs = static_cast<int>(n_kb);
+      Scales sc0{}, sc1{};
+      int kb = 0;
+      for (; kb + 1 < kbs; kb += 2) {
+        const int st0 = s;
+        issue(part0, kb, sc0);
+        const int st1 = s;
+        issue(part1, kb + 1, sc1);
+        wgmma_wait<1>();
+        promote(part0, st0, sc0);
+        wgmma_wait<0>();
+        promote(part1, st1, sc1);
+      }
+      for (; kb < kbs; ++kb) {
+        const int st0 = s;
+        issue(part0, kb, sc0);
+        wgmma_wait<0>();
+        promote(part0, st0, sc0);
+      }
+      if (idle) continue;
+      // act = bf16(silu_times(bf16(gate), bf16(up))) for this half's 32 values, into the stash.
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          float a2[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int i = 4 * j + 2 * hr + c;
+            const float g = __bfloat162float(__float2bfloat16(acc[i]));
+            const float u = __bfloat162float(__float2bfloat16(acc[i + 32]));
+            a2[c] = __bfloat162float(__float2bfloat16(silu_times(g, u)));
+          }
+          float& amax = hr == 0 ? amax0 : amax1;
+          amax = fmaxf(amax, fmaxf(fabsf(a2[0]), fabsf(a2[1])));
+          const __nv_bfloat162 packed = __floats2bfloat162_rn(a2[0], a2[1]);
+          stash[(16 * h + 2 * j + hr) * 128 + tw] = *reinterpret_cast<const uint32_t*>(&packed);
+        }
+    }
+    if (idle) continue;
+    // The rows' group scales (a row's 128 columns lie in the 4 lanes of one quad), then the codes
+    // of both halves and the scales.
+    amax0 = fmaxf(amax0, __shfl_xor_sync(0xffffffffu, amax0, 1));
+    amax0 = fmaxf(amax0, __shfl_xor_sync(0xffffffffu, amax0, 2));
+    amax1 = fmaxf(amax1, __shfl_xor_sync(0xffffffffu, amax1, 1));
+    amax1 = fmaxf(amax1, __shfl_xor_sync(0xffffffffu, amax1, 2));
+    const float sq0 = fp8_group_scale(amax0), sq1 = fp8_group_scale(amax1);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int64_t row = hr == 0 ? r0 : r1;
+          const uint32_t word = stash[(16 * h + 2 * j + hr) * 128 + tw];
+          if (row >= m_end) continue;
+          const __nv_bfloat162 pair = *reinterpret_cast<const __nv_bfloat162*>(&word);
+          const __nv_fp8x2_storage_t codes =
+              fp8_codes2(__low2float(pair), __high2float(pair), hr == 0 ? sq0 : sq1);
+          *reinterpret_cast<__nv_fp8x2_storage_t*>(q + row * I + n0 + 64 * h + 8 * j + 2 * (lane % 4)) = codes;
+        }
+    if (lane % 4 == 0) {
+      if (r0 < m_end) q_scale[r0 * n_col_tiles + n0 / kBN] = sq0;
+      if (r1 < m_end) q_scale[r1 * n_col_tiles + n0 / kBN] = sq1;
+    }
+  }
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -410,6 +587,44 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                         table, wg, warp, lane);
   }
   if constexpr (kCluster > 1) cluster_sync();  // no block leaves while a peer may still signal or fill it
+#else
+  __trap();  // built for another architecture: fp8_wgmma_available() is false there
+#endif
+}
+
+// The GLU-quantize form of fp8_wgmma_kernel (grouped, block-form weight scales, cluster 1): the
+// same warp roles, compute_glu_tiles / load_glu_stages instead of compute_tiles / load_stages,
+// each math warpgroup's act stash (16 KB) where the output staging was. q [M, I] e4m3 and q_scale [M, I / 128] are the down GEMM's input.
+constexpr int kStashBytes = 32 * 128 * 4;
+// Registers: the dense forms' split (the loader walks no scales; the math warps hold the two
+// blocks in flight, 4 scales each, the stash indexing): 8 bytes of spills (ptxas -v), against
+// 216 at the grouped forms' 56 / 224.
+constexpr int kGluLoaderRegs = 40, kGluMathRegs = 232;
+static_assert(kMathGroups * 128 * kGluMathRegs + 128 * kGluLoaderRegs <= kThreads * 168, "register budget");
+constexpr size_t kGluSmemBytes =
+    kStages * kStageBytes + kMathGroups * kStashBytes + 2 * kStages * sizeof(uint64_t) + kTileTableBytes + 1024;
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_wgmma_glu_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
+                         const WgmmaParams p, uint8_t* q, float* q_scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t wg_smem_raw[];
+  uint8_t* smem = wg_smem_raw + ((1024 - smem_u32(wg_smem_raw) % 1024) % 1024);
+  uint8_t* ring = smem;                                                         // [kStages][A | W]
+  auto* stash = reinterpret_cast<uint32_t*>(ring + kStages * kStageBytes);      // [kMathGroups][16][128]
+  auto* full = reinterpret_cast<uint64_t*>(ring + kStages * kStageBytes + kMathGroups * kStashBytes);
+  uint64_t* empty = full + kStages;                                             // [kStages]
+  auto* table = reinterpret_cast<int32_t*>(empty + kStages);                   // build_tile_table
+  const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
+  if (t == 0) init_ring(full, empty, kStages, 1, kMathGroups * 4);
+  if (warp == 0) build_tile_table(p.offsets, p.E, kBM, lane, table);
+  __syncthreads();
+  if (wg == kMathGroups) {
+    setmaxnreg_dec<kGluLoaderRegs>();
+    if (warp == kMathGroups * 4) load_glu_stages(map_a, map_w, p, ring, full, empty, table, lane);
+  } else {
+    setmaxnreg_inc<kGluMathRegs>();
+    compute_glu_tiles(p, q, q_scale, ring, stash + wg * (kStashBytes / 4), full, empty, table, wg, warp, lane);
+  }
 #else
   __trap();  // built for another architecture: fp8_wgmma_available() is false there
 #endif
@@ -519,6 +734,41 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   }
   if (cluster == 2) launch_cluster<2>(grouped, f32, rows, ma, mw, mc, p, tiles, s);
   else launch_cluster<1>(grouped, f32, rows, ma, mw, mc, p, tiles, s);
+}
+
+bool fp8_wgmma_glu_ok(int64_t I, bool w_scale_uniform) {
+  return fp8_wgmma_available() && I > 0 && I % kBN == 0 && w_scale_uniform;
+}
+
+void fp8_wgmma_glu_quantize(const Fp8GemmArgs& a, uint8_t* q, float* q_scale, cudaStream_t s) {
+  DI_CUDA_REQUIRE_MSG(fp8_wgmma_available(), "fp8 wgmma GLU: needs an sm_90 GPU");
+  DI_CUDA_REQUIRE(a.offsets != nullptr && a.E >= 1);
+  DI_CUDA_REQUIRE_MSG(a.E <= kMaxTableExperts, "fp8 wgmma GLU: too many experts");
+  DI_CUDA_REQUIRE_MSG(a.block_n == 1 && fp8_wgmma_glu_ok(a.N / 2, a.w_scale_uniform) && a.N % 2 == 0,
+                      "fp8 wgmma GLU: needs N = 2I with I % 128 == 0 and uniform 128-row scale blocks");
+  DI_CUDA_REQUIRE(a.K % 16 == 0 && q != nullptr && q_scale != nullptr);
+  if (a.M == 0 || a.K == 0) return;
+  WgmmaParams p{};
+  p.sa = a.a_scale;
+  p.sw = a.w_scale;
+  p.sw_step = kBN;
+  p.M = a.M;
+  p.N = a.N;
+  p.n_kb = (a.K + kBK - 1) / kBK;
+  p.offsets = a.offsets;
+  p.E = a.E;
+  DI_CUDA_REQUIRE_MSG(a.M < (int64_t{1} << 31) && a.E * a.N < (int64_t{1} << 31), "fp8 wgmma GLU: too many rows");
+  p.n_row_tiles = (a.M + kBM - 1) / kBM + std::min(a.E, a.M);
+  const CUtensorMap ma = e4m3_map(a.a, a.M, a.K, kBM), mw = e4m3_map(a.w, a.E * a.N, a.K, 64);
+  const int64_t tiles = p.n_row_tiles * (a.N / 2 / kBN);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma_glu_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kGluSmemBytes)));
+  });
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count()));
+  fp8_wgmma_glu_kernel<<<grid, kThreads, kGluSmemBytes, s>>>(ma, mw, p, q, q_scale);
+  DI_CUDA_LAUNCHED();
 }
 
 }  // namespace deepinfer::cuda

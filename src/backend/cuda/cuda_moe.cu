@@ -28,7 +28,9 @@
 //    (quantize_fp8_rows_bf16: no bf16 copy), then copied to its slots (gather_quantized_kernel),
 //    the FP8 wgmma GEMM (cuda_fp8_wgmma.cu; its block form where the per-row scales are uniform
 //    over 128-row blocks) writing gate|up in bf16, SiLU·mul straight into the down GEMM's
-//    quantized input (silu_mul_quantize_fp8), the down GEMM (bf16 out), the combine —
+//    quantized input (silu_mul_quantize_fp8) — or, MoeArgs::glu_fused, the GEMM's epilogue
+//    writing that input itself (fp8_wgmma_glu_quantize: the same codes) —, the down GEMM (bf16
+//    out), the combine —
 //    DeepSeek's "fp8" GEMM path (activations lose ~2^-4 per element, gate|up and each expert's
 //    output ~2^-9, as in the reference system's bf16 GEMM outputs), sync-free.
 #include "backend/cuda/cuda_activation.cuh"
@@ -1179,18 +1181,22 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     } else {
       quantize_fp8_rows_bf16(a.x, a.D, perm, a.k, R, a.D, q, sq, s);
     }
-    auto* h13 = static_cast<bf16*>(get(sizeof(bf16) * R * 2 * a.I));  // [R, 2I] gate | up
     Fp8GemmArgs g;
     g.a = q, g.a_scale = sq;
     g.w = static_cast<const uint8_t*>(a.w13), g.w_scale = a.w13_scale;
     g.M = R, g.N = 2 * a.I, g.K = a.D, g.block_n = 1, g.w_scale_uniform = a.w13_uniform && (2 * a.I) % 128 == 0;
-    g.c = h13, g.c_elem = Elem::kBF16, g.ldc = 2 * a.I;
     g.offsets = offsets, g.E = a.E;
     g.variant = 3;
-    fp8_grouped_gemm(g, s);
     auto* q2 = static_cast<uint8_t*>(get(static_cast<size_t>(R * a.I)));  // [R, I] e4m3
     auto* sq2 = static_cast<float*>(get(sizeof(float) * R * kb_i));       // [R, I / 128]
-    silu_mul_quantize_fp8(h13, Elem::kBF16, R, a.I, q2, sq2, s);
+    if (a.glu_fused && fp8_wgmma_glu_ok(a.I, g.w_scale_uniform)) {  // the same codes, no bf16 [R, 2I]
+      fp8_wgmma_glu_quantize(g, q2, sq2, s);
+    } else {
+      auto* h13 = static_cast<bf16*>(get(sizeof(bf16) * R * 2 * a.I));  // [R, 2I] gate | up
+      g.c = h13, g.c_elem = Elem::kBF16, g.ldc = 2 * a.I;
+      fp8_grouped_gemm(g, s);
+      silu_mul_quantize_fp8(h13, Elem::kBF16, R, a.I, q2, sq2, s);
+    }
     auto* y = static_cast<bf16*>(get(sizeof(bf16) * R * a.D));  // [R, D] each slot's expert output, bf16
     g.a = q2, g.a_scale = sq2;
     g.w = static_cast<const uint8_t*>(a.w2), g.w_scale = a.w2_scale;
