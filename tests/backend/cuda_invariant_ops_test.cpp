@@ -65,24 +65,38 @@ class CudaInvariantOps : public ::testing::Test {
 // bf16 and FP8 weights, shapes with K % 64 != 0 (the small kernel pads K to 64, the tiled one to
 // 32: all-zero chunks must not change a sum), K = 1,088 (two 512-wide splits and a 64-wide one)
 // and 2,048 (V2-Lite), partial column tiles; and the fp32 router weights, also at K = 138 (its
-// rows not 16-byte aligned: element loads in the float4 path's order). The 300-row batch runs
-// bf16 weights with K % 64 == 0 on the wgmma kernel, the rows alone on small_m_gemm.
+// rows not 16-byte aligned: element loads in the float4 path's order) and at V2-Lite's 64 × 2,048.
+// The 300-row batch runs bf16 weights with K % 64 == 0 on the wgmma kernel, the rows alone on
+// small_m_gemm; the router (kind 3: with set_router_tiled) its batches past 16 rows on the
+// register-tiled kernel — bitwise the one-chain kernel's 300 rows too.
 TEST_F(CudaInvariantOps, MatmulRowsAreBatchInvariant) {
   struct Shape {
     int64_t N, K;
   };
-  for (const Shape& s : {Shape{200, 136}, Shape{300, 176}, Shape{200, 1088}, Shape{576, 2048}, Shape{64, 138}})
-    for (int kind = 0; kind < 3; ++kind) {  // 0 bf16, 1 FP8, 2 fp32 router
-      if (s.K % 8 != 0 && kind != 2) continue;
+  for (const Shape& s :
+       {Shape{200, 136}, Shape{300, 176}, Shape{200, 1088}, Shape{576, 2048}, Shape{64, 138}, Shape{64, 2048}})
+    for (int kind = 0; kind < 4; ++kind) {  // 0 bf16, 1 FP8, 2 fp32 router, 3 the router tiled
+      if (s.K % 8 != 0 && kind < 2) continue;
+      const bool router = kind >= 2;
       const DType dt = kind == 1 ? DType::kF8E4M3 : DType::kF32;
       const LinearWeight w = testing::random_linear(rng_, s.N, s.K, dt);
-      const LinearWeight dw = kind == 2 ? gpu_->place_linear_fp32(w) : gpu_->place_linear({&w});
+      const LinearWeight dw = router ? gpu_->place_linear_fp32(w) : gpu_->place_linear({&w});
       const int64_t M = 300;
       const Tensor x = randn({M, s.K});
+#ifdef DEEPINFER_HAVE_CUDA
+      auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
+      const Tensor one_chain = kind == 3 ? run_matmul(x, dw) : Tensor();
+      cuda.set_router_tiled(kind == 3);
+#endif
       const Tensor full = run_matmul(x, dw);
+#ifdef DEEPINFER_HAVE_CUDA
+      if (kind == 3) {
+        EXPECT_TRUE(same_rows(full, one_chain, 0)) << "N=" << s.N << " K=" << s.K << ": tiled router";
+      }
+#endif
       Tensor ref = Tensor::empty_host(DType::kF32, {M, s.N});
       ref_.matmul(x, 0, w, ref);
-      EXPECT_LT(rel_err(full, ref), kind == 2 ? 1e-5 : 1e-2) << "N=" << s.N << " K=" << s.K << " kind " << kind;
+      EXPECT_LT(rel_err(full, ref), router ? 1e-5 : 1e-2) << "N=" << s.N << " K=" << s.K << " kind " << kind;
       for (int64_t m : {1, 2, 16, 17, 64, 65, 129}) {
         EXPECT_TRUE(same_rows(run_matmul(rows(x, 0, m), dw), full, 0))
             << "first " << m << " rows, N=" << s.N << " K=" << s.K << " kind " << kind;
@@ -91,6 +105,9 @@ TEST_F(CudaInvariantOps, MatmulRowsAreBatchInvariant) {
         EXPECT_TRUE(same_rows(run_matmul(rows(x, r, 1), dw), full, r))
             << "row " << r << " alone, N=" << s.N << " K=" << s.K << " kind " << kind;
       }
+#ifdef DEEPINFER_HAVE_CUDA
+      cuda.set_router_tiled(false);
+#endif
     }
 }
 

@@ -133,6 +133,7 @@ struct CudaState {
   bool mla_wgmma = true;  // set_mla_prefill_wgmma; DEEPINFER_CUDA_MLA_WGMMA=0|1
   bool invariant_naive = true;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
   bool fp8_glu = false;          // set_fp8_glu_fused; DEEPINFER_CUDA_FP8_GLU=0|1
+  bool router_tiled = false;     // set_router_tiled; DEEPINFER_CUDA_ROUTER_TILED=0|1
   bool batch_invariant = false;  // set_batch_invariant
 };
 
@@ -250,6 +251,11 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
     if (v.size() == 1 && v[0] >= '0' && v[0] <= '5') s_->moe_gemm = v[0] - '0';
     else if (!v.empty()) log_warn("DEEPINFER_CUDA_MOE_FORM='{}' ignored: it must be one of 0 … 5", v);
   }
+  if (const char* rt = std::getenv("DEEPINFER_CUDA_ROUTER_TILED"); rt != nullptr) {
+    const std::string_view v(rt);
+    if (v == "0" || v == "1") s_->router_tiled = v == "1";
+    else if (!v.empty()) log_warn("DEEPINFER_CUDA_ROUTER_TILED='{}' ignored: it must be 0 or 1", v);
+  }
   if (const char* glu = std::getenv("DEEPINFER_CUDA_FP8_GLU"); glu != nullptr) {
     const std::string_view v(glu);
     if (v == "0" || v == "1") s_->fp8_glu = v == "1";
@@ -296,6 +302,8 @@ void CudaBackend::set_mla_prefill_wgmma(bool on) { s_->mla_wgmma = on; }
 void CudaBackend::set_invariant_naive_mla(bool on) { s_->invariant_naive = on; }
 
 void CudaBackend::set_fp8_glu_fused(bool on) { s_->fp8_glu = on; }
+
+void CudaBackend::set_router_tiled(bool on) { s_->router_tiled = on; }
 
 // Only the flash kernel's dims: the fallback's per-sequence TF32 GEMMs take cuBLAS algorithms
 // by the chunk's shape.
@@ -830,7 +838,7 @@ void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& 
       float* part = M <= kInvariantRouterParallelRows && chunks > 1 ? dptr<float>(empty(DType::kF32, {chunks, M, N}))
                                                                       : nullptr;
       cuda::gemm_f32_ordered(cdptr<float>(x), x_stride == 0 ? K : x_stride, cdptr<float>(w.weight), M, N, K,
-                             dptr<float>(out), N, part, s_->stream);
+                             dptr<float>(out), N, part, s_->stream, s_->router_tiled);
       return;
     }
     if (try_gemv(x.raw_data(), Elem::kF32, x_stride == 0 ? K : x_stride, M, w, N, dptr<float>(out), N)) return;

@@ -138,6 +138,11 @@ class CudaBackend : public Backend {
   // trip. Off by default until the GPU suite has run it (docs/perf.md, version 15);
   // DEEPINFER_CUDA_FP8_GLU=0|1 sets it at construction.
   void set_fp8_glu_fused(bool on);
+  // The batch-invariant mode's fp32 router GEMM above kInvariantRouterParallelRows rows on the
+  // register-tiled kernel (cuda::gemm_f32_ordered's `tiled`: the same arithmetic, so the same
+  // bits, ~3× fewer loads and shuffles per product). Off by default until the GPU suite has run
+  // it (docs/perf.md, version 15); DEEPINFER_CUDA_ROUTER_TILED=0|1 sets it at construction.
+  void set_router_tiled(bool on);
   bool naive_mla_batch_invariant(const MlaParams& p) const override;
   // The cudaStream_t all ops are issued on, as an opaque pointer.
   void* stream() const;

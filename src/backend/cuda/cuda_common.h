@@ -541,9 +541,11 @@ void small_m_fp8_few_rows(const bf16* A, int64_t K, const uint8_t* W, const floa
 // router. partials
 // null: each block adds its chunks in sequence; else [gemm_f32_ordered_chunks(K), M, N] fp32
 // scratch and the chunks run in parallel blocks (few rows: latency), the same bits either way.
+// tiled (with partials null): the register-tiled kernel of the same arithmetic (more reuse per
+// load for many rows; the same bits).
 int64_t gemm_f32_ordered_chunks(int64_t K);
 void gemm_f32_ordered(const float* X, int64_t ldx, const float* W, int64_t M, int64_t N, int64_t K, float* C,
-                      int64_t ldc, float* partials, cudaStream_t s);
+                      int64_t ldc, float* partials, cudaStream_t s, bool tiled = false);
 
 
 // ---- cuda_mla_prefill.cu ----

@@ -13,7 +13,8 @@
 //    arithmetic instead (cuda_small_m_fp8.cu).
 //  - gemm_f32_ordered: fp32 × fp32 (the MoE router): each element's sum in one fixed order
 //    (per 256-wide K chunk 32 fmaf chains over float4 steps and a butterfly, chunks added in order),
-//    whatever the tiling, with the chunks in sequence or in parallel blocks.
+//    whatever the tiling: a chain per lane with the chunks in sequence or in parallel blocks, or
+//    (`tiled`, many rows) 4 chains per thread over a 4 × 4 register tile.
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_launch.cuh"
@@ -224,6 +225,41 @@ __global__ void sum_splits_kernel(const float* part, int64_t n_splits, int64_t r
 constexpr int kF32Rows = 4, kF32Cols = 4, kF32Warps = 4;
 constexpr int64_t kF32ChunkK = 256;
 static_assert(kF32ChunkK == 2 * 4 * 32, "a chunk is two float4 steps of a warp");
+
+// Four consecutive values from k of a row (0 past its end, past K, or where !ok): one float4
+// where vec (K % 4 == 0, rows 16-byte aligned: all four valid), else one by one.
+__device__ __forceinline__ float4 load4_f32(const float* row, bool ok, int64_t k, int64_t K, bool vec) {
+  if (!ok) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (vec) return *reinterpret_cast<const float4*>(row + k);
+  return make_float4(k < K ? row[k] : 0.0f, k + 1 < K ? row[k + 1] : 0.0f, k + 2 < K ? row[k + 2] : 0.0f,
+                     k + 3 < K ? row[k + 3] : 0.0f);
+}
+
+// One float4 step (k < K) of the chains of a kRows × kCols tile at (m0, n0): acc[i][jj] gets
+// fmaf(X[m0 + i, k + q], W[n0 + jj, k + q], ·) for q = 0..3 in order, k + q < K only (rows past M
+// and columns past N read zeros).
+template <int kRows, int kCols>
+__device__ __forceinline__ void chain_step(float (&acc)[kRows][kCols], const float* X, int64_t ldx, const float* W,
+                                           int64_t M, int64_t N, int64_t K, int64_t m0, int64_t n0, int64_t k,
+                                           bool vec) {
+  const int n_valid = K - k < 4 ? static_cast<int>(K - k) : 4;
+  float4 x[kRows], w[kCols];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) x[i] = load4_f32(X + (m0 + i) * ldx, m0 + i < M, k, K, vec);
+#pragma unroll
+  for (int jj = 0; jj < kCols; ++jj) w[jj] = load4_f32(W + (n0 + jj) * K, n0 + jj < N, k, K, vec);
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+#pragma unroll
+    for (int jj = 0; jj < kCols; ++jj) {
+      float a = acc[i][jj];
+      a = fmaf(x[i].x, w[jj].x, a);
+      if (n_valid > 1) a = fmaf(x[i].y, w[jj].y, a);
+      if (n_valid > 2) a = fmaf(x[i].z, w[jj].z, a);
+      if (n_valid > 3) a = fmaf(x[i].w, w[jj].w, a);
+      acc[i][jj] = a;
+    }
+}
 __global__ void __launch_bounds__(kF32Warps * 32) gemm_f32_ordered_kernel(const float* X, int64_t ldx, const float* W,
                                                                           int64_t M, int64_t N, int64_t K, float* C,
                                                                           int64_t ldc, float* part, bool vec) {
@@ -233,13 +269,6 @@ __global__ void __launch_bounds__(kF32Warps * 32) gemm_f32_ordered_kernel(const 
   if (n0 >= N) return;
   const int64_t c_begin = part != nullptr ? blockIdx.z : 0;
   const int64_t c_end = part != nullptr ? c_begin + 1 : (K + kF32ChunkK - 1) / kF32ChunkK;
-  // Four consecutive values from k of a row (0 past its end or past K).
-  auto load4 = [&](const float* row, bool ok, int64_t k) {
-    if (!ok) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (vec) return *reinterpret_cast<const float4*>(row + k);  // K % 4 == 0: all four valid
-    return make_float4(k < K ? row[k] : 0.0f, k + 1 < K ? row[k + 1] : 0.0f, k + 2 < K ? row[k + 2] : 0.0f,
-                       k + 3 < K ? row[k + 3] : 0.0f);
-  };
   float total[kF32Rows][kF32Cols] = {};
   for (int64_t c = c_begin; c < c_end; ++c) {
     float acc[kF32Rows][kF32Cols] = {};
@@ -247,23 +276,7 @@ __global__ void __launch_bounds__(kF32Warps * 32) gemm_f32_ordered_kernel(const 
     for (int j = 0; j < 2; ++j) {
       const int64_t k = c * kF32ChunkK + 128 * j + 4 * lane;
       if (k >= K) break;
-      const int n_valid = K - k < 4 ? static_cast<int>(K - k) : 4;
-      float4 x[kF32Rows], w[kF32Cols];
-#pragma unroll
-      for (int i = 0; i < kF32Rows; ++i) x[i] = load4(X + (m0 + i) * ldx, m0 + i < M, k);
-#pragma unroll
-      for (int jj = 0; jj < kF32Cols; ++jj) w[jj] = load4(W + (n0 + jj) * K, n0 + jj < N, k);
-#pragma unroll
-      for (int i = 0; i < kF32Rows; ++i)
-#pragma unroll
-        for (int jj = 0; jj < kF32Cols; ++jj) {
-          float a = acc[i][jj];
-          a = fmaf(x[i].x, w[jj].x, a);
-          if (n_valid > 1) a = fmaf(x[i].y, w[jj].y, a);
-          if (n_valid > 2) a = fmaf(x[i].z, w[jj].z, a);
-          if (n_valid > 3) a = fmaf(x[i].w, w[jj].w, a);
-          acc[i][jj] = a;
-        }
+      chain_step(acc, X, ldx, W, M, N, K, m0, n0, k, vec);
     }
 #pragma unroll
     for (int i = 0; i < kF32Rows; ++i)
@@ -281,6 +294,54 @@ __global__ void __launch_bounds__(kF32Warps * 32) gemm_f32_ordered_kernel(const 
 #pragma unroll
     for (int jj = 0; jj < kF32Cols; ++jj)
       if (lane == i * kF32Cols + jj && m0 + i < M && n0 + jj < N) out[(m0 + i) * ld_out + n0 + jj] = total[i][jj];
+}
+
+// gemm_f32_ordered's arithmetic for many rows, with more reuse per load: the 32 chains of a
+// chunk (lane l's k = c·256 + 4l + q + 128j) are spread as 4 per thread — slot group g = lane % 8
+// holds chains g, g + 8, g + 16, g + 24, whose butterfly levels 16 and 8 it adds in registers
+// (a_g = p_g + p_{g+16}, a_{g+8} = p_{g+8} + p_{g+24}, b_g = a_g + a_{g+8}: the butterfly's own
+// sums, since lanes l and l ^ o add the same two values), then levels 4, 2, 1 across the 8 slot
+// groups by shuffles — the same fmaf chains and the same additions, so the same bits. A thread
+// owns 4 rows × 4 columns of each of its 4 chains (64 partial sums); the warp's 4 element groups
+// (lane / 8) take 4 adjacent 4-column groups of the same 4 rows, a block of 4 warps 16 rows × 16
+// columns. Per 8 float4 loads a thread does 64 fmaf (the one-chain kernel: 8 per 16 plus 5
+// shuffles per element and chunk). Chunks in sequence (no partials).
+constexpr int kF32TiledRows = 4, kF32TiledCols = 4, kF32TiledGroups = 4, kF32TiledWarps = 4;
+__global__ void __launch_bounds__(kF32TiledWarps * 32) gemm_f32_tiled_kernel(const float* X, int64_t ldx,
+                                                                             const float* W, int64_t M, int64_t N,
+                                                                             int64_t K, float* C, int64_t ldc,
+                                                                             bool vec) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane % 8, eg = lane / 8;
+  const int64_t m0 = (static_cast<int64_t>(blockIdx.y) * kF32TiledWarps + warp) * kF32TiledRows;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kF32TiledGroups + eg) * kF32TiledCols;
+  if (m0 >= M) return;  // whole warps (the shuffles below stay within a warp's slot groups)
+  const int64_t chunks = (K + kF32ChunkK - 1) / kF32ChunkK;
+  float total[kF32TiledRows][kF32TiledCols] = {};
+  for (int64_t c = 0; c < chunks; ++c) {
+    float acc[4][kF32TiledRows][kF32TiledCols] = {};  // [chain g + 8·s][row][column]
+#pragma unroll
+    for (int sl = 0; sl < 4; ++sl)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int64_t k = c * kF32ChunkK + 128 * j + 4 * (g + 8 * sl);
+        if (k >= K) continue;  // the one-chain kernel's break: its j = 1 steps lie further along K
+        chain_step(acc[sl], X, ldx, W, M, N, K, m0, n0, k, vec);
+      }
+#pragma unroll
+    for (int i = 0; i < kF32TiledRows; ++i)
+#pragma unroll
+      for (int jj = 0; jj < kF32TiledCols; ++jj) {
+        float v = (acc[0][i][jj] + acc[2][i][jj]) + (acc[1][i][jj] + acc[3][i][jj]);
+        for (int o = 4; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        total[i][jj] = c == 0 ? v : total[i][jj] + v;
+      }
+  }
+  // Slot group g stores elements 2g and 2g + 1 of its element group's 16.
+#pragma unroll
+  for (int i = 0; i < kF32TiledRows; ++i)
+#pragma unroll
+    for (int jj = 0; jj < kF32TiledCols; ++jj)
+      if ((i * kF32TiledCols + jj) / 2 == g && m0 + i < M && n0 + jj < N) C[(m0 + i) * ldc + n0 + jj] = total[i][jj];
 }
 
 // out[r, c..c+15] = bf16(float(W[r, c + i]) · scale[r, c / block_k]) for 16-code chunk `chunk` =
@@ -353,8 +414,18 @@ void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, b
 int64_t gemm_f32_ordered_chunks(int64_t K) { return std::max<int64_t>(1, (K + kF32ChunkK - 1) / kF32ChunkK); }
 
 void gemm_f32_ordered(const float* X, int64_t ldx, const float* W, int64_t M, int64_t N, int64_t K, float* C,
-                      int64_t ldc, float* partials, cudaStream_t s) {
+                      int64_t ldc, float* partials, cudaStream_t s, bool tiled) {
   if (M == 0 || N == 0) return;
+  if (tiled && partials == nullptr) {
+    constexpr int64_t kBlockRows = kF32TiledWarps * kF32TiledRows, kBlockCols = kF32TiledGroups * kF32TiledCols;
+    DI_CUDA_REQUIRE((M + kBlockRows - 1) / kBlockRows <= 65535);
+    const dim3 grid(grid_for(N, kBlockCols), static_cast<unsigned>((M + kBlockRows - 1) / kBlockRows), 1u);
+    const bool vec = K % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(W) % 16 == 0;
+    gemm_f32_tiled_kernel<<<grid, kF32TiledWarps * 32, 0, s>>>(X, ldx, W, M, N, K, C, ldc, vec);
+    DI_CUDA_LAUNCHED();
+    return;
+  }
   DI_CUDA_REQUIRE((M + kF32Rows - 1) / kF32Rows <= 65535);
   const int64_t chunks = gemm_f32_ordered_chunks(K);
   if (K == 0 || chunks == 1) partials = nullptr;  // one chunk: nothing to add
