@@ -10,6 +10,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "backend/reference/reference_backend.h"
 #ifdef DEEPINFER_HAVE_CUDA
@@ -194,32 +195,42 @@ TEST_F(CudaInvariantOps, MoeExpertsRowsAreBatchInvariant) {
                         dev, out);
       return gpu_->to_host(out);
     };
-    const Tensor full = run(0, T);
-    Tensor ref = Tensor::empty_host(DType::kF32, {T, D});
-    ref_.moe_experts(x, ids, wts, experts, ref);
-    // FP8 on the W8A8 form: the activations quantized per 1×128 group, ~2^-4/√3 per GEMM input
-    // from this unquantized reference (measured 0.043, run s17-6), hence 6e-2 as in
-    // CudaOps.MoeFfnRunsSharedSlicesInTheRoutedLaunch; otherwise bf16 operands, 1e-2.
+    // bf16 weights also with all of K in one chain (set_invariant_moe_one_chain: the small-M form
+    // with one split, the default mode's wgmma and tiled kernels).
+    for (const bool chain : {false, true}) {
+      if (chain && dt != DType::kF32) continue;
 #ifdef DEEPINFER_HAVE_CUDA
-    const bool w8a8 = dt == DType::kF8E4M3 && cuda::moe_w8a8_ok(D, I, true, dev[0].gate_proj.block_k);
+      auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
+      cuda.set_invariant_moe_one_chain(chain);
+#endif
+      const std::string tag = std::string(dtype_name(dt)) + (chain ? " one chain" : "");
+      const Tensor full = run(0, T);
+      Tensor ref = Tensor::empty_host(DType::kF32, {T, D});
+      ref_.moe_experts(x, ids, wts, experts, ref);
+      // FP8 on the W8A8 form: the activations quantized per 1×128 group, ~2^-4/√3 per GEMM input
+      // from this unquantized reference (measured 0.043, run s17-6), hence 6e-2 as in
+      // CudaOps.MoeFfnRunsSharedSlicesInTheRoutedLaunch; otherwise bf16 operands, 1e-2.
+#ifdef DEEPINFER_HAVE_CUDA
+      const bool w8a8 = dt == DType::kF8E4M3 && cuda::moe_w8a8_ok(D, I, true, dev[0].gate_proj.block_k);
 #else
-    const bool w8a8 = false;
+      const bool w8a8 = false;
 #endif
-    EXPECT_LT(rel_err(full, ref), w8a8 ? 6e-2 : 1e-2) << dtype_name(dt);
-    for (int64_t t : {0, 1, 5, 77, 199}) EXPECT_TRUE(same_rows(run(t, 1), full, t)) << dtype_name(dt) << " token " << t;
-    EXPECT_TRUE(same_rows(run(0, 31), full, 0)) << dtype_name(dt) << " first 31 tokens";
+      EXPECT_LT(rel_err(full, ref), w8a8 ? 6e-2 : 1e-2) << tag;
+      for (int64_t t : {0, 1, 5, 77, 199}) EXPECT_TRUE(same_rows(run(t, 1), full, t)) << tag << " token " << t;
+      EXPECT_TRUE(same_rows(run(0, 31), full, 0)) << tag << " first 31 tokens";
 #ifdef DEEPINFER_HAVE_CUDA
-    auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
-    cuda.set_moe_gemm(0);
-    const Tensor tiled = run(0, 31);
-    cuda.set_moe_gemm(3);
-    const Tensor small = run(0, 31);
-    cuda.set_moe_gemm(4);  // FP8: widened to bf16 first
-    const Tensor wgmma = run(0, 31);
-    cuda.set_moe_gemm(-1);
-    EXPECT_TRUE(same_rows(small, tiled, 0)) << dtype_name(dt) << ": small-M and tiled forms differ";
-    EXPECT_TRUE(same_rows(wgmma, tiled, 0)) << dtype_name(dt) << ": wgmma and tiled forms differ";
+      cuda.set_moe_gemm(0);
+      const Tensor tiled = run(0, 31);
+      cuda.set_moe_gemm(3);
+      const Tensor small = run(0, 31);
+      cuda.set_moe_gemm(4);  // FP8: widened to bf16 first
+      const Tensor wgmma = run(0, 31);
+      cuda.set_moe_gemm(-1);
+      EXPECT_TRUE(same_rows(small, tiled, 0)) << tag << ": small-M and tiled forms differ";
+      EXPECT_TRUE(same_rows(wgmma, tiled, 0)) << tag << ": wgmma and tiled forms differ";
+      cuda.set_invariant_moe_one_chain(false);
 #endif
+    }
   }
 }
 

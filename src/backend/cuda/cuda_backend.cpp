@@ -134,6 +134,7 @@ struct CudaState {
   bool invariant_naive = true;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
   bool fp8_glu = false;          // set_fp8_glu_fused; DEEPINFER_CUDA_FP8_GLU=0|1
   bool router_tiled = false;     // set_router_tiled; DEEPINFER_CUDA_ROUTER_TILED=0|1
+  bool moe_one_chain = false;    // set_invariant_moe_one_chain; DEEPINFER_CUDA_INVARIANT_MOE_CHAIN=0|1
   bool batch_invariant = false;  // set_batch_invariant
 };
 
@@ -251,6 +252,11 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
     if (v.size() == 1 && v[0] >= '0' && v[0] <= '5') s_->moe_gemm = v[0] - '0';
     else if (!v.empty()) log_warn("DEEPINFER_CUDA_MOE_FORM='{}' ignored: it must be one of 0 … 5", v);
   }
+  if (const char* ch = std::getenv("DEEPINFER_CUDA_INVARIANT_MOE_CHAIN"); ch != nullptr) {
+    const std::string_view v(ch);
+    if (v == "0" || v == "1") s_->moe_one_chain = v == "1";
+    else if (!v.empty()) log_warn("DEEPINFER_CUDA_INVARIANT_MOE_CHAIN='{}' ignored: it must be 0 or 1", v);
+  }
   if (const char* rt = std::getenv("DEEPINFER_CUDA_ROUTER_TILED"); rt != nullptr) {
     const std::string_view v(rt);
     if (v == "0" || v == "1") s_->router_tiled = v == "1";
@@ -304,6 +310,8 @@ void CudaBackend::set_invariant_naive_mla(bool on) { s_->invariant_naive = on; }
 void CudaBackend::set_fp8_glu_fused(bool on) { s_->fp8_glu = on; }
 
 void CudaBackend::set_router_tiled(bool on) { s_->router_tiled = on; }
+
+void CudaBackend::set_invariant_moe_one_chain(bool on) { s_->moe_one_chain = on; }
 
 // Only the flash kernel's dims: the fallback's per-sequence TF32 GEMMs take cuBLAS algorithms
 // by the chunk's shape.
@@ -1351,8 +1359,10 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
     a.form = unfit ? 0 : s_->moe_gemm;
   } else if (s_->batch_invariant) {
     // FP8 weights: W8A8 at every size (its rows never depend on the step's size). Otherwise
-    // bitwise-equal forms by size: small-M, the wgmma form's invariant K structure (FP8 weights
-    // widened for it at prefill sizes only: the widening costs a pass over every expert), tiled.
+    // bitwise-equal forms by size: small-M, the wgmma form, tiled — in the invariant K structure
+    // (FP8 weights widened for the wgmma form at prefill sizes only: the widening costs a pass
+    // over every expert), or, bf16 weights with set_invariant_moe_one_chain, all of K in one
+    // chain (MoeArgs::one_chain: the default mode's wgmma and tiled kernels as they are).
     if (w8a8_ok) a.form = 5;
     else if (R <= kMoeDecodeMaxRows && small_ok) a.form = 3;
     else if (wgmma_inv_ok && (prefill_sized || !a.fp8)) a.form = 4;
@@ -1365,7 +1375,8 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
   else a.form = wgmma_ok ? 4 : 0;
   if (a.form == 2 && s_->capturing) a.form = 0;
   a.blas = s_->blas;
-  a.invariant = s_->batch_invariant;
+  a.one_chain = s_->batch_invariant && s_->moe_one_chain && !a.fp8;
+  a.invariant = s_->batch_invariant && !a.one_chain;
   a.glu_fused = s_->fp8_glu;
   if (xq != nullptr && a.form == 5 && a.k > 1) {  // (k = 1 gathers while it quantizes: no copy to save)
     DI_CHECK(xq->x == a.x && xq->T == a.T && xq->D == a.D);

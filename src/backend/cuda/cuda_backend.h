@@ -116,8 +116,9 @@ class CudaBackend : public Backend {
   // DEEPINFER_CUDA_MOE_FORM=0…5 sets it at construction (a lab knob: every step then takes that
   // form, whatever the mode).
   void set_moe_gemm(int form);
-  // Dense linears with FP8 weights above 2 rows (DEEPINFER_CUDA_FP8_W8A8_ROWS): W8A8 (the rows quantized per 1×128 group, then
-  // the FP8 wgmma GEMM; linear_w8a8) instead of bf16 weights and cuBLAS. mode −1 (the default):
+  // Dense linears with FP8 weights above 2 rows (DEEPINFER_CUDA_FP8_W8A8_ROWS): W8A8 (the rows
+  // quantized per 1×128 group, then the FP8 wgmma GEMM; linear_w8a8) instead of bf16 weights and
+  // small_m_gemm or cuBLAS. mode −1 (the default):
   // where the weight's scales are uniform over 128-row blocks (LinearWeight::uniform_row_blocks,
   // every checkpoint-placed stack: the GEMM's block form); 1: every FP8 weight; 0: never.
   // DEEPINFER_CUDA_FP8_W8A8=0|1 sets it at construction. The batch-invariant mode never takes it.
@@ -143,6 +144,13 @@ class CudaBackend : public Backend {
   // bits, ~3× fewer loads and shuffles per product). Off by default until the GPU suite has run
   // it (docs/perf.md, version 15); DEEPINFER_CUDA_ROUTER_TILED=0|1 sets it at construction.
   void set_router_tiled(bool on);
+  // The batch-invariant mode's bf16 MoE with all of K in one chain (MoeArgs::one_chain): its
+  // small-M form with one K split, so the default mode's wgmma (128 × 256 tiles) and tiled
+  // kernels serve its larger steps as they are, instead of the invariant K structure's
+  // (128 × 128 wgmma tiles: +6.8 ms of a 4K prefill, run s17-2). Off by default until the GPU
+  // suite has run it (docs/perf.md, version 15); DEEPINFER_CUDA_INVARIANT_MOE_CHAIN=0|1 sets it
+  // at construction.
+  void set_invariant_moe_one_chain(bool on);
   bool naive_mla_batch_invariant(const MlaParams& p) const override;
   // The cudaStream_t all ops are issued on, as an opaque pointer.
   void* stream() const;

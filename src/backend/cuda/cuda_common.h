@@ -310,10 +310,15 @@ struct MoeArgs {
                            //   rows); gate|up written in bf16, SiLU·mul fused into the down GEMM's
                            //   quantizer
   cublasHandle_t blas = nullptr;  // form 2
-  // The batch-invariant K structure in forms 0 and 4 (form 4: K % 64 == 0; form 3 always has it;
-  // forms 1 and 2 must not be used; form 5 needs none: every row's arithmetic is fixed by the row,
-  // whatever the step's size, so the invariant mode may run it at every size).
+  // The batch-invariant K structure in forms 0 and 4 (form 4: K % 64 == 0; form 3 always has it
+  // unless one_chain; forms 1 and 2 must not be used; form 5 needs none: every row's arithmetic
+  // is fixed by the row, whatever the step's size, so the invariant mode may run it at every size).
   bool invariant = false;
+  // Form 3 folds all of K in one chain (small_m_gemm with one split) — the arithmetic of forms 0
+  // and 4 without `invariant` (16-wide K chunks from zero in order; form 4 needs K % 64 == 0 for
+  // it), so those three forms agree bitwise: the batch-invariant mode's bf16 MoE, whose steps
+  // have enough experts × columns for parallelism without K splits.
+  bool one_chain = false;
 };
 // Scratch comes from `alloc` (step memory). Forms 0 and 1 never synchronize (graph-capturable);
 // form 1 needs D, I multiples of 8 (bf16) or 16 (FP8; block_k too): moe_gemv_ok.
@@ -521,11 +526,12 @@ bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k);
 // take small_m_fp8_few_rows instead. With more than one K split, `partials` holds
 // [invariant_k_splits(K), rows, N] fp32 (else unused); C null then leaves them for the caller to
 // add in split order (a fused consumer: the first term as is, then + each next), else a second
-// launch adds them into C. Graph-safe, no sync.
+// launch adds them into C. k_splits false: all of K in one split (bf16 weights only; the tiled
+// GEMMs' arithmetic without split_k). Graph-safe, no sync.
 constexpr int64_t kSmallMFewRows = 4;
 void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
                   const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, int64_t max_rows,
-                  float* C, int64_t ldc, float* partials, cudaStream_t s);
+                  float* C, int64_t ldc, float* partials, cudaStream_t s, bool k_splits = true);
 // ---- cuda_small_m_fp8.cu ----
 // small_m_gemm's arithmetic (the same bits) for FP8 weights (K, block_k % 16 == 0) when no
 // expert has more than max_rows ≤ kSmallMFewRows rows, as a persistent grid of warps streaming

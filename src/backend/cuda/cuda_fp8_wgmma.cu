@@ -594,7 +594,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // The GLU-quantize form of fp8_wgmma_kernel (grouped, block-form weight scales, cluster 1): the
 // same warp roles, compute_glu_tiles / load_glu_stages instead of compute_tiles / load_stages,
-// each math warpgroup's act stash (16 KB) where the output staging was. q [M, I] e4m3 and q_scale [M, I / 128] are the down GEMM's input.
+// each math warpgroup's act stash (16 KB) where the output staging was. q [M, I] e4m3 and
+// q_scale [M, I / 128] are the down GEMM's input.
 constexpr int kStashBytes = 32 * 128 * 4;
 // Registers: the dense forms' split (the loader walks no scales; the math warps hold the two
 // blocks in flight, 4 scales each, the stash indexing): 8 bytes of spills (ptxas -v), against

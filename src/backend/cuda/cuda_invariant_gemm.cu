@@ -381,13 +381,14 @@ bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k) {
 
 void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
                   const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, int64_t max_rows,
-                  float* C, int64_t ldc, float* partials, cudaStream_t s) {
+                  float* C, int64_t ldc, float* partials, cudaStream_t s, bool k_splits) {
   DI_CUDA_REQUIRE(small_m_gemm_ok(K, fp8, block_k));
   DI_CUDA_REQUIRE(K <= INT32_MAX && block_k <= INT32_MAX);  // 32-bit scale-block division
   DI_CUDA_REQUIRE(n_active >= 1 && n_active <= 65535 && (active != nullptr || n_active == 1));
+  DI_CUDA_REQUIRE_MSG(k_splits || !fp8, "small_m_gemm: one K split takes bf16 weights only");
   if (rows == 0) return;
   DI_CUDA_REQUIRE(max_rows >= 1 && (active != nullptr || max_rows == rows));
-  const int64_t n_splits = invariant_k_splits(K);
+  const int64_t n_splits = k_splits ? invariant_k_splits(K) : 1;
   DI_CUDA_REQUIRE(n_splits == 1 || partials != nullptr);
   DI_CUDA_REQUIRE(n_splits > 1 || C != nullptr);
   if (fp8 && max_rows <= kSmallMFewRows) {  // the persistent FP8 kernel (cuda_small_m_fp8.cu): the same bits

@@ -19,8 +19,9 @@
 //    (kUseTiledV3), else version 1 (WMMA, 64×64 tiles, scalar staging); version 2 (WMMA, 64×128,
 //    register-staged double buffering) stays as the reference the tests compare against. All
 //    three fold K identically (bitwise equal), with or without the batch-invariant K splits;
-//  - small-M (batch-invariant mode, ≤ 512 routed rows): small_m_gemm (cuda_invariant_gemm.cu),
-//    bitwise equal to the tiled form with the invariant K structure.
+//  - small-M (≤ 512 routed rows): small_m_gemm (cuda_invariant_gemm.cu), bitwise equal to the
+//    tiled form with the invariant K structure — or, MoeArgs::one_chain (K in one split), to the
+//    tiled and wgmma forms without it.
 //  - wgmma (bf16 weights, sm_90, beyond 512 routed rows): bf16_wgmma_grouped_gemm
 //    (cuda_bf16_wgmma.cu), 128×256 tiles of each expert's rows fed by TMA, sync-free;
 //  - W8A8 (FP8 weights, sm_90, every step beyond one token; in the batch-invariant mode every
@@ -1213,7 +1214,9 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   DI_CUDA_REQUIRE(a.form != 2 || a.blas != nullptr);
   DI_CUDA_REQUIRE(a.form != 3 || (small_m_gemm_ok(a.D, a.fp8, a.block_k) && small_m_gemm_ok(a.I, a.fp8, a.block_k)));
   DI_CUDA_REQUIRE(a.form != 4 || (bf16_wgmma_grouped_ok(a.D) && bf16_wgmma_grouped_ok(a.I)));
-  DI_CUDA_REQUIRE(a.form != 4 || !a.invariant || (bf16_wgmma_invariant_ok(a.D) && bf16_wgmma_invariant_ok(a.I)));
+  DI_CUDA_REQUIRE(a.form != 4 || !(a.invariant || a.one_chain) ||
+                  (bf16_wgmma_invariant_ok(a.D) && bf16_wgmma_invariant_ok(a.I)));
+  DI_CUDA_REQUIRE(!a.one_chain || (!a.fp8 && !a.invariant));
   DI_CUDA_REQUIRE_MSG(a.form != 4 || !a.fp8 || (a.invariant && moe_wgmma_fp8_ok(a.E, a.D, a.I, a.block_k)),
                       "moe_experts: form 4 takes FP8 weights only batch-invariant, within the widening budget");
   std::vector<int32_t> host_offsets;
@@ -1225,6 +1228,8 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     DI_CUDA_CHECK(cudaStreamSynchronize(s));
     if (a.fp8) wbuf = static_cast<bf16*>(get(sizeof(bf16) * std::max(2 * a.I * a.D, a.D * a.I)));
   }
+  // Form 3's K splits: the invariant structure's, or one (MoeArgs::one_chain).
+  auto form3_splits = [&](int64_t K) { return a.one_chain ? int64_t{1} : invariant_k_splits(K); };
   auto gemm = [&](const bf16* A, int64_t K, const void* W, const float* scale, int64_t N, float* C) {
     if (a.form == 1) {
       GemvArgs g = grouped_gemv();
@@ -1244,7 +1249,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
       bf16_wgmma_grouped_gemm(A, R, K, Wb, N, offsets, a.E, C, N, s, a.invariant);
     } else if (a.form == 3) {  // K splits: C holds the partials, added by the consumer (below)
       small_m_gemm(A, K, W, scale, a.fp8, a.block_k, N, offsets, active, n_active, R, a.T,
-                   invariant_k_splits(K) > 1 ? nullptr : C, N, C, s);
+                   form3_splits(K) > 1 ? nullptr : C, N, C, s, !a.one_chain);
     } else {  // C rows of expert e = A rows of e · W_eᵀ, one cuBLAS GEMM each (stream-ordered wbuf reuse)
       const int64_t n_kb = a.fp8 ? (K + a.block_k - 1) / a.block_k : 0;
       for (int64_t e = 0; e < a.E; ++e) {
@@ -1261,7 +1266,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   };
   // Form 3 leaves its K splits' partial sums [parts, R, N] to the next kernel, which adds them in
   // split order as sum_splits would (the same bits, one launch fewer per GEMM).
-  const int64_t parts13 = a.form == 3 ? invariant_k_splits(a.D) : 1, parts2 = a.form == 3 ? invariant_k_splits(a.I) : 1;
+  const int64_t parts13 = a.form == 3 ? form3_splits(a.D) : 1, parts2 = a.form == 3 ? form3_splits(a.I) : 1;
   auto* act = static_cast<bf16*>(get(sizeof(bf16) * R * a.I));
   if (a.form == 4) {  // SiLU·mul in the gate|up GEMM's epilogue (the same values, no fp32 [R, 2I])
     const bf16* w13 = static_cast<const bf16*>(a.w13);
