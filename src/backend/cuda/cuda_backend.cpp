@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_moe_form.h"
 #include "core/log.h"
 #include "sample/philox.h"
 
@@ -140,26 +141,10 @@ struct CudaState {
 
 namespace {
 
-// MoE steps with at most this many routed rows (tokens × top_k) are decode-sized: steps of at
-// most kGemvMaxRows tokens run the decode GEMV (form 1: the weights at ~0.8 of the copy rate,
-// run s8-3: V2-Lite bf16 B = 1 3.25 → 2.87 ms per step, FP8 3.50 → 2.89; B = 2 4.09 → 3.80 and
-// 4.49 → 4.16), larger ones small_m_gemm (form 3: 16-row tensor-core passes over each active
-// expert's weights; decode up to batch 85 at top-6 of 64 experts — at B = 4 the GEMV's CUDA-core
-// math already loses, run s8-1). Beyond, bf16 weights take the wgmma grouped GEMM on sm_90
-// (form 4; run s17-5, V2-Lite ms per step, tiled → wgmma: B = 128 15.54 → 12.71, B = 256
-// 17.63 → 14.17; at B = 64, 384 rows, 11.82 vs 11.96), else the tiled kernel, or per-expert
-// cuBLAS once the experts average kMoePerExpertMinRows rows (prefill) without wgmma.
-// FP8 weights on sm_90 take W8A8 (form 5) at every step of more than one token: its 128-row
-// tiles hold a few rows per expert at decode sizes, but they stream the FP8 weights through TMA
-// at the FP8 matrix rate, where small_m_gemm and the tiled kernel widen them on the CUDA cores
-// (run s17-5, ms per step, size-picked → W8A8: B = 2 4.05 → 3.66, B = 8 9.04 → 6.60, B = 32
-// 15.21 → 8.78, B = 128 15.05 → 10.41, B = 256 17.15 → 11.65; B = 1 keeps the GEMV, 2.47 vs 2.88).
-constexpr int64_t kMoeDecodeMaxRows = 512;
-constexpr int64_t kMoePerExpertMinRows = 64;
-// Prefill-sized MoE steps (≥ kMoePerExpertMinRows rows per expert on average, shared slices
-// counted) and whether the bf16 wgmma grouped form takes them: the one rule of moe_ffn (whether the
-// shared slices join the routed launch) and run_moe (the form).
-bool moe_prefill_sized(int64_t rows, int64_t experts) { return rows >= kMoePerExpertMinRows * experts; }
+// The MoE form's size rules (kMoeDecodeMaxRows, moe_prefill_sized, moe_form): cuda_moe_form.h.
+using cuda::kMoeDecodeMaxRows;
+using cuda::moe_prefill_sized;
+// Whether the bf16 wgmma grouped form takes these sizes (bf16 weights on sm_90).
 bool moe_wgmma_ok(bool fp8, int64_t D, int64_t I) {
   return !fp8 && cuda::bf16_wgmma_grouped_ok(D) && cuda::bf16_wgmma_grouped_ok(I);
 }
@@ -187,8 +172,10 @@ constexpr int64_t kMlaInvariantMaxSplits = 32;
 // they are read (no conversion launch), fp32 router weights as they are. Beyond, FP8 weights
 // take the dense W8A8 form where it applies (dense_w8a8_fits), else small_m_gemm's tensor-core
 // 16-row passes up to kInvariantSmallRows (run s5-8, FP8 decode B = 32: the 5632×2048 MLP
-// 6.57 ms per step on CUDA cores, 2.08 ms with small_m_gemm); bf16 weights cuBLAS.
+// 6.57 ms per step on CUDA cores, 2.08 ms with small_m_gemm); bf16 weights cuBLAS. (The MoE's
+// GEMV bound, cuda::kMoeGemvMaxTokens, is the same.)
 constexpr int64_t kGemvMaxRows = 2;
+static_assert(kGemvMaxRows == cuda::kMoeGemvMaxTokens);
 
 Elem elem_of(DType t) {
   switch (t) {
@@ -1340,41 +1327,25 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
     DI_CHECK(addend->dtype() == DType::kF32 && addend->size(0) == a.T && addend->size(1) == out.size(1));
     a.addend = cdptr<float>(*addend);
   }
-  // Decode-sized steps: the GEMV (≤ 2 tokens) or small_m_gemm; larger ones the tiled kernel, or (prefill-sized: ≥ 64
-  // rows per expert on average) the wgmma grouped GEMMs on sm_90 — bf16 weights as they are, FP8
-  // weights with the activations quantized per 1×128 group (W8A8, DeepSeek's "fp8" GEMM path) —
-  // else a cuBLAS GEMM per expert after reading the row counts back (never while capturing).
-  const bool gemv_ok = cuda::moe_gemv_ok(a.D, a.I, a.fp8, a.block_k);
-  const int64_t R = a.T * (a.k + a.n_shared);
-  const bool small_ok = cuda::small_m_gemm_ok(a.D, a.fp8, a.block_k) && cuda::small_m_gemm_ok(a.I, a.fp8, a.block_k);
-  const bool wgmma_ok = moe_wgmma_ok(a.fp8, a.D, a.I);
-  const bool wgmma_inv_ok = a.fp8 ? cuda::moe_wgmma_fp8_ok(a.E + a.n_shared, a.D, a.I, a.block_k)
-                                  : cuda::bf16_wgmma_invariant_ok(a.D) && cuda::bf16_wgmma_invariant_ok(a.I);
-  const bool prefill_sized = moe_prefill_sized(R, a.E + a.n_shared);
-  const bool w8a8_ok = cuda::moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k);
-  if (s_->moe_gemm >= 0) {
-    const bool unfit = (s_->moe_gemm == 1 && !gemv_ok) || (s_->moe_gemm == 3 && !small_ok) ||
-                       (s_->moe_gemm == 4 && !(s_->batch_invariant ? wgmma_inv_ok : wgmma_ok)) ||
-                       (s_->moe_gemm == 5 && !w8a8_ok);
-    a.form = unfit ? 0 : s_->moe_gemm;
-  } else if (s_->batch_invariant) {
-    // FP8 weights: W8A8 at every size (its rows never depend on the step's size). Otherwise
-    // bitwise-equal forms by size: small-M, the wgmma form, tiled — in the invariant K structure
-    // (FP8 weights widened for the wgmma form at prefill sizes only: the widening costs a pass
-    // over every expert), or, bf16 weights with set_invariant_moe_one_chain, all of K in one
-    // chain (MoeArgs::one_chain: the default mode's wgmma and tiled kernels as they are).
-    if (w8a8_ok) a.form = 5;
-    else if (R <= kMoeDecodeMaxRows && small_ok) a.form = 3;
-    else if (wgmma_inv_ok && (prefill_sized || !a.fp8)) a.form = 4;
-    else a.form = 0;
-  } else if (w8a8_ok && !(a.T == 1 && gemv_ok)) {
-    a.form = 5;  // FP8 weights beyond one token (kMoeDecodeMaxRows' comment)
-  } else if (R <= kMoeDecodeMaxRows) {
-    a.form = (a.T <= kGemvMaxRows || !small_ok) && gemv_ok ? 1 : small_ok ? 3 : 0;
-  } else if (prefill_sized) a.form = wgmma_ok ? 4 : !s_->capturing ? 2 : 0;
-  else a.form = wgmma_ok ? 4 : 0;
-  if (a.form == 2 && s_->capturing) a.form = 0;
+  // The form by the step's size and mode (cuda_moe_form.h).
+  cuda::MoeFormQuery q;
+  q.tokens = a.T;
+  q.rows = a.T * (a.k + a.n_shared);
+  q.experts = a.E + a.n_shared;
+  q.fp8 = a.fp8;
+  q.batch_invariant = s_->batch_invariant;
+  q.capturing = s_->capturing;
+  q.forced = s_->moe_gemm;
+  q.gemv_ok = cuda::moe_gemv_ok(a.D, a.I, a.fp8, a.block_k);
+  q.small_ok = cuda::small_m_gemm_ok(a.D, a.fp8, a.block_k) && cuda::small_m_gemm_ok(a.I, a.fp8, a.block_k);
+  q.wgmma_ok = moe_wgmma_ok(a.fp8, a.D, a.I);
+  q.wgmma_inv_ok = a.fp8 ? cuda::moe_wgmma_fp8_ok(a.E + a.n_shared, a.D, a.I, a.block_k)
+                         : cuda::bf16_wgmma_invariant_ok(a.D) && cuda::bf16_wgmma_invariant_ok(a.I);
+  q.w8a8_ok = cuda::moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k);
+  a.form = cuda::moe_form(q);
   a.blas = s_->blas;
+  // The invariant mode's bf16 MoE in one K chain (set_invariant_moe_one_chain: the default
+  // mode's wgmma and tiled kernels as they are), else its K structure (MoeArgs::invariant).
   a.one_chain = s_->batch_invariant && s_->moe_one_chain && !a.fp8;
   a.invariant = s_->batch_invariant && !a.one_chain;
   a.glu_fused = s_->fp8_glu;
