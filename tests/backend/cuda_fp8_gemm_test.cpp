@@ -591,12 +591,14 @@ TEST_F(CudaFp8Gemm, GroupedMatchesReferenceWithEmptyExperts) {
 // tiles straddling experts and several row tiles; I = 128 (one activation column tile), 384
 // (three) and 1,408 (V2-Lite's, eleven); K = 256 and 2,048 (V2-Lite's D: sixteen K blocks, the
 // ring wrapped many times); the weights' per-row scales uniform within 128-row blocks (the
-// checkpoint placement the form needs). Rows of the output past M are never written.
+// checkpoint placement the form needs); and the dense form (offsets null: one gate|up stack over
+// rows [0, M), against fp8_gemm), M = 300 and 3. Rows of the output past M are never written.
 TEST_F(CudaFp8Gemm, GluQuantizeEqualsGemmThenSiluMulQuantize) {
   if (!cuda::fp8_wgmma_available()) GTEST_SKIP() << "the wgmma form needs an sm_90 GPU";
   struct Case {
     std::vector<int32_t> counts;  // rows per expert
     int64_t I, K;
+    bool dense = false;           // one "expert" (counts[0] rows), offsets null
   };
   std::vector<int32_t> many(64);
   for (size_t e = 0; e < many.size(); ++e) many[e] = e % 7 == 0 ? 0 : static_cast<int32_t>((e * 53) % 41);
@@ -605,6 +607,8 @@ TEST_F(CudaFp8Gemm, GluQuantizeEqualsGemmThenSiluMulQuantize) {
       {{300, 0, 129, 1, 257}, 384, 256},
       {many, 1408, 2048},
       {{1, 1, 0, 1}, 1408, 2048},
+      {{300}, 256, 384, true},
+      {{3}, 2816, 2048, true},
   };
   for (const Case& c : cases) {
     const int64_t E = static_cast<int64_t>(c.counts.size()), N = 2 * c.I, n_kb = (c.K + 127) / 128;
@@ -634,19 +638,20 @@ TEST_F(CudaFp8Gemm, GluQuantizeEqualsGemmThenSiluMulQuantize) {
     args.a = da.as<uint8_t>(), args.a_scale = dsa.as<float>();
     args.w = dw.as<uint8_t>(), args.w_scale = dsw.as<float>();
     args.M = M, args.N = N, args.K = c.K, args.block_n = 1, args.w_scale_uniform = true;
-    args.offsets = doff.as<int32_t>(), args.E = E;
+    if (!c.dense) args.offsets = doff.as<int32_t>(), args.E = E;
     args.variant = 3;
     // The separate kernels.
     Fp8GemmArgs plain = args;
     plain.c = dh.as<void>(), plain.c_elem = Elem::kBF16, plain.ldc = N;
-    cuda::fp8_grouped_gemm(plain, nullptr);
+    if (c.dense) cuda::fp8_gemm(plain, nullptr, nullptr, nullptr);
+    else cuda::fp8_grouped_gemm(plain, nullptr);
     cuda::silu_mul_quantize_fp8(dh.as<void>(), Elem::kBF16, M, c.I, dq.as<uint8_t>(), dsq.as<float>(), nullptr);
     // The fused form, into buffers pre-filled with a pattern the codes never all take.
     DI_CUDA_CHECK(cudaMemset(dq2.as<void>(), 0x7f, static_cast<size_t>(M * c.I) + 16));
     DI_CUDA_CHECK(cudaMemset(dsq2.as<void>(), 0xff, static_cast<size_t>(M * qb) * 4 + 4));
     cuda::fp8_wgmma_glu_quantize(args, dq2.as<uint8_t>(), dsq2.as<float>(), nullptr);
     DI_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::string tag = fmt::format("E={} M={} I={} K={}", E, M, c.I, c.K);
+    const std::string tag = fmt::format("E={} M={} I={} K={}{}", E, M, c.I, c.K, c.dense ? " dense" : "");
     EXPECT_EQ(download<uint8_t>(dq2, static_cast<size_t>(M * c.I)), download<uint8_t>(dq, static_cast<size_t>(M * c.I)))
         << tag << ": codes";
     EXPECT_EQ(download<float>(dsq2, static_cast<size_t>(M * qb)), download<float>(dsq, static_cast<size_t>(M * qb)))

@@ -1368,19 +1368,25 @@ void CudaBackend::mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, Ro
   if (T == 0) return;
   ScratchScope scope(*this);
   cudaStream_t st = s_->stream;
-  Tensor gu = empty(DType::kF32, {T, 2 * I});  // [gate | up]
+  // FP8 on the W8A8 form (dense_w8a8_fits): x rounded and quantized in one pass, gate|up in one
+  // GEMM where stacked, the SiLU·mul written straight into the down projection's quantized input
+  // (silu_mul_quantize_fp8) — or, set_fp8_glu_fused with stacked halves of uniform scale blocks,
+  // by that GEMM's epilogue (fp8_wgmma_glu_quantize: gate and up rounded to bf16 first, as the
+  // MoE's form 5 has them; no fp32 [T, 2I]).
+  const bool w8a8 = !gemv_fits(x.raw_data(), Elem::kF32, D, T, w.gate_proj) && w8a8_from_f32(x, D, T, w.gate_proj) &&
+                    w8a8_from_f32(x, D, T, w.up_proj) && dense_w8a8_fits(T, w.down_proj) && I % 16 == 0;
+  const bool uniform = stacked({&w.gate_proj, &w.up_proj}) && w.gate_proj.uniform_row_blocks &&
+                       w.up_proj.uniform_row_blocks && I % 128 == 0;
+  const bool glu = w8a8 && uniform && s_->fp8_glu && cuda::fp8_wgmma_glu_ok(I, true);
+  Tensor gu = glu ? Tensor() : empty(DType::kF32, {T, 2 * I});  // [gate | up]
   // Decode sizes: the GEMV reads x in fp32 (rounded to bf16 as it goes), both halves in one
   // launch when they are stacked. (Unstacked halves both go or neither: the checks match.)
   const bool gemv_done =
-      stacked({&w.gate_proj, &w.up_proj})
-          ? try_gemv(x.raw_data(), Elem::kF32, D, T, w.gate_proj, 2 * I, dptr<float>(gu), 2 * I)
-          : try_gemv(x.raw_data(), Elem::kF32, D, T, w.gate_proj, I, dptr<float>(gu), 2 * I) &&
-                try_gemv(x.raw_data(), Elem::kF32, D, T, w.up_proj, I, dptr<float>(gu) + I, 2 * I);
-  // FP8 on the W8A8 form (dense_w8a8_fits): x rounded and quantized in one pass, gate|up in one
-  // GEMM where stacked, the SiLU·mul written straight into the down projection's quantized input
-  // (silu_mul_quantize_fp8).
-  const bool w8a8 = !gemv_done && w8a8_from_f32(x, D, T, w.gate_proj) && w8a8_from_f32(x, D, T, w.up_proj) &&
-                    dense_w8a8_fits(T, w.down_proj) && I % 16 == 0;
+      !w8a8 && (stacked({&w.gate_proj, &w.up_proj})
+                    ? try_gemv(x.raw_data(), Elem::kF32, D, T, w.gate_proj, 2 * I, dptr<float>(gu), 2 * I)
+                    : try_gemv(x.raw_data(), Elem::kF32, D, T, w.gate_proj, I, dptr<float>(gu), 2 * I) &&
+                          try_gemv(x.raw_data(), Elem::kF32, D, T, w.up_proj, I, dptr<float>(gu) + I, 2 * I));
+  Tensor q2, sq2;  // W8A8: the down projection's input, [T, I] e4m3 and [T, I / 128]
   if (w8a8) {
     const uint8_t* q;  // [T, D] e4m3
     const float* sq;   // [T, D / 128]
@@ -1395,8 +1401,15 @@ void CudaBackend::mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, Ro
       cuda::quantize_fp8_rows_bf16(cdptr<float>(x), D, nullptr, 1, T, D, dptr<uint8_t>(q_own), dptr<float>(sq_own), st);
       q = cdptr<uint8_t>(q_own), sq = cdptr<float>(sq_own);
     }
-    if (stacked({&w.gate_proj, &w.up_proj})) {
-      const bool uniform = w.gate_proj.uniform_row_blocks && w.up_proj.uniform_row_blocks && I % 128 == 0;
+    q2 = empty(DType::kU8, {T, I});
+    sq2 = empty(DType::kF32, {T, I / cuda::kFp8GroupK});
+    if (glu) {
+      cuda::Fp8GemmArgs g;
+      g.a = q, g.a_scale = sq;
+      g.w = cdptr<uint8_t>(w.gate_proj.weight), g.w_scale = cdptr<float>(w.gate_proj.scale_inv);
+      g.M = T, g.N = 2 * I, g.K = D, g.block_n = 1, g.w_scale_uniform = true;
+      cuda::fp8_wgmma_glu_quantize(g, dptr<uint8_t>(q2), dptr<float>(sq2), st);
+    } else if (stacked({&w.gate_proj, &w.up_proj})) {
       fp8_gemm_w8a8(q, sq, T, w.gate_proj, 2 * I, uniform, dptr<float>(gu), 2 * I);
     } else {
       fp8_gemm_w8a8(q, sq, T, w.gate_proj, I, w.gate_proj.uniform_row_blocks, dptr<float>(gu), 2 * I);
@@ -1417,10 +1430,8 @@ void CudaBackend::mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, Ro
   }
   if (w8a8) {
     const LinearWeight& wd = w.down_proj;
-    Tensor q = empty(DType::kU8, {T, I});                           // [T, I] e4m3
-    Tensor sq = empty(DType::kF32, {T, I / cuda::kFp8GroupK});      // [T, I / 128]
-    cuda::silu_mul_quantize_fp8(dptr(gu), Elem::kF32, T, I, dptr<uint8_t>(q), dptr<float>(sq), st);
-    fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), T, wd, wd.n_out(), wd.uniform_row_blocks, dptr<float>(out), D);
+    if (!glu) cuda::silu_mul_quantize_fp8(dptr(gu), Elem::kF32, T, I, dptr<uint8_t>(q2), dptr<float>(sq2), st);
+    fp8_gemm_w8a8(dptr<uint8_t>(q2), dptr<float>(sq2), T, wd, wd.n_out(), wd.uniform_row_blocks, dptr<float>(out), D);
     return;
   }
   Tensor act = empty(DType::kBF16, {T, I});

@@ -136,7 +136,8 @@ class CudaBackend : public Backend {
   // The MoE's W8A8 form with SiLU·mul and the down GEMM's quantizer in the gate|up GEMM's
   // epilogue (cuda::fp8_wgmma_glu_quantize, where it applies: sm_90, I % 128 == 0, checkpoint
   // scale blocks) — the same codes as the separate kernels, without their bf16 [rows, 2I] round
-  // trip. Off by default until the GPU suite has run it (docs/perf.md, version 15);
+  // trip — and the dense W8A8 MLP likewise (its gate and up then rounded to bf16 first, as the
+  // MoE's). Off by default until the GPU suite has run it (docs/perf.md, version 15);
   // DEEPINFER_CUDA_FP8_GLU=0|1 sets it at construction.
   void set_fp8_glu_fused(bool on);
   // The batch-invariant mode's fp32 router GEMM above kInvariantRouterParallelRows rows on the

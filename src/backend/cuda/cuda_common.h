@@ -491,11 +491,12 @@ int fp8_grouped_gemm_variant(const Fp8GemmArgs& a);
 // or 1, K % 16 == 0, a and w 16-byte aligned.
 bool fp8_wgmma_available();
 void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s);
-// The MoE's gate|up GEMM with SiLU·mul and the down GEMM's quantizer in its epilogue: for the
-// grouped form of a (W = each expert's 2I rows, gate then up; N = 2I; block_n 1 with
-// w_scale_uniform), q [M, I] e4m3 and q_scale [M, I / 128] are bitwise what fp8_grouped_gemm
-// (variant 3, bf16 out) followed by silu_mul_quantize_fp8 write — without the [M, 2I] bf16
-// round trip. Whether it applies: fp8_wgmma_glu_ok (sm_90, I % 128 == 0, uniform scale blocks).
+// A gated MLP's gate|up GEMM with SiLU·mul and the down GEMM's quantizer in its epilogue: for a
+// (W = each expert's 2I rows, gate then up — dense, offsets null: one such stack; N = 2I;
+// block_n 1 with w_scale_uniform), q [M, I] e4m3 and q_scale [M, I / 128] are bitwise what the
+// variant-3 GEMM writing gate|up in bf16 (fp8_grouped_gemm, or fp8_gemm dense) followed by
+// silu_mul_quantize_fp8 write — without the [M, 2I] round trip. Whether it applies:
+// fp8_wgmma_glu_ok (sm_90, I % 128 == 0, uniform scale blocks).
 bool fp8_wgmma_glu_ok(int64_t I, bool w_scale_uniform);
 void fp8_wgmma_glu_quantize(const Fp8GemmArgs& a, uint8_t* q, float* q_scale, cudaStream_t s);
 // ---- cuda_invariant_gemm.cu ----

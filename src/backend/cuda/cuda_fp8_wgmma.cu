@@ -372,7 +372,9 @@ __device__ __forceinline__ void load_glu_stages(const CUtensorMap& map_a, const 
   uint32_t it = 0;
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
     TileView v;
-    if (!resolve_tile<kBM, kBN>(tile, p.n_row_tiles, n_col_tiles, table, p.E, p.M, &v)) continue;
+    if (!resolve_tile<kBM, kBN>(tile, p.n_row_tiles, n_col_tiles, p.offsets != nullptr ? table : nullptr, p.E, p.M,
+                                &v))
+      continue;
     for (int h = 0; h < 2; ++h) {
       const auto y_gate = static_cast<int32_t>(v.e * p.N + v.n0 + 64 * h), y_up = y_gate + static_cast<int32_t>(I);
       for (int64_t kb = 0; kb < n_kb; ++kb, ++it) {
@@ -404,9 +406,13 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
   uint32_t phase = 0;  // full[s]'s parity
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
     TileView v;
-    if (!resolve_tile<kBM, kBN>(tile, p.n_row_tiles, n_col_tiles, table, p.E, p.M, &v)) continue;
+    if (!resolve_tile<kBM, kBN>(tile, p.n_row_tiles, n_col_tiles, p.offsets != nullptr ? table : nullptr, p.E, p.M,
+                                &v))
+      continue;
     const int64_t e = v.e, m0 = v.m0, m_end = v.m_end, n0 = v.n0;
-    const bool idle = m0 + 64 * wg >= m_end;  // as compute_tiles: MMAs issued, nothing promoted or stored
+    // As compute_tiles: MMAs issued, nothing promoted or stored (a grouped tile's rows past its
+    // expert, a dense tile's past M).
+    const bool idle = m0 + 64 * wg >= m_end;
     const int rl = 64 * wg + 16 * (warp % 4) + lane / 4;
     const int64_t r0 = m0 + rl, r1 = r0 + 8;
     const float* sa0 = p.sa + (r0 < p.M ? r0 : 0) * n_kb;
@@ -592,7 +598,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// The GLU-quantize form of fp8_wgmma_kernel (grouped, block-form weight scales, cluster 1): the
+// The GLU-quantize form of fp8_wgmma_kernel (grouped — or dense: offsets null, one "expert" of
+// rows [0, M) —, block-form weight scales, cluster 1): the
 // same warp roles, compute_glu_tiles / load_glu_stages instead of compute_tiles / load_stages,
 // each math warpgroup's act stash (16 KB) where the output staging was. q [M, I] e4m3 and
 // q_scale [M, I / 128] are the down GEMM's input.
@@ -617,7 +624,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto* table = reinterpret_cast<int32_t*>(empty + kStages);                   // build_tile_table
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
   if (t == 0) init_ring(full, empty, kStages, 1, kMathGroups * 4);
-  if (warp == 0) build_tile_table(p.offsets, p.E, kBM, lane, table);
+  if (p.offsets != nullptr && warp == 0) build_tile_table(p.offsets, p.E, kBM, lane, table);
   __syncthreads();
   if (wg == kMathGroups) {
     setmaxnreg_dec<kGluLoaderRegs>();
@@ -743,8 +750,9 @@ bool fp8_wgmma_glu_ok(int64_t I, bool w_scale_uniform) {
 
 void fp8_wgmma_glu_quantize(const Fp8GemmArgs& a, uint8_t* q, float* q_scale, cudaStream_t s) {
   DI_CUDA_REQUIRE_MSG(fp8_wgmma_available(), "fp8 wgmma GLU: needs an sm_90 GPU");
-  DI_CUDA_REQUIRE(a.offsets != nullptr && a.E >= 1);
-  DI_CUDA_REQUIRE_MSG(a.E <= kMaxTableExperts, "fp8 wgmma GLU: too many experts");
+  const bool grouped = a.offsets != nullptr;
+  DI_CUDA_REQUIRE(!grouped || a.E >= 1);
+  DI_CUDA_REQUIRE_MSG(!grouped || a.E <= kMaxTableExperts, "fp8 wgmma GLU: too many experts");
   DI_CUDA_REQUIRE_MSG(a.block_n == 1 && fp8_wgmma_glu_ok(a.N / 2, a.w_scale_uniform) && a.N % 2 == 0,
                       "fp8 wgmma GLU: needs N = 2I with I % 128 == 0 and uniform 128-row scale blocks");
   DI_CUDA_REQUIRE(a.K % 16 == 0 && q != nullptr && q_scale != nullptr);
@@ -757,10 +765,10 @@ void fp8_wgmma_glu_quantize(const Fp8GemmArgs& a, uint8_t* q, float* q_scale, cu
   p.N = a.N;
   p.n_kb = (a.K + kBK - 1) / kBK;
   p.offsets = a.offsets;
-  p.E = a.E;
-  DI_CUDA_REQUIRE_MSG(a.M < (int64_t{1} << 31) && a.E * a.N < (int64_t{1} << 31), "fp8 wgmma GLU: too many rows");
-  p.n_row_tiles = (a.M + kBM - 1) / kBM + std::min(a.E, a.M);
-  const CUtensorMap ma = e4m3_map(a.a, a.M, a.K, kBM), mw = e4m3_map(a.w, a.E * a.N, a.K, 64);
+  p.E = grouped ? a.E : 1;
+  DI_CUDA_REQUIRE_MSG(a.M < (int64_t{1} << 31) && p.E * a.N < (int64_t{1} << 31), "fp8 wgmma GLU: too many rows");
+  p.n_row_tiles = grouped ? (a.M + kBM - 1) / kBM + std::min(a.E, a.M) : (a.M + kBM - 1) / kBM;
+  const CUtensorMap ma = e4m3_map(a.a, a.M, a.K, kBM), mw = e4m3_map(a.w, p.E * a.N, a.K, 64);
   const int64_t tiles = p.n_row_tiles * (a.N / 2 / kBN);
   static std::once_flag once;
   std::call_once(once, [] {

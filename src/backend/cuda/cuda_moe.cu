@@ -6,12 +6,13 @@
 //   grouped GEMM down → weighted combine in slot order (deterministic: no float atomics).
 // Shared experts may ride along (MoeArgs::n_shared): extra experts after the routed ones, in
 // every token's last slots with weight 1, so one launch per stage serves both.
-// The forms of the grouped GEMMs (MoeArgs::form; CudaBackend picks by the step's size):
-//  - GEMV (decode, 1–2 tokens in the default mode; FP8 weights 1): the decode GEMV (cuda_gemv.cu) — weights
-//    streamed once at the copy rate, fp32 FMAs on the CUDA cores (the weights' bandwidth, not
-//    the math, is the limit at a row or two per expert). After the one-block sort it reads the
-//    tokens' rows through the permutation and applies SiLU·mul in the gate|up epilogue (no
-//    gather, no separate SiLU·mul launch);
+// The forms of the grouped GEMMs (MoeArgs::form; cuda::moe_form picks by the step's size and
+// mode, cuda_moe_form.h):
+//  - GEMV (decode, 1–2 tokens in the default mode; FP8 weights 1): the decode GEMV
+//    (cuda_gemv.cu) — weights streamed once at the copy rate, fp32 FMAs on the CUDA cores (the
+//    weights' bandwidth, not the math, is the limit at a row or two per expert). After the
+//    one-block sort it reads the tokens' rows through the permutation and applies SiLU·mul in
+//    the gate|up epilogue (no gather, no separate SiLU·mul launch);
 //  - per-expert cuBLAS (prefill): the row counts are read back (one host synchronization, never
 //    inside a graph) and each expert with rows gets one tensor-core GEMM;
 //  - tiled: tensor cores over each expert's 64-row tiles, sync-free for any size — version 3
