@@ -474,15 +474,19 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
         promote(part0, st0, sc0);
       }
       if (idle) continue;
-      // act = bf16(silu_times(bf16(gate), bf16(up))) for this half's 32 values, into the stash.
+      // act = bf16(silu_times(bf16(gate), bf16(up))) for this half's 32 values, into the stash —
+      // for the rows it stores only (a decode step's tiles hold a few rows per expert: the rest
+      // of the epilogue's expf and divisions would be spent on the next expert's rows).
+      const bool live0 = r0 < m_end, live1 = r1 < m_end;
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          float a2[2];
+          float a2[2] = {0.0f, 0.0f};
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const int i = 4 * j + 2 * hr + c;
+            if (!(hr == 0 ? live0 : live1)) continue;
             const float g = __bfloat162float(__float2bfloat16(acc[i]));
             const float u = __bfloat162float(__float2bfloat16(acc[i + 32]));
             a2[c] = __bfloat162float(__float2bfloat16(silu_times(g, u)));
@@ -605,7 +609,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // q_scale [M, I / 128] are the down GEMM's input.
 constexpr int kStashBytes = 32 * 128 * 4;
 // Registers: the dense forms' split (the loader walks no scales; the math warps hold the two
-// blocks in flight, 4 scales each, the stash indexing): 8 bytes of spills (ptxas -v), against
+// blocks in flight, 4 scales each, the stash indexing): 16 bytes of spills (ptxas -v), against
 // 216 at the grouped forms' 56 / 224.
 constexpr int kGluLoaderRegs = 40, kGluMathRegs = 232;
 static_assert(kMathGroups * 128 * kGluMathRegs + 128 * kGluLoaderRegs <= kThreads * 168, "register budget");
