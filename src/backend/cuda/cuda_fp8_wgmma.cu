@@ -603,10 +603,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // The GLU-quantize form of fp8_wgmma_kernel (grouped — or dense: offsets null, one "expert" of
-// rows [0, M) —, block-form weight scales, cluster 1): the
-// same warp roles, compute_glu_tiles / load_glu_stages instead of compute_tiles / load_stages,
-// each math warpgroup's act stash (16 KB) where the output staging was. q [M, I] e4m3 and
-// q_scale [M, I / 128] are the down GEMM's input.
+// rows [0, M) —, block-form weight scales, cluster 1): the same warp roles, compute_glu_tiles /
+// load_glu_stages instead of compute_tiles / load_stages, each math warpgroup's act stash
+// (16 KB) where the output staging was. q [M, I] e4m3 and q_scale [M, I / 128] are the down
+// GEMM's input.
 constexpr int kStashBytes = 32 * 128 * 4;
 // Registers: the dense forms' split (the loader walks no scales; the math warps hold the two
 // blocks in flight, 4 scales each, the stash indexing): 16 bytes of spills (ptxas -v), against
@@ -622,7 +622,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t wg_smem_raw[];
   uint8_t* smem = wg_smem_raw + ((1024 - smem_u32(wg_smem_raw) % 1024) % 1024);
   uint8_t* ring = smem;                                                         // [kStages][A | W]
-  auto* stash = reinterpret_cast<uint32_t*>(ring + kStages * kStageBytes);      // [kMathGroups][16][128]
+  auto* stash = reinterpret_cast<uint32_t*>(ring + kStages * kStageBytes);      // [kMathGroups][32][128]
   auto* full = reinterpret_cast<uint64_t*>(ring + kStages * kStageBytes + kMathGroups * kStashBytes);
   uint64_t* empty = full + kStages;                                             // [kStages]
   auto* table = reinterpret_cast<int32_t*>(empty + kStages);                   // build_tile_table
