@@ -87,6 +87,30 @@ struct Operands {
   std::vector<float> sa, sw;   // [M, n_kb], [ceil(N / block_n), n_kb]
 };
 
+// A grouped (or dense) problem's operands uploaded — A, W (16 bytes of slack each), their scales,
+// the expert offsets — and the wgmma form's args over them (block_n 1, variant 3; the caller
+// sets the shape, output and offsets' use).
+struct DevOperands {
+  DevBuf a, w, sa, sw, off;
+  DevOperands(const std::vector<uint8_t>& ha, const std::vector<uint8_t>& hw, const std::vector<float>& hsa,
+              const std::vector<float>& hsw, const std::vector<int32_t>& offsets)
+      : a(ha.size() + 16), w(hw.size() + 16), sa(hsa.size() * 4 + 4), sw(hsw.size() * 4), off(offsets.size() * 4) {
+    upload(a, ha);
+    upload(w, hw);
+    upload(sa, hsa);
+    upload(sw, hsw);
+    upload(off, offsets);
+  }
+  Fp8GemmArgs args() const {
+    Fp8GemmArgs g;
+    g.a = a.as<uint8_t>(), g.a_scale = sa.as<float>();
+    g.w = w.as<uint8_t>(), g.w_scale = sw.as<float>();
+    g.block_n = 1;
+    g.variant = 3;
+    return g;
+  }
+};
+
 // ref[m, n] and its error bound (see the file header), fp64, for rows [r0, r0 + rows) of a and
 // weight rows [w0, w0 + N), scale rows from sw0.
 void reference(const std::vector<uint8_t>& a, const std::vector<float>& sa, const std::vector<uint8_t>& w,
@@ -336,20 +360,12 @@ TEST_F(CudaFp8Gemm, UniformRowScalesMatchPerRowBitwise) {
       for (int64_t n = 0; n < N; ++n)
         for (int64_t kb = 0; kb < n_kb; ++kb)
           sw[static_cast<size_t>((e * N + n) * n_kb + kb)] = sb[static_cast<size_t>((e * nb + n / 128) * n_kb + kb)];
-    DevBuf da(a.size() + 16), dw(w.size() + 16), dsa(sa.size() * 4), dsw(sw.size() * 4), doff(offsets.size() * 4),
-        dc(static_cast<size_t>(M * N) * 4);
-    upload(da, a);
-    upload(dw, w);
-    upload(dsa, sa);
-    upload(dsw, sw);
-    upload(doff, offsets);
-    Fp8GemmArgs args;
-    args.a = da.as<uint8_t>(), args.a_scale = dsa.as<float>();
-    args.w = dw.as<uint8_t>(), args.w_scale = dsw.as<float>();
-    args.M = M, args.N = N, args.K = K, args.block_n = 1;
+    const DevOperands ops(a, w, sa, sw, offsets);
+    DevBuf dc(static_cast<size_t>(M * N) * 4);
+    Fp8GemmArgs args = ops.args();
+    args.M = M, args.N = N, args.K = K;
     args.c = dc.as<void>(), args.c_elem = Elem::kF32, args.ldc = N;
-    args.variant = 3;
-    if (grouped) args.offsets = doff.as<int32_t>(), args.E = E;
+    if (grouped) args.offsets = ops.off.as<int32_t>(), args.E = E;
     std::vector<uint8_t> bits[2];
     for (const bool uniform : {false, true}) {
       args.w_scale_uniform = uniform;
@@ -625,21 +641,13 @@ TEST_F(CudaFp8Gemm, GluQuantizeEqualsGemmThenSiluMulQuantize) {
     for (int64_t r = 0; r < E * N; ++r)
       for (int64_t kb = 0; kb < n_kb; ++kb)
         sw[static_cast<size_t>(r * n_kb + kb)] = sb[static_cast<size_t>((r / 128) * n_kb + kb)];
-    DevBuf da(a.size() + 16), dw(w.size() + 16), dsa(sa.size() * 4 + 4), dsw(sw.size() * 4), doff(offsets.size() * 4),
-        dh(static_cast<size_t>(M * N) * 2 + 16), dq(static_cast<size_t>(M * c.I) + 16),
+    const DevOperands ops(a, w, sa, sw, offsets);
+    DevBuf dh(static_cast<size_t>(M * N) * 2 + 16), dq(static_cast<size_t>(M * c.I) + 16),
         dsq(static_cast<size_t>(M * qb) * 4 + 4), dq2(static_cast<size_t>(M * c.I) + 16),
         dsq2(static_cast<size_t>(M * qb) * 4 + 4);
-    upload(da, a);
-    upload(dw, w);
-    upload(dsa, sa);
-    upload(dsw, sw);
-    upload(doff, offsets);
-    Fp8GemmArgs args;
-    args.a = da.as<uint8_t>(), args.a_scale = dsa.as<float>();
-    args.w = dw.as<uint8_t>(), args.w_scale = dsw.as<float>();
-    args.M = M, args.N = N, args.K = c.K, args.block_n = 1, args.w_scale_uniform = true;
-    if (!c.dense) args.offsets = doff.as<int32_t>(), args.E = E;
-    args.variant = 3;
+    Fp8GemmArgs args = ops.args();
+    args.M = M, args.N = N, args.K = c.K, args.w_scale_uniform = true;
+    if (!c.dense) args.offsets = ops.off.as<int32_t>(), args.E = E;
     // The separate kernels.
     Fp8GemmArgs plain = args;
     plain.c = dh.as<void>(), plain.c_elem = Elem::kBF16, plain.ldc = N;

@@ -177,6 +177,16 @@ constexpr int64_t kMlaInvariantMaxSplits = 32;
 constexpr int64_t kGemvMaxRows = 2;
 static_assert(kGemvMaxRows == cuda::kMoeGemvMaxTokens);
 
+// A 0|1 switch from the environment: `flag` set where the variable is "0" or "1"; any other
+// non-empty value is ignored with a warning naming it.
+void read_env_switch(const char* name, bool& flag) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return;
+  const std::string_view v(value);
+  if (v == "0" || v == "1") flag = v == "1";
+  else if (!v.empty()) log_warn("{}='{}' ignored: it must be 0 or 1", name, v);
+}
+
 Elem elem_of(DType t) {
   switch (t) {
     case DType::kF32: return Elem::kF32;
@@ -222,11 +232,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
     if (v == "0" || v == "1") s_->dense_w8a8 = v == "1" ? 1 : 0;
     else if (!v.empty()) log_warn("DEEPINFER_CUDA_FP8_W8A8='{}' ignored: it must be 0 or 1", v);
   }
-  if (const char* wg = std::getenv("DEEPINFER_CUDA_MLA_WGMMA"); wg != nullptr) {
-    const std::string_view v(wg);
-    if (v == "0" || v == "1") s_->mla_wgmma = v == "1";
-    else if (!v.empty()) log_warn("DEEPINFER_CUDA_MLA_WGMMA='{}' ignored: it must be 0 or 1", v);
-  }
+  read_env_switch("DEEPINFER_CUDA_MLA_WGMMA", s_->mla_wgmma);
   s_->dense_w8a8_rows = kGemvMaxRows;
   if (const char* rows = std::getenv("DEEPINFER_CUDA_FP8_W8A8_ROWS"); rows != nullptr) {
     char* end = nullptr;
@@ -239,26 +245,10 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
     if (v.size() == 1 && v[0] >= '0' && v[0] <= '5') s_->moe_gemm = v[0] - '0';
     else if (!v.empty()) log_warn("DEEPINFER_CUDA_MOE_FORM='{}' ignored: it must be one of 0 … 5", v);
   }
-  if (const char* ch = std::getenv("DEEPINFER_CUDA_INVARIANT_MOE_CHAIN"); ch != nullptr) {
-    const std::string_view v(ch);
-    if (v == "0" || v == "1") s_->moe_one_chain = v == "1";
-    else if (!v.empty()) log_warn("DEEPINFER_CUDA_INVARIANT_MOE_CHAIN='{}' ignored: it must be 0 or 1", v);
-  }
-  if (const char* rt = std::getenv("DEEPINFER_CUDA_ROUTER_TILED"); rt != nullptr) {
-    const std::string_view v(rt);
-    if (v == "0" || v == "1") s_->router_tiled = v == "1";
-    else if (!v.empty()) log_warn("DEEPINFER_CUDA_ROUTER_TILED='{}' ignored: it must be 0 or 1", v);
-  }
-  if (const char* glu = std::getenv("DEEPINFER_CUDA_FP8_GLU"); glu != nullptr) {
-    const std::string_view v(glu);
-    if (v == "0" || v == "1") s_->fp8_glu = v == "1";
-    else if (!v.empty()) log_warn("DEEPINFER_CUDA_FP8_GLU='{}' ignored: it must be 0 or 1", v);
-  }
-  if (const char* inv = std::getenv("DEEPINFER_CUDA_INVARIANT_NAIVE"); inv != nullptr) {
-    const std::string_view v(inv);
-    if (v == "0" || v == "1") s_->invariant_naive = v == "1";
-    else if (!v.empty()) log_warn("DEEPINFER_CUDA_INVARIANT_NAIVE='{}' ignored: it must be 0 or 1", v);
-  }
+  read_env_switch("DEEPINFER_CUDA_INVARIANT_MOE_CHAIN", s_->moe_one_chain);
+  read_env_switch("DEEPINFER_CUDA_ROUTER_TILED", s_->router_tiled);
+  read_env_switch("DEEPINFER_CUDA_FP8_GLU", s_->fp8_glu);
+  read_env_switch("DEEPINFER_CUDA_INVARIANT_NAIVE", s_->invariant_naive);
 }
 
 CudaBackend::~CudaBackend() {
