@@ -150,10 +150,11 @@ bool moe_wgmma_ok(bool fp8, int64_t D, int64_t I) {
 }
 // Default mode: the shared experts run in the routed experts' launch (moe_ffn) for steps of at
 // most this many tokens (one 16-row pass over their slices) — and, with FP8 weights, for every
-// decode-sized step (≤ kMoeDecodeMaxRows routed rows), whose separate shared MLP would run on
-// the same small-M kernel anyway. V2-Lite decode, ms per step: bf16 B = 1 4.05 → 3.86 fused,
-// B = 32 11.65 → 11.84 (two passes over the slices lose to cuBLAS's one GEMM; run s7-2); FP8
-// B = 32 16.35 → 15.60 (runs s6-10, s7-1).
+// decode-sized step (≤ kMoeDecodeMaxRows routed rows). V2-Lite decode, ms per step: bf16 B = 1
+// 4.05 → 3.86 fused, B = 32 11.65 → 11.84 (two passes over the slices lose to cuBLAS's one GEMM;
+// run s7-2); FP8 B = 32 16.35 → 15.60 (runs s6-10, s7-1), when both the routed experts and the
+// separate shared MLP ran on small_m_gemm. Since run s17-7 both take W8A8 there (MoE form 5, the
+// dense W8A8 form from 3 rows); the FP8 rule has not been measured again on those forms.
 constexpr int64_t kMoeFusedSharedMaxTokens = 16;
 // Batch-invariant mode: GEMMs of at most this many rows use small_m_gemm (16-row passes over
 // the weights), larger ones the tiled kernel; both fold K identically (bitwise-equal results).
