@@ -4,7 +4,8 @@
 # Usage: bash scripts/device/ncu_decode.sh [KERNEL_REGEX] [BATCHES] [DTYPE] [COUNT] [SKIP]
 #        (defaults: "mla|gemv|route", "1 256", bf16, 60 launches after skipping 200)
 # NCU_CACHE=all flushes the caches before each kernel (session 6's figures); the default, none,
-# keeps them warm, closer to a graph replay (session 7's).
+# keeps them warm, closer to a graph replay (session 7's). BENCH_FLAGS adds `deepinfer bench`
+# flags (e.g. --batch-invariant); LOG_TAG names the logs apart ($OUT/ncu_<dtype>_b<B><tag>.log).
 set -uo pipefail
 source "$(dirname "$0")/build_device.sh"
 device_build deepinfer
@@ -18,9 +19,9 @@ for b in ${2:-1 256}; do
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread \
     build-device/src/tools/deepinfer bench --config bench/configs/deepseek_v2_lite.json --dtype "${3:-bf16}" \
     --prefill "" \
-    --decode-batch "$b" --steps 2 --warmup 2 --no-graphs > "$OUT/ncu_${3:-bf16}_b$b.log" 2>&1
+    --decode-batch "$b" --steps 2 --warmup 2 --no-graphs ${BENCH_FLAGS:-} > "$OUT/ncu_${3:-bf16}_b$b${LOG_TAG:-}.log" 2>&1
   echo "== B=$b rc=$?"
-  python3 - "$OUT/ncu_${3:-bf16}_b$b.log" <<'PY'
+  python3 - "$OUT/ncu_${3:-bf16}_b$b${LOG_TAG:-}.log" <<'PY'
 import re, sys, collections
 txt = open(sys.argv[1]).read()
 blocks = re.split(r'\n  (?=\S.*\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\))', txt)

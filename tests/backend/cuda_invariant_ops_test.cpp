@@ -68,8 +68,9 @@ class CudaInvariantOps : public ::testing::Test {
 // and 2,048 (V2-Lite), partial column tiles; and the fp32 router weights, also at K = 138 (its
 // rows not 16-byte aligned: element loads in the float4 path's order) and at V2-Lite's 64 × 2,048.
 // The 300-row batch runs bf16 weights with K % 64 == 0 on the wgmma kernel, the rows alone on
-// small_m_gemm; the router (kind 3: with set_router_tiled) its batches past 16 rows on the
-// register-tiled kernel — bitwise the one-chain kernel's 300 rows too.
+// small_m_gemm; FP8 weights with K % 128 == 0 take the W8A8 form at every size on sm_90; the
+// router (kind 3: with set_router_tiled) its batches past 16 rows on the register-tiled kernel
+// — bitwise the one-chain kernel's 300 rows too.
 TEST_F(CudaInvariantOps, MatmulRowsAreBatchInvariant) {
   struct Shape {
     int64_t N, K;
@@ -87,7 +88,7 @@ TEST_F(CudaInvariantOps, MatmulRowsAreBatchInvariant) {
 #ifdef DEEPINFER_HAVE_CUDA
       auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
       const Tensor one_chain = kind == 3 ? run_matmul(x, dw) : Tensor();
-      cuda.set_router_tiled(kind == 3);
+      cuda.set_router_tiled(kind == 3, 17);
 #endif
       const Tensor full = run_matmul(x, dw);
 #ifdef DEEPINFER_HAVE_CUDA
@@ -97,7 +98,12 @@ TEST_F(CudaInvariantOps, MatmulRowsAreBatchInvariant) {
 #endif
       Tensor ref = Tensor::empty_host(DType::kF32, {M, s.N});
       ref_.matmul(x, 0, w, ref);
-      EXPECT_LT(rel_err(full, ref), router ? 1e-5 : 1e-2) << "N=" << s.N << " K=" << s.K << " kind " << kind;
+      // W8A8 quantizes the activations per 1×128 group to e4m3 (3 mantissa bits: up to 2^-4
+      // relative per element, ~2–3e-2 over a row against this unquantized reference; the MoE's
+      // W8A8 measured 0.043 in MoeExpertsRowsAreBatchInvariant, run s17-6): 6e-2 where it applies.
+      const bool w8a8 = kind == 1 && s.K % 128 == 0;
+      EXPECT_LT(rel_err(full, ref), router ? 1e-5 : w8a8 ? 6e-2 : 1e-2)
+          << "N=" << s.N << " K=" << s.K << " kind " << kind;
       for (int64_t m : {1, 2, 16, 17, 64, 65, 129}) {
         EXPECT_TRUE(same_rows(run_matmul(rows(x, 0, m), dw), full, 0))
             << "first " << m << " rows, N=" << s.N << " K=" << s.K << " kind " << kind;

@@ -134,8 +134,13 @@ struct CudaState {
   bool mla_wgmma = true;  // set_mla_prefill_wgmma; DEEPINFER_CUDA_MLA_WGMMA=0|1
   bool invariant_naive = true;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
   bool fp8_glu = false;          // set_fp8_glu_fused; DEEPINFER_CUDA_FP8_GLU=0|1
-  bool router_tiled = false;     // set_router_tiled; DEEPINFER_CUDA_ROUTER_TILED=0|1
-  bool moe_one_chain = false;    // set_invariant_moe_one_chain; DEEPINFER_CUDA_INVARIANT_MOE_CHAIN=0|1
+  // The invariant router's tiled kernel from this many rows, 0 = never (set_router_tiled;
+  // DEEPINFER_CUDA_ROUTER_TILED=0|1).
+  int64_t router_tiled_rows = 0;
+  // The shared experts in the routed launch: -1 by moe_ffn's size rule, 0 never, 1 always (the
+  // batch-invariant mode always); DEEPINFER_CUDA_MOE_SHARED_FUSE=0|1, a lab knob.
+  int shared_fuse = -1;
+  bool moe_one_chain = true;     // set_invariant_moe_one_chain; DEEPINFER_CUDA_INVARIANT_MOE_CHAIN=0|1
   bool batch_invariant = false;  // set_batch_invariant
 };
 
@@ -178,14 +183,18 @@ constexpr int64_t kMlaInvariantMaxSplits = 32;
 constexpr int64_t kGemvMaxRows = 2;
 static_assert(kGemvMaxRows == cuda::kMoeGemvMaxTokens);
 
-// A 0|1 switch from the environment: `flag` set where the variable is "0" or "1"; any other
-// non-empty value is ignored with a warning naming it.
-void read_env_switch(const char* name, bool& flag) {
+// A 0|1 switch from the environment: `flag` set where the variable is "0" or "1" (returns
+// whether it was); any other non-empty value is ignored with a warning naming it.
+bool read_env_switch(const char* name, bool& flag) {
   const char* value = std::getenv(name);
-  if (value == nullptr) return;
+  if (value == nullptr) return false;
   const std::string_view v(value);
-  if (v == "0" || v == "1") flag = v == "1";
-  else if (!v.empty()) log_warn("{}='{}' ignored: it must be 0 or 1", name, v);
+  if (v == "0" || v == "1") {
+    flag = v == "1";
+    return true;
+  }
+  if (!v.empty()) log_warn("{}='{}' ignored: it must be 0 or 1", name, v);
+  return false;
 }
 
 Elem elem_of(DType t) {
@@ -247,7 +256,10 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
     else if (!v.empty()) log_warn("DEEPINFER_CUDA_MOE_FORM='{}' ignored: it must be one of 0 … 5", v);
   }
   read_env_switch("DEEPINFER_CUDA_INVARIANT_MOE_CHAIN", s_->moe_one_chain);
-  read_env_switch("DEEPINFER_CUDA_ROUTER_TILED", s_->router_tiled);
+  bool router_tiled = s_->router_tiled_rows > 0;
+  read_env_switch("DEEPINFER_CUDA_ROUTER_TILED", router_tiled);
+  s_->router_tiled_rows = router_tiled ? kRouterTiledMinRows : 0;
+  if (bool fuse = false; read_env_switch("DEEPINFER_CUDA_MOE_SHARED_FUSE", fuse)) s_->shared_fuse = fuse ? 1 : 0;
   read_env_switch("DEEPINFER_CUDA_FP8_GLU", s_->fp8_glu);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_NAIVE", s_->invariant_naive);
 }
@@ -287,7 +299,10 @@ void CudaBackend::set_invariant_naive_mla(bool on) { s_->invariant_naive = on; }
 
 void CudaBackend::set_fp8_glu_fused(bool on) { s_->fp8_glu = on; }
 
-void CudaBackend::set_router_tiled(bool on) { s_->router_tiled = on; }
+void CudaBackend::set_router_tiled(bool on, int64_t min_rows) {
+  DI_CHECK(min_rows > kInvariantRouterParallelRows);
+  s_->router_tiled_rows = on ? min_rows : 0;
+}
 
 void CudaBackend::set_invariant_moe_one_chain(bool on) { s_->moe_one_chain = on; }
 
@@ -696,6 +711,10 @@ void CudaBackend::linear(const void* xb, int64_t M, const LinearWeight& w, float
   const bool fp8 = w.dtype() == DType::kF8E4M3;
   if (s_->batch_invariant) {
     DI_CHECK(!fp8 || w.block_n == 1);
+    if (fp8 && dense_w8a8_fits(M, w)) {  // every size (dense_w8a8_fits): a row's bits do not depend on M
+      linear_w8a8(xb, M, w, N, w.uniform_row_blocks, out, ldc);
+      return;
+    }
     invariant_gemm(xb, M, w.weight.raw_data(), fp8 ? cdptr<float>(w.scale_inv) : nullptr, fp8, w.block_k, N, K, out,
                    ldc);
     return;
@@ -721,9 +740,13 @@ void CudaBackend::linear(const void* xb, int64_t M, const LinearWeight& w, float
 // model (s14-2). At decode sizes it streams the weights through TMA where small_m_gemm widens
 // them on the CUDA cores once per 16-row pass (run s17-6, V2-Lite FP8 ms per step, from 64 rows
 // → from 2: B = 32 8.81 → 8.17, B = 64 11.30 → 9.30, B = 8 6.61 → 6.58; from 16: the same).
+// The batch-invariant mode takes it at every size, as it takes the MoE's form 5: a row's
+// arithmetic in the wgmma GEMM (its K blocks' MMAs promoted in K order, its own 1×128 groups)
+// depends neither on M nor on the row's place in its tile, so it needs no invariant K structure,
+// and FP8 weights are no longer widened to bf16 (small_m_gemm, the widened wgmma form).
 bool CudaBackend::dense_w8a8_fits(int64_t M, const LinearWeight& w) const {
   const bool on = s_->dense_w8a8 == 1 || (s_->dense_w8a8 == -1 && w.uniform_row_blocks);
-  return on && M > s_->dense_w8a8_rows && w.block_n == 1 && w.block_k == cuda::kFp8GroupK &&
+  return on && M > (s_->batch_invariant ? 0 : s_->dense_w8a8_rows) && w.block_n == 1 && w.block_k == cuda::kFp8GroupK &&
          w.n_in() % cuda::kFp8GroupK == 0 && reinterpret_cast<uintptr_t>(w.weight.raw_data()) % 16 == 0 &&
          cuda::fp8_wgmma_available();
 }
@@ -759,7 +782,7 @@ void CudaBackend::fp8_gemm_w8a8(const uint8_t* q, const float* sq, int64_t M, co
 // Whether a linear of M fp32 rows (row pitch ldx) takes the W8A8 form straight from fp32
 // (quantize_fp8_rows_bf16: the rounding to bf16 and the quantization in one pass, no bf16 copy).
 bool CudaBackend::w8a8_from_f32(const Tensor& x, int64_t ldx, int64_t M, const LinearWeight& w) const {
-  return !s_->batch_invariant && w.dtype() == DType::kF8E4M3 && dense_w8a8_fits(M, w) && ldx % 4 == 0 &&
+  return w.dtype() == DType::kF8E4M3 && dense_w8a8_fits(M, w) && ldx % 4 == 0 &&
          reinterpret_cast<uintptr_t>(x.raw_data()) % 16 == 0;
 }
 
@@ -824,7 +847,8 @@ void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& 
       float* part = M <= kInvariantRouterParallelRows && chunks > 1 ? dptr<float>(empty(DType::kF32, {chunks, M, N}))
                                                                       : nullptr;
       cuda::gemm_f32_ordered(cdptr<float>(x), x_stride == 0 ? K : x_stride, cdptr<float>(w.weight), M, N, K,
-                             dptr<float>(out), N, part, s_->stream, s_->router_tiled);
+                             dptr<float>(out), N, part, s_->stream,
+                             s_->router_tiled_rows > 0 && M >= s_->router_tiled_rows);
       return;
     }
     if (try_gemv(x.raw_data(), Elem::kF32, x_stride == 0 ? K : x_stride, M, w, N, dptr<float>(out), N)) return;
@@ -1181,7 +1205,8 @@ void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWe
 // the stack: each output element's fold does not depend on the columns beside it (16-column
 // items, the K structure fixed), so the bits are the separate GEMMs'. One conversion and one GEMM (with its
 // K-split sum) instead of two of each: V2-Lite's kv_a_proj took 10 µs per layer on its own at
-// B = 1 (run s15-7). Returns false (nothing run) where the conditions do not hold.
+// B = 1 (run s15-7). FP8 parts on the W8A8 form likewise: one quantizer, one wgmma GEMM. Returns
+// false (nothing run) where the conditions do not hold.
 bool CudaBackend::invariant_parts_one_row(const Tensor& x, const std::vector<const LinearWeight*>& w,
                                           const std::vector<Tensor*>& out) {
   if (w.size() < 2 || x.dtype() != DType::kF32 || x.size(0) != 1 || !stacked(w)) return false;
@@ -1199,8 +1224,25 @@ bool CudaBackend::invariant_parts_one_row(const Tensor& x, const std::vector<con
   }
   const bool fp8 = w[0]->dtype() == DType::kF8E4M3;
   if ((w[0]->dtype() != DType::kBF16 && !fp8) || (fp8 && w[0]->block_n != 1)) return false;
+  // FP8 parts on the W8A8 form (as every row of every step takes them here): one GEMM over the
+  // stack, its tiles' scale blocks aligned with the parts' when each part but the last is a
+  // whole number of 128-row blocks (else the per-row form: the same bits).
+  int w8a8 = 0;  // parts that take the W8A8 form
+  bool uniform = true;
+  for (size_t i = 0; fp8 && i < w.size(); ++i) {
+    w8a8 += w8a8_from_f32(x, K, 1, *w[i]) ? 1 : 0;
+    uniform = uniform && w[i]->uniform_row_blocks && (i + 1 == w.size() || w[i]->n_out() % cuda::kFp8GroupK == 0);
+  }
+  if (w8a8 != 0 && w8a8 != static_cast<int>(w.size())) return false;  // each part its own way
   OpTimer timer(*this, "matmul", N, K);
   ScratchScope scope(*this);
+  if (w8a8 != 0) {
+    Tensor q = empty(DType::kU8, {1, K});                        // [1, K] e4m3
+    Tensor sq = empty(DType::kF32, {1, K / cuda::kFp8GroupK});  // [1, K / 128]
+    cuda::quantize_fp8_rows_bf16(cdptr<float>(x), K, nullptr, 1, 1, K, dptr<uint8_t>(q), dptr<float>(sq), s_->stream);
+    fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), 1, *w[0], N, uniform, dptr<float>(*out[0]), N);
+    return true;
+  }
   Tensor xb = empty(DType::kBF16, {1, K});
   cuda::to_bf16(cdptr<float>(x), K, 1, K, dptr<bf16>(xb), s_->stream);
   invariant_gemm(dptr(xb), 1, w[0]->weight.raw_data(), fp8 ? cdptr<float>(w[0]->scale_inv) : nullptr, fp8,
@@ -1245,8 +1287,9 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   const int64_t E_all = static_cast<int64_t>(experts.size()) + S, R = x.size(0) * (ids.size(1) + S);
   const bool wgmma_prefill = moe_prefill_sized(R, E_all) && !experts.empty() &&
                              moe_wgmma_ok(fp8, x.size(1), experts[0].gate_proj.n_out());
-  const bool fuse = s_->batch_invariant || x.size(0) <= kMoeFusedSharedMaxTokens ||
+  const bool rule = x.size(0) <= kMoeFusedSharedMaxTokens ||
                     (fp8 && x.size(0) * (ids.size(1) + S) <= kMoeDecodeMaxRows) || wgmma_prefill;
+  const bool fuse = s_->batch_invariant || (s_->shared_fuse < 0 ? rule : s_->shared_fuse == 1);
   if (S > 0 && fuse) {
     OpTimer timer(*this, "moe_experts+shared");
     run_moe(x, ids, weights, experts, shared.slices, out);

@@ -137,20 +137,29 @@ class CudaBackend : public Backend {
   // epilogue (cuda::fp8_wgmma_glu_quantize, where it applies: sm_90, I % 128 == 0, checkpoint
   // scale blocks) — the same codes as the separate kernels, without their bf16 [rows, 2I] round
   // trip — and the dense W8A8 MLP likewise (its gate and up then rounded to bf16 first, as the
-  // MoE's). Off by default until the GPU suite has run it (docs/perf.md, version 15);
-  // DEEPINFER_CUDA_FP8_GLU=0|1 sets it at construction.
+  // MoE's). Off by default: slower (run s18-1, V2-Lite FP8 ms: prefill 4K 43.59 → 43.83, 16K
+  // 199.2 → 201.6, B = 32 8.27 → 8.75, B = 256 11.68 → 12.77) — its epilogue (an expf and two
+  // divisions per value) runs while the tensor cores idle, which costs more than the separate
+  // pass saves; DEEPINFER_CUDA_FP8_GLU=0|1 sets it at construction.
   void set_fp8_glu_fused(bool on);
-  // The batch-invariant mode's fp32 router GEMM above kInvariantRouterParallelRows rows on the
-  // register-tiled kernel (cuda::gemm_f32_ordered's `tiled`: the same arithmetic, so the same
-  // bits, ~3× fewer loads and shuffles per product). Off by default until the GPU suite has run
-  // it (docs/perf.md, version 15); DEEPINFER_CUDA_ROUTER_TILED=0|1 sets it at construction.
-  void set_router_tiled(bool on);
-  // The batch-invariant mode's bf16 MoE with all of K in one chain (MoeArgs::one_chain): its
-  // small-M form with one K split, so the default mode's wgmma (128 × 256 tiles) and tiled
-  // kernels serve its larger steps as they are, instead of the invariant K structure's
-  // (128 × 128 wgmma tiles: +6.8 ms of a 4K prefill, run s17-2). Off by default until the GPU
-  // suite has run it (docs/perf.md, version 15); DEEPINFER_CUDA_INVARIANT_MOE_CHAIN=0|1 sets it
-  // at construction.
+  // The batch-invariant mode's fp32 router GEMM from min_rows rows (> 16, where the parallel-chunk
+  // form ends) on the register-tiled kernel (cuda::gemm_f32_ordered's `tiled`: the same
+  // arithmetic, so the same bits, ~3× fewer loads and shuffles per product). Off by default: no
+  // faster in the model (run s18-2, invariant 4K prefill bf16 64.05 → 64.52 ms, FP8 50.16 →
+  // 50.41; 16K −1 % / −3 %, within the runs' spread); DEEPINFER_CUDA_ROUTER_TILED=0|1 sets it at
+  // construction, from kRouterTiledMinRows.
+  void set_router_tiled(bool on, int64_t min_rows = kRouterTiledMinRows);
+  // The tiled router's blocks hold 16 rows × 16 columns: at V2-Lite's 64 experts a step of M rows
+  // gets M / 4 warps, a quarter of the one-chain kernel's — enough once they fill the GPU, too
+  // few at decode sizes to hide the chains' latency (B = 32 with it from 17 rows: ~+0.9 ms per
+  // step, run s18-1).
+  static constexpr int64_t kRouterTiledMinRows = 1024;
+  // The batch-invariant mode's bf16 MoE with all of K in one chain (MoeArgs::one_chain, the
+  // default): its small-M form with one K split, so the default mode's wgmma (128 × 256 tiles)
+  // and tiled kernels serve its larger steps as they are, instead of the invariant K
+  // structure's (128 × 128 wgmma tiles). Run s18-2, V2-Lite bf16 invariant, ms: prefill 4K
+  // 64.05 → 57.17, 16K 281.1 → 257.7, B = 1 3.33 → 3.16, B = 32 11.35 → 11.70, B = 256
+  // 15.86 → 15.26. DEEPINFER_CUDA_INVARIANT_MOE_CHAIN=0|1 sets it at construction.
   void set_invariant_moe_one_chain(bool on);
   bool naive_mla_batch_invariant(const MlaParams& p) const override;
   // The cudaStream_t all ops are issued on, as an opaque pointer.
