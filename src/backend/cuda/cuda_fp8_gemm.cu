@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_fp8_quant.cuh"
 #include "backend/cuda/cuda_grouped_tile.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 
 namespace deepinfer::cuda {
@@ -70,7 +71,7 @@ __device__ __forceinline__ void load4(const InT* p, float (&v)[4]) {
 // row m (no integer division per group: the kernels are instruction-bound, not memory-bound, at
 // one group per warp). Row m reads source row rows[m] / row_div (rows == null: row m) at pitch
 // ldx; kRoundBf16: the fp32 values rounded to bf16 first (the bf16 copy a GEMM would otherwise be
-// fed, the same bits).
+// fed, the same bits). Launched with PDL (cuda_launch.cuh): x comes from the previous kernel.
 constexpr int kQuantWarps = 8;
 template <typename InT, bool kRoundBf16>
 __global__ void __launch_bounds__(32 * kQuantWarps)
@@ -78,6 +79,8 @@ __global__ void __launch_bounds__(32 * kQuantWarps)
                              int64_t n_kb, uint8_t* x_q, float* scales, bool ue8m0) {
   const int64_t m = blockIdx.x, g = static_cast<int64_t>(blockIdx.y) * kQuantWarps + threadIdx.x / 32;
   if (g >= n_kb) return;  // whole warps
+  pdl_wait();
+  pdl_trigger();
   const int lane = threadIdx.x % 32;
   const int64_t k = g * kGroupK + lane * 4, src = rows != nullptr ? rows[m] / row_div : m;
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -90,12 +93,14 @@ __global__ void __launch_bounds__(32 * kQuantWarps)
 }
 
 // The gated MLP's activations quantized: row m's group g of bf16(silu_times(h[m, c], h[m, I + c]))
-// (the same grid as quantize_fp8_rows_kernel).
+// (the same grid and launch as quantize_fp8_rows_kernel).
 template <typename InT>
 __global__ void __launch_bounds__(32 * kQuantWarps)
     silu_mul_quantize_kernel(const InT* h, int64_t I, int64_t n_kb, uint8_t* x_q, float* scales) {
   const int64_t m = blockIdx.x, g = static_cast<int64_t>(blockIdx.y) * kQuantWarps + threadIdx.x / 32;
   if (g >= n_kb) return;
+  pdl_wait();
+  pdl_trigger();
   const int lane = threadIdx.x % 32;
   const int64_t k = g * kGroupK + lane * 4;
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -470,12 +475,13 @@ void quantize_fp8_rows(const void* x, Elem x_elem, int64_t M, int64_t K, uint8_t
   const int64_t n_kb = (K + kGroupK - 1) / kGroupK;
   if (M == 0 || K == 0) return;
   const dim3 grid = quant_grid(M, n_kb);
+  const int32_t* no_rows = nullptr;
   if (x_elem == Elem::kF32)
-    quantize_fp8_rows_kernel<float, false><<<grid, 32 * kQuantWarps, 0, s>>>(static_cast<const float*>(x), K, nullptr,
-                                                                            1, K, n_kb, x_q, scales, ue8m0);
+    launch_pdl(quantize_fp8_rows_kernel<float, false>, grid, 32 * kQuantWarps, 0, s, static_cast<const float*>(x), K,
+               no_rows, int32_t{1}, K, n_kb, x_q, scales, ue8m0);
   else
-    quantize_fp8_rows_kernel<bf16, false><<<grid, 32 * kQuantWarps, 0, s>>>(static_cast<const bf16*>(x), K, nullptr, 1,
-                                                                           K, n_kb, x_q, scales, ue8m0);
+    launch_pdl(quantize_fp8_rows_kernel<bf16, false>, grid, 32 * kQuantWarps, 0, s, static_cast<const bf16*>(x), K,
+               no_rows, int32_t{1}, K, n_kb, x_q, scales, ue8m0);
   DI_CUDA_LAUNCHED();
 }
 
@@ -486,8 +492,8 @@ void quantize_fp8_rows_bf16(const float* x, int64_t ldx, const int32_t* rows, in
   DI_CUDA_REQUIRE(row_div >= 1 && row_div < (int64_t{1} << 31) && reinterpret_cast<uintptr_t>(x) % 16 == 0);
   const int64_t n_kb = (K + kGroupK - 1) / kGroupK;
   if (M == 0 || K == 0) return;
-  quantize_fp8_rows_kernel<float, true><<<quant_grid(M, n_kb), 32 * kQuantWarps, 0, s>>>(
-      x, ldx, rows, static_cast<int32_t>(row_div), K, n_kb, x_q, scales, false);
+  launch_pdl(quantize_fp8_rows_kernel<float, true>, quant_grid(M, n_kb), 32 * kQuantWarps, 0, s, x, ldx, rows,
+             static_cast<int32_t>(row_div), K, n_kb, x_q, scales, false);
   DI_CUDA_LAUNCHED();
 }
 
@@ -500,10 +506,11 @@ void silu_mul_quantize_fp8(const void* h, Elem h_elem, int64_t M, int64_t I, uin
   if (M == 0 || I == 0) return;
   const dim3 grid = quant_grid(M, n_kb);
   if (h_elem == Elem::kF32)
-    silu_mul_quantize_kernel<float>
-        <<<grid, 32 * kQuantWarps, 0, s>>>(static_cast<const float*>(h), I, n_kb, x_q, scales);
+    launch_pdl(silu_mul_quantize_kernel<float>, grid, 32 * kQuantWarps, 0, s, static_cast<const float*>(h), I, n_kb,
+               x_q, scales);
   else
-    silu_mul_quantize_kernel<bf16><<<grid, 32 * kQuantWarps, 0, s>>>(static_cast<const bf16*>(h), I, n_kb, x_q, scales);
+    launch_pdl(silu_mul_quantize_kernel<bf16>, grid, 32 * kQuantWarps, 0, s, static_cast<const bf16*>(h), I, n_kb, x_q,
+               scales);
   DI_CUDA_LAUNCHED();
 }
 

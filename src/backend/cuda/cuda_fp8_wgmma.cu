@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_fp8_quant.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_sm90.cuh"
 
@@ -584,6 +585,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
   // One release per math warp of every block of the cluster (a stage's A rows come from all of them).
   if (t == 0) init_ring(full, empty, kStages, kFullArrivals<kRowScales>, kMathGroups * 4 * kCluster);
+  pdl_wait();  // launched with PDL: A, its scales and the offsets are the previous kernels' outputs
   if (kGrouped && warp == 0) build_tile_table(p.offsets, p.E, kBM, lane, table);
   if constexpr (kCluster > 1) cluster_sync();
   else __syncthreads();
@@ -628,6 +630,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto* table = reinterpret_cast<int32_t*>(empty + kStages);                   // build_tile_table
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
   if (t == 0) init_ring(full, empty, kStages, 1, kMathGroups * 4);
+  pdl_wait();  // as fp8_wgmma_kernel
   if (p.offsets != nullptr && warp == 0) build_tile_table(p.offsets, p.E, kBM, lane, table);
   __syncthreads();
   if (wg == kMathGroups) {
@@ -657,16 +660,21 @@ void launch(const CUtensorMap& ma, const CUtensorMap& mw, const CUtensorMap& mc,
             cudaStream_t s) {
   auto* kernel = fp8_wgmma_kernel<kGrouped, OutT, kRowScales, kCluster>;
   cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = kCluster;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
+  // Programmatic dependent launch (cuda_launch.cuh): the prologue (barriers, the launch itself)
+  // overlaps the previous kernel's tail; no early trigger (the dependents would wait beside the
+  // last tiles, as small_m_gemm's would).
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.blockDim = dim3(kThreads, 1, 1);
   cfg.dynamicSmemBytes = kSmemBytes;
   cfg.stream = s;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = 1;  // the occupancy query below takes the cluster attribute only
   static int max_clusters = 0;
   static std::once_flag once;
   std::call_once(once, [&] {
@@ -678,6 +686,7 @@ void launch(const CUtensorMap& ma, const CUtensorMap& mw, const CUtensorMap& mc,
     DI_CUDA_REQUIRE_MSG(max_clusters >= 1, "fp8 wgmma GEMM: no cluster of its blocks fits on this GPU");
   });
   cfg.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(tiles, max_clusters) * kCluster), 1, 1);
+  cfg.numAttrs = pdl_enabled() ? 2 : 1;
   DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mw, mc, p));
   DI_CUDA_LAUNCHED();
 }
@@ -780,7 +789,7 @@ void fp8_wgmma_glu_quantize(const Fp8GemmArgs& a, uint8_t* q, float* q_scale, cu
                                        static_cast<int>(kGluSmemBytes)));
   });
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count()));
-  fp8_wgmma_glu_kernel<<<grid, kThreads, kGluSmemBytes, s>>>(ma, mw, p, q, q_scale);
+  launch_pdl(fp8_wgmma_glu_kernel, grid, kThreads, kGluSmemBytes, s, ma, mw, p, q, q_scale);
   DI_CUDA_LAUNCHED();
 }
 

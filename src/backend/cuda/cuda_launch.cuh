@@ -16,8 +16,8 @@
 //  - after pdl_wait (never before: a kernel's pre-wait reads rely on every grid before the
 //    previous one having completed) it calls pdl_trigger(), allowing the next kernel's blocks to
 //    be scheduled (they run their pre-wait part, then wait until this grid completes) — except
-//    the decode GEMMs (small_m_gemm), whose dependents would wait beside its last wave; the
-//    persistent GEMV triggers once its work is done.
+//    the GEMMs (small_m_gemm, the FP8 wgmma GEMM of the W8A8 forms), whose dependents would wait
+//    beside their last wave; the persistent GEMV triggers once its work is done.
 // Measured (V2-Lite decode, run s7-6): bf16 B = 1 3.56 → 3.55 ms per step, FP8 B = 32 15.30 →
 // 15.20; triggering in the GEMMs too gave bf16 B = 1 3.49 but FP8 B = 32 16.18. The pre-wait
 // loads (run s11-6, same machine, without → with): bf16 B = 1 2.70 → 2.55 ms, FP8 2.85 → 2.71,

@@ -283,6 +283,8 @@ __global__ void invert_kernel(const int32_t* perm, int64_t n, int32_t* inv) {
 // 16-byte aligned. A block per row, 16 bytes per thread.
 __global__ void gather_quantized_kernel(const uint8_t* qx, const float* sqx, const int32_t* perm, int64_t k, int64_t D,
                                         int64_t kb, uint8_t* q, float* sq) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = blockIdx.x, src = perm[i] / k;
   const auto* from = reinterpret_cast<const uint4*>(qx + src * D);
   auto* to = reinterpret_cast<uint4*>(q + i * D);
@@ -1178,7 +1180,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
         quantize_fp8_rows_bf16(a.x, a.D, nullptr, 1, a.T, a.D, q1, s1, s);
         qx = q1, sqx = s1;
       }
-      gather_quantized_kernel<<<static_cast<unsigned>(R), 128, 0, s>>>(qx, sqx, perm, a.k, a.D, kb_d, q, sq);
+      launch_pdl(gather_quantized_kernel, static_cast<unsigned>(R), 128, 0, s, qx, sqx, perm, a.k, a.D, kb_d, q, sq);
       DI_CUDA_LAUNCHED();
     } else {
       quantize_fp8_rows_bf16(a.x, a.D, perm, a.k, R, a.D, q, sq, s);
