@@ -2,7 +2,7 @@
 # On the GPU machine: `deepinfer bench` on V2-Lite under several settings, one table of ms per
 # prefill / decode step across them — for A/B runs of the backend's knobs in one device call.
 # Usage (device `run`, carry [".device_carry", "third_party"]):
-#   [BATCHES=1,2,8,32,64,128,256] [PREFILL=4096] [BUILD=0] \
+#   [BATCHES=1,2,8,32,64,128,256] [PREFILL=4096] [CONTEXT=512] [BUILD=0] \
 #     bash scripts/device/bench_lab.sh LABEL,DTYPE,MODE[,ENV=VALUE...] ...
 # MODE: default | invariant (--batch-invariant). Example: bash scripts/device/bench_lab.sh
 #   base,fp8,default w8a8rows2,fp8,default,DEEPINFER_CUDA_FP8_W8A8_ROWS=2
@@ -18,7 +18,7 @@ for spec in "$@"; do
   [ "$mode" = invariant ] && flag=--batch-invariant
   # shellcheck disable=SC2086  # envs: zero or more ENV=VALUE words
   timeout 150 env ${envs//,/ } "$BIN" bench --config "$LITE" --dtype "$dtype" --prefill "${PREFILL-4096}" \
-    --decode-batch "${BATCHES:-1,2,8,32,64,128,256}" $flag --json "$OUT/lab_$label.json" > "$OUT/lab_$label.log" 2>&1
+    --decode-batch "${BATCHES:-1,2,8,32,64,128,256}" --context "${CONTEXT:-512}" $flag --json "$OUT/lab_$label.json" > "$OUT/lab_$label.log" 2>&1
   echo "== $label ($dtype $mode ${envs//,/ }): rc=$?"
   labels+=("$label")
 done

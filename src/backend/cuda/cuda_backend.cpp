@@ -140,6 +140,9 @@ struct CudaState {
   // The shared experts in the routed launch: -1 by moe_ffn's size rule, 0 never, 1 always (the
   // batch-invariant mode always); DEEPINFER_CUDA_MOE_SHARED_FUSE=0|1, a lab knob.
   int shared_fuse = -1;
+  // Keys per batch-invariant MLA decode split (kMlaInvariantSplitKeys; a multiple of 32, the
+  // kernels' key tile); DEEPINFER_CUDA_MLA_INVARIANT_SPLIT=n, a lab knob.
+  int64_t mla_invariant_split_keys = 0;
   bool moe_one_chain = true;     // set_invariant_moe_one_chain; DEEPINFER_CUDA_INVARIANT_MOE_CHAIN=0|1
   bool batch_invariant = false;  // set_batch_invariant
 };
@@ -260,6 +263,14 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_ROUTER_TILED", router_tiled);
   s_->router_tiled_rows = router_tiled ? kRouterTiledMinRows : 0;
   if (bool fuse = false; read_env_switch("DEEPINFER_CUDA_MOE_SHARED_FUSE", fuse)) s_->shared_fuse = fuse ? 1 : 0;
+  s_->mla_invariant_split_keys = kMlaInvariantSplitKeys;
+  if (const char* keys = std::getenv("DEEPINFER_CUDA_MLA_INVARIANT_SPLIT"); keys != nullptr) {
+    char* end = nullptr;
+    const long n = std::strtol(keys, &end, 10);
+    if (end != keys && *end == '\0' && n >= 32 && n <= 4096 && n % 32 == 0) s_->mla_invariant_split_keys = n;
+    else if (*keys != '\0')
+      log_warn("DEEPINFER_CUDA_MLA_INVARIANT_SPLIT='{}' ignored: it must be a multiple of 32 in [32, 4096]", keys);
+  }
   read_env_switch("DEEPINFER_CUDA_FP8_GLU", s_->fp8_glu);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_NAIVE", s_->invariant_naive);
 }
@@ -1005,9 +1016,9 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
     if (s_->batch_invariant) {
       // The per-row rule needs every row's split count within the launch's slots: all 32 for
       // decode-shaped steps (graph replays see growing contexts), else the longest row's.
-      a.split_keys = kMlaInvariantSplitKeys;
+      a.split_keys = s_->mla_invariant_split_keys;
       a.max_splits = decode_shaped ? kMlaInvariantMaxSplits
-                                   : cuda::mla_row_splits(max_keys, kMlaInvariantSplitKeys, kMlaInvariantMaxSplits);
+                                   : cuda::mla_row_splits(max_keys, a.split_keys, kMlaInvariantMaxSplits);
     }
     cuda::mla_decode(a, arena_alloc, &s_->arena, st);
     return;
