@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <string_view>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_moe_form.h"
+#include "core/env_switch.h"
 #include "core/log.h"
 #include "sample/philox.h"
 
@@ -186,20 +186,6 @@ constexpr int64_t kMlaInvariantMaxSplits = 32;
 constexpr int64_t kGemvMaxRows = 2;
 static_assert(kGemvMaxRows == cuda::kMoeGemvMaxTokens);
 
-// A 0|1 switch from the environment: `flag` set where the variable is "0" or "1" (returns
-// whether it was); any other non-empty value is ignored with a warning naming it.
-bool read_env_switch(const char* name, bool& flag) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return false;
-  const std::string_view v(value);
-  if (v == "0" || v == "1") {
-    flag = v == "1";
-    return true;
-  }
-  if (!v.empty()) log_warn("{}='{}' ignored: it must be 0 or 1", name, v);
-  return false;
-}
-
 Elem elem_of(DType t) {
   switch (t) {
     case DType::kF32: return Elem::kF32;
@@ -240,37 +226,18 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   constexpr size_t kWorkspace = size_t{64} << 20;
   DI_CUDA_CHECK(cudaMalloc(&s_->blas_workspace, kWorkspace));
   DI_CUBLAS_CHECK(cublasSetWorkspace(s_->blas, s_->blas_workspace, kWorkspace));
-  if (const char* w8a8 = std::getenv("DEEPINFER_CUDA_FP8_W8A8"); w8a8 != nullptr) {
-    const std::string_view v(w8a8);
-    if (v == "0" || v == "1") s_->dense_w8a8 = v == "1" ? 1 : 0;
-    else if (!v.empty()) log_warn("DEEPINFER_CUDA_FP8_W8A8='{}' ignored: it must be 0 or 1", v);
-  }
+  if (bool on = false; read_env_switch("DEEPINFER_CUDA_FP8_W8A8", on)) s_->dense_w8a8 = on ? 1 : 0;
   read_env_switch("DEEPINFER_CUDA_MLA_WGMMA", s_->mla_wgmma);
   s_->dense_w8a8_rows = kGemvMaxRows;
-  if (const char* rows = std::getenv("DEEPINFER_CUDA_FP8_W8A8_ROWS"); rows != nullptr) {
-    char* end = nullptr;
-    const long n = std::strtol(rows, &end, 10);
-    if (end != rows && *end == '\0' && n >= 0) s_->dense_w8a8_rows = n;
-    else if (*rows != '\0') log_warn("DEEPINFER_CUDA_FP8_W8A8_ROWS='{}' ignored: it must be a row count", rows);
-  }
-  if (const char* form = std::getenv("DEEPINFER_CUDA_MOE_FORM"); form != nullptr) {
-    const std::string_view v(form);
-    if (v.size() == 1 && v[0] >= '0' && v[0] <= '5') s_->moe_gemm = v[0] - '0';
-    else if (!v.empty()) log_warn("DEEPINFER_CUDA_MOE_FORM='{}' ignored: it must be one of 0 … 5", v);
-  }
+  read_env_int("DEEPINFER_CUDA_FP8_W8A8_ROWS", 0, int64_t{1} << 40, 1, s_->dense_w8a8_rows);
+  if (int64_t form = -1; read_env_int("DEEPINFER_CUDA_MOE_FORM", 0, 5, 1, form)) s_->moe_gemm = static_cast<int>(form);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_MOE_CHAIN", s_->moe_one_chain);
   bool router_tiled = s_->router_tiled_rows > 0;
   read_env_switch("DEEPINFER_CUDA_ROUTER_TILED", router_tiled);
   s_->router_tiled_rows = router_tiled ? kRouterTiledMinRows : 0;
   if (bool fuse = false; read_env_switch("DEEPINFER_CUDA_MOE_SHARED_FUSE", fuse)) s_->shared_fuse = fuse ? 1 : 0;
   s_->mla_invariant_split_keys = kMlaInvariantSplitKeys;
-  if (const char* keys = std::getenv("DEEPINFER_CUDA_MLA_INVARIANT_SPLIT"); keys != nullptr) {
-    char* end = nullptr;
-    const long n = std::strtol(keys, &end, 10);
-    if (end != keys && *end == '\0' && n >= 32 && n <= 4096 && n % 32 == 0) s_->mla_invariant_split_keys = n;
-    else if (*keys != '\0')
-      log_warn("DEEPINFER_CUDA_MLA_INVARIANT_SPLIT='{}' ignored: it must be a multiple of 32 in [32, 4096]", keys);
-  }
+  read_env_int("DEEPINFER_CUDA_MLA_INVARIANT_SPLIT", 32, 4096, 32, s_->mla_invariant_split_keys);
   read_env_switch("DEEPINFER_CUDA_FP8_GLU", s_->fp8_glu);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_NAIVE", s_->invariant_naive);
 }
@@ -507,7 +474,7 @@ Tensor CudaBackend::to_host(const Tensor& t) {
 namespace {
 // L2 kept for the step's working memory (kStepL2PersistMiB; DEEPINFER_CUDA_L2_PERSIST_MB
 // overrides it, 0 turns it off), capped by the device's own limits.
-constexpr long kStepL2PersistMiB = 24;
+constexpr int64_t kStepL2PersistMiB = 24;
 }  // namespace
 
 // The first bytes of the step arena — where every step's activations, attention partials and MoE
@@ -520,12 +487,12 @@ constexpr long kStepL2PersistMiB = 24;
 void CudaBackend::keep_step_memory_in_l2() {
   CudaState::L2Window& w = s_->l2_window;
   if (!w.configured) {  // this backend's device: its limits, its set-aside
-    const char* v = std::getenv("DEEPINFER_CUDA_L2_PERSIST_MB");
-    const long mib = v != nullptr ? std::atol(v) : kStepL2PersistMiB;
+    int64_t mib = kStepL2PersistMiB;
+    read_env_int("DEEPINFER_CUDA_L2_PERSIST_MB", 0, int64_t{1} << 20, 1, mib);
     int max_persist = 0, max_window = 0;
     DI_CUDA_CHECK(cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, device_index_));
     DI_CUDA_CHECK(cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, device_index_));
-    w.bytes = std::min({static_cast<size_t>(std::max(0L, mib)) << 20, static_cast<size_t>(max_persist),
+    w.bytes = std::min({static_cast<size_t>(mib) << 20, static_cast<size_t>(max_persist),
                         static_cast<size_t>(max_window)});
     if (w.bytes > 0) DI_CUDA_CHECK(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, w.bytes));
     w.configured = true;
