@@ -482,6 +482,10 @@ TEST_F(CudaFp8Gemm, DenseMatchesReferenceAllVariants) {
         v.cluster = cluster;
         EXPECT_EQ(run_dense(v, c.elem, ldc, dc), bits) << what << " variant 3, cluster " << cluster;
       }
+      // Each block's first W stages fetched before its PDL wait (placed weights): the same bits.
+      v.cluster = 0;
+      v.w_stable = true;
+      EXPECT_EQ(run_dense(v, c.elem, ldc, dc), bits) << what << " variant 3, w_stable";
     }
   }
 }

@@ -848,6 +848,18 @@ TEST_F(CudaOps, LinearW8a8MatchesQuantizedReference) {
     cuda.set_dense_fp8_w8a8(-1);
     const Tensor got_rows = down(d_o);
     EXPECT_EQ(0, std::memcmp(got.raw_data(), got_rows.raw_data(), got.n_bytes())) << "M=" << c.M << " N=" << c.N;
+    // The GEMM's first W stages fetched before its PDL wait (set_w8a8_early_weights): the same
+    // bits, also on the per-row form.
+    cuda.set_w8a8_early_weights(true);
+    gpu_->matmul(up(x), c.stride, dw, d_o);
+    const Tensor got_early = down(d_o);
+    cuda.set_dense_fp8_w8a8(1);
+    gpu_->matmul(up(x), c.stride, rows_form, d_o);
+    cuda.set_dense_fp8_w8a8(-1);
+    const Tensor got_early_rows = down(d_o);
+    cuda.set_w8a8_early_weights(false);
+    EXPECT_EQ(0, std::memcmp(got.raw_data(), got_early.raw_data(), got.n_bytes())) << "M=" << c.M << " early W";
+    EXPECT_EQ(0, std::memcmp(got.raw_data(), got_early_rows.raw_data(), got.n_bytes())) << "M=" << c.M << " early W rows";
     Tensor ref_plain = Tensor::empty_host(DType::kF32, {c.M, c.N});
     ref_.matmul(x, c.stride, w, ref_plain);
     std::printf("[linear w8a8] M=%ld N=%ld K=%ld: relative L2 %.3g to the quantized reference, %.3g to the plain one\n",

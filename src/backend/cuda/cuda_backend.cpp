@@ -134,6 +134,7 @@ struct CudaState {
   bool mla_wgmma = true;  // set_mla_prefill_wgmma; DEEPINFER_CUDA_MLA_WGMMA=0|1
   bool invariant_naive = true;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
   bool fp8_glu = false;          // set_fp8_glu_fused; DEEPINFER_CUDA_FP8_GLU=0|1
+  bool w8a8_early_w = false;     // set_w8a8_early_weights; DEEPINFER_CUDA_W8A8_EARLY_W=0|1
   // The invariant router's tiled kernel from this many rows, 0 = never (set_router_tiled;
   // DEEPINFER_CUDA_ROUTER_TILED=0|1).
   int64_t router_tiled_rows = 0;
@@ -239,6 +240,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   s_->mla_invariant_split_keys = kMlaInvariantSplitKeys;
   read_env_int("DEEPINFER_CUDA_MLA_INVARIANT_SPLIT", 32, 4096, 32, s_->mla_invariant_split_keys);
   read_env_switch("DEEPINFER_CUDA_FP8_GLU", s_->fp8_glu);
+  read_env_switch("DEEPINFER_CUDA_W8A8_EARLY_W", s_->w8a8_early_w);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_NAIVE", s_->invariant_naive);
 }
 
@@ -276,6 +278,8 @@ void CudaBackend::set_mla_prefill_wgmma(bool on) { s_->mla_wgmma = on; }
 void CudaBackend::set_invariant_naive_mla(bool on) { s_->invariant_naive = on; }
 
 void CudaBackend::set_fp8_glu_fused(bool on) { s_->fp8_glu = on; }
+
+void CudaBackend::set_w8a8_early_weights(bool on) { s_->w8a8_early_w = on; }
 
 void CudaBackend::set_router_tiled(bool on, int64_t min_rows) {
   DI_CHECK(min_rows > kInvariantRouterParallelRows);
@@ -754,6 +758,7 @@ void CudaBackend::fp8_gemm_w8a8(const uint8_t* q, const float* sq, int64_t M, co
   g.M = M, g.N = n_rows, g.K = w.n_in(), g.block_n = 1, g.w_scale_uniform = uniform;
   g.c = out, g.c_elem = cuda::Elem::kF32, g.ldc = ldc;
   g.variant = 3;
+  g.w_stable = s_->w8a8_early_w;  // placed weights
   cuda::fp8_gemm(g, nullptr, nullptr, s_->stream);
 }
 

@@ -142,6 +142,13 @@ class CudaBackend : public Backend {
   // divisions per value) runs while the tensor cores idle, which costs more than the separate
   // pass saves; DEEPINFER_CUDA_FP8_GLU=0|1 sets it at construction.
   void set_fp8_glu_fused(bool on);
+  // The dense W8A8 linears' FP8 wgmma GEMM fetching each block's first W stages before its PDL
+  // wait (cuda::Fp8GemmArgs::w_stable: the weights are placed, no kernel writes them), under the
+  // quantizer's tail — at decode sizes a W8A8 GEMM streams each weight tile through one SM, so
+  // its start is on the step's critical path. The same bits. Off by default until the GPU suite
+  // has run it (docs/perf.md, version 16); DEEPINFER_CUDA_W8A8_EARLY_W=0|1 sets it at
+  // construction.
+  void set_w8a8_early_weights(bool on);
   // The batch-invariant mode's fp32 router GEMM from min_rows rows (> 16, where the parallel-chunk
   // form ends) on the register-tiled kernel (cuda::gemm_f32_ordered's `tiled`: the same
   // arithmetic, so the same bits, ~3× fewer loads and shuffles per product). Off by default: no

@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t n_col_tiles = (p.N + kOutN - 1) / kOutN, n_tiles = p.n_row_tiles * n_col_tiles, n_kb = p.n_kb;
   if (wg == kMathGroups) {  // the loader warp
     load_tiles<kBM, kBN, kBK, kGlu>(&map_a, &map_w, ring, full, empty, kStages, S::kStageBytes, S::kABytes,
-                                    p.n_row_tiles, p.N, n_kb, tiles, p.E, p.M, lane,
+                                    p.n_row_tiles, p.N, n_kb, tiles, p.E, p.M, 0, lane,
                                     [](int, const TileView&, int64_t) {});
     return;
   }

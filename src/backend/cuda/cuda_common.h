@@ -466,6 +466,10 @@ struct Fp8GemmArgs {
   // multicasting it to the others (their column tiles are adjacent: the same rows, half the A
   // traffic from L2); 0: the form's default; 1 or 2 forced. The bits do not depend on it.
   int cluster = 0;
+  // The wgmma form, dense with one-block clusters: w (and w_scale) are never written by a kernel
+  // (placed weights), so each block's first stages of W may be fetched before its PDL wait,
+  // under the previous kernel's tail (cuda_launch.cuh). The bits do not depend on it.
+  bool w_stable = false;
 };
 // The dense launch's shape, a function of the sizes, the flags above, the SM count and the
 // kernels' occupancy only (splits: as many as keep one wave of blocks resident, ≥ 2 K blocks each).

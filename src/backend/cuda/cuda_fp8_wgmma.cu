@@ -69,6 +69,7 @@ struct WgmmaParams {
   int64_t ldc;
   bool c_vec;  // column pairs stored as one vector (ldc even, c 8-byte aligned)
   bool c_tma;  // whole warpgroup tiles stored by TMA from shared memory (map_c; c, ldc 16-byte aligned)
+  bool w_early;  // dense, cluster 1, W never written by a kernel: the first tile's W before the PDL wait
   const int32_t* offsets;  // grouped: [E + 1]
   int64_t E;
 };
@@ -95,7 +96,7 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t desc_a
 template <bool kGrouped, bool kRowScales, int kCluster>
 __device__ __forceinline__ void load_stages(const CUtensorMap& map_a, const CUtensorMap& map_w, const WgmmaParams& p,
                                             uint8_t* ring, uint64_t* full, uint64_t* empty, float* ssw, float* ssa,
-                                            const int32_t* table, int lane) {
+                                            const int32_t* table, int w_ready, int lane) {
   const int64_t n_kb = p.n_kb;
   auto stage_scales = [&](int s, const TileView& v, int64_t kb) {
     if constexpr (kRowScales) {
@@ -111,8 +112,8 @@ __device__ __forceinline__ void load_stages(const CUtensorMap& map_a, const CUte
     }
   };
   load_tiles<kBM, kBN, kBK, false, kCluster>(&map_a, &map_w, ring, full, empty, kStages, kStageBytes, kTileBytes,
-                                             p.n_row_tiles, p.N, n_kb, kGrouped ? table : nullptr, p.E, p.M, lane,
-                                             stage_scales);
+                                             p.n_row_tiles, p.N, n_kb, kGrouped ? table : nullptr, p.E, p.M, w_ready,
+                                             lane, stage_scales);
 }
 
 // A stage consumed: one arrival per math warp on empty[s] of every block of the cluster.
@@ -585,6 +586,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
   // One release per math warp of every block of the cluster (a stage's A rows come from all of them).
   if (t == 0) init_ring(full, empty, kStages, kFullArrivals<kRowScales>, kMathGroups * 4 * kCluster);
+  // Weights only before the PDL wait (Fp8GemmArgs::w_stable): the first tile's W stages stream in
+  // under the previous kernel's tail.
+  int w_ready = 0;
+  if constexpr (!kGrouped && kCluster == 1) {
+    if (p.w_early) {
+      __syncthreads();  // the ring's barriers initialized before the loader's TMA
+      if (warp == kMathGroups * 4)
+        w_ready = prefetch_first_w<kBM, kBN, kBK>(&map_w, ring, full, kStages, kStageBytes, kTileBytes, p.n_row_tiles,
+                                                  p.N, p.n_kb, p.M, lane);
+    }
+  }
   pdl_wait();  // launched with PDL: A, its scales and the offsets are the previous kernels' outputs
   if (kGrouped && warp == 0) build_tile_table(p.offsets, p.E, kBM, lane, table);
   if constexpr (kCluster > 1) cluster_sync();
@@ -592,7 +604,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == kMathGroups) {
     setmaxnreg_dec<RegSplit<kGrouped, kRowScales>::kLoader>();
     if (warp == kMathGroups * 4)
-      load_stages<kGrouped, kRowScales, kCluster>(map_a, map_w, p, ring, full, empty, ssw, ssa, table, lane);
+      load_stages<kGrouped, kRowScales, kCluster>(map_a, map_w, p, ring, full, empty, ssw, ssa, table, w_ready, lane);
   } else {
     setmaxnreg_inc<RegSplit<kGrouped, kRowScales>::kMath>();
     compute_tiles<kGrouped, OutT, kRowScales, kCluster>(p, map_c, ring, out + wg * kOutBytes, full, empty, ssw, ssa,
@@ -735,6 +747,7 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   p.c_vec = a.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(a.c) % pair_bytes == 0;
   p.offsets = a.offsets;
   p.E = grouped ? a.E : 1;
+  p.w_early = a.w_stable && !grouped && (a.cluster == 0 ? kDefaultCluster : a.cluster) == 1;
   const int64_t w_rows = p.E * a.N;
   DI_CUDA_REQUIRE_MSG(a.M < (int64_t{1} << 31) && w_rows < (int64_t{1} << 31), "fp8 wgmma GEMM: too many rows");
   const int cluster = a.cluster > 0 ? a.cluster : kDefaultCluster;

@@ -9,8 +9,9 @@
 //    placed — weights (placed by host copies; fill_random synchronizes the stream) and the
 //    step's host-uploaded inputs (positions, AttentionBatch's device arrays) — and writes only
 //    its own shared memory: the dense GEMV's first weight loads, the MLA absorb and W_UV
-//    kernels' weight tiles, the split kernel's page lookups and the latent write's RoPE table
-//    go out there, overlapping the previous kernel's tail. Everything else comes after it, so
+//    kernels' weight tiles, the split kernel's page lookups, the latent write's RoPE table and
+//    (Fp8GemmArgs::w_stable) the dense FP8 wgmma GEMM's first W stages go out there, overlapping
+//    the previous kernel's tail. Everything else comes after it, so
 //    the kernel sees exactly what a plain launch would (no read-after-write or write-after-read
 //    race);
 //  - after pdl_wait (never before: a kernel's pre-wait reads rely on every grid before the

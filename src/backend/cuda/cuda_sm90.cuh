@@ -300,11 +300,14 @@ __device__ __forceinline__ bool resolve_tile(int64_t tile, int64_t n_row_tiles, 
 // rank·kBM / kClusterN .. of the tile, multicast into every block of the cluster (map_a's box is
 // kBM / kClusterN rows of 128 bytes); each block's full[s] still receives stage_bytes. empty[s]
 // must count the releases of every block's math warps (a load overwrites the peers' stage too).
+// w_ready: the first w_ready K blocks (it < w_ready, all of the block's first tile) were
+// announced and their W boxes issued already (prefetch_first_w, before the PDL wait); only their
+// A boxes (and extra) remain.
 template <int kBM, int kBN, int kBK, bool kGlu = false, int kClusterN = 1, typename Extra>
 __device__ __forceinline__ void load_tiles(const CUtensorMap* map_a, const CUtensorMap* map_w, uint8_t* ring,
                                            uint64_t* full, uint64_t* empty, int stages, int stage_bytes, int w_offset,
                                            int64_t n_row_tiles, int64_t N, int64_t n_kb, const int32_t* table,
-                                           int64_t E, int64_t M, int lane, Extra&& extra) {
+                                           int64_t E, int64_t M, int w_ready, int lane, Extra&& extra) {
   constexpr int kOutN = kGlu ? kBN / 2 : kBN;
   constexpr int kShareRows = kBM / kClusterN;  // A rows this block loads for the cluster
   const int rank = static_cast<int>(blockIdx.x % kClusterN);
@@ -321,7 +324,8 @@ __device__ __forceinline__ void load_tiles(const CUtensorMap* map_a, const CUten
       if (lane == 0) mbar_wait(&empty[s], ((it / stages) & 1u) ^ 1u);
       __syncwarp();  // the stage is free for every lane
       if (lane == 0) {
-        mbar_arrive_expect_tx(&full[s], stage_bytes);
+        const bool w_done = it < static_cast<uint32_t>(w_ready);
+        if (!w_done) mbar_arrive_expect_tx(&full[s], stage_bytes);
         uint8_t* stage = ring + s * stage_bytes;
         const int32_t x = static_cast<int32_t>(kb * kBK);
         if constexpr (kClusterN == 1) {
@@ -330,13 +334,36 @@ __device__ __forceinline__ void load_tiles(const CUtensorMap* map_a, const CUten
           tma_load_2d_multicast(stage + rank * kShareRows * 128, map_a, x, y_a + rank * kShareRows, &full[s],
                                 static_cast<uint16_t>((1u << kClusterN) - 1));
         }
-        tma_load_2d(stage + w_offset, map_w, x, y_w, &full[s]);
+        if (!w_done) tma_load_2d(stage + w_offset, map_w, x, y_w, &full[s]);
         if constexpr (kGlu)
           tma_load_2d(stage + w_offset + kOutN * 128, map_w, x, y_w + static_cast<int32_t>(N), &full[s]);  // 128-B rows
       }
       extra(s, v, kb);
     }
   }
+}
+
+// The weights of a dense (table null), one-block-cluster, non-GLU load_tiles' first tile, fetched
+// ahead: lane 0 announces stage_bytes on full[s] and issues the W box of K block s for s <
+// min(stages, n_kb) — W only, so this may run before the PDL wait when W is never written by a
+// kernel (cuda_launch.cuh). Returns the count for load_tiles' w_ready (0: the block has no tile).
+// The ring's barriers must be initialized and visible first.
+template <int kBM, int kBN, int kBK>
+__device__ __forceinline__ int prefetch_first_w(const CUtensorMap* map_w, uint8_t* ring, uint64_t* full, int stages,
+                                                int stage_bytes, int w_offset, int64_t n_row_tiles, int64_t N,
+                                                int64_t n_kb, int64_t M, int lane) {
+  const int64_t n_col_tiles = (N + kBN - 1) / kBN;
+  if (static_cast<int64_t>(blockIdx.x) >= n_row_tiles * n_col_tiles) return 0;
+  TileView v;
+  resolve_tile<kBM, kBN, 1>(blockIdx.x, n_row_tiles, n_col_tiles, nullptr, 1, M, &v);
+  const int n = static_cast<int>(n_kb < stages ? n_kb : stages);
+  if (lane == 0) {
+    for (int s = 0; s < n; ++s) {
+      mbar_arrive_expect_tx(&full[s], stage_bytes);
+      tma_load_2d(ring + s * stage_bytes + w_offset, map_w, s * kBK, static_cast<int32_t>(v.n0), &full[s]);
+    }
+  }
+  return n;
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
