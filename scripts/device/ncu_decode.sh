@@ -6,6 +6,8 @@
 # NCU_CACHE=all flushes the caches before each kernel (session 6's figures); the default, none,
 # keeps them warm, closer to a graph replay (session 7's). BENCH_FLAGS adds `deepinfer bench`
 # flags (e.g. --batch-invariant); LOG_TAG names the logs apart ($OUT/ncu_<dtype>_b<B><tag>.log).
+# NCU_SECTIONS adds Nsight sections to the metrics (e.g. "WarpStateStats MemoryWorkloadAnalysis":
+# the stall reasons and the memory pipes; their tables are in the log, not in the summary).
 set -uo pipefail
 source "$(dirname "$0")/build_device.sh"
 device_build deepinfer
@@ -16,6 +18,7 @@ for b in ${2:-1 256}; do
   # Skip the first SKIP matching launches (limits measurement and warm-up), profile COUNT.
   timeout 240 "$NCU" --clock-control none --cache-control "${NCU_CACHE:-none}" -k "regex:$regex" \
     --launch-skip "${5:-200}" --launch-count "${4:-60}" \
+    $(for sec in ${NCU_SECTIONS:-}; do printf -- '--section %s ' "$sec"; done) \
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread \
     build-device/src/tools/deepinfer bench --config bench/configs/deepseek_v2_lite.json --dtype "${3:-bf16}" \
     --prefill "" \
