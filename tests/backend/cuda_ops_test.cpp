@@ -329,7 +329,9 @@ TEST_F(CudaOps, MatmulBf16AndFp8) {
 // strides padded to 16-byte rows.
 // (8191, 1408): 1,024 units of 8 rows, so FP8 at one row runs the tensor-core form
 // (cuda_gemv_fp8_tc.cu: 11 scale blocks, a partial last batch, a partial last unit); M = 2 and the
-// other shapes the CUDA-core form. Bound 1e-5: fp32 sums of the same products in other orders.
+// other shapes the CUDA-core form, unless set_gemv_tc_min_units lowers the tensor-core form's
+// bound (two more FP8 shapes at the end). Bound 1e-5: fp32 sums of the same products in other
+// orders.
 TEST_F(CudaOps, DecodeGemvMatchesBf16RoundedReference) {
   struct Case { int64_t N, K; };
   for (const Case c : {Case{37, 1424}, Case{20001, 272}, Case{8191, 1408}})
@@ -352,6 +354,25 @@ TEST_F(CudaOps, DecodeGemvMatchesBf16RoundedReference) {
     gpu_->matmul(up(x), stride, dw, d_o);
     EXPECT_LT(rel_err(down(d_o), ref_o), 1e-5) << "kind " << kind << " N=" << c.N << " M=" << M;
   }
+#ifdef DEEPINFER_HAVE_CUDA
+  // The FP8 tensor-core form on matrices of few units (set_gemv_tc_min_units: 5 units with a
+  // partial one, V2-Lite's kv_a_proj's 72), which by default take the CUDA-core form.
+  auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
+  for (const Case c : {Case{37, 1408}, Case{576, 2048}}) {
+    const LinearWeight w = host_linear(c.N, c.K, DType::kF8E4M3);
+    const LinearWeight dw = gpu_->place_linear({&w});
+    Tensor x = randn({1, c.K});
+    Tensor xr = Tensor::empty_host(DType::kF32, {1, c.K});
+    for (int64_t i = 0; i < x.numel(); ++i) xr.data<float>()[i] = bf16_to_f32(f32_to_bf16(x.data<float>()[i]));
+    Tensor ref_o = Tensor::empty_host(DType::kF32, {1, c.N});
+    ref_.matmul(xr, 0, w, ref_o);
+    Tensor d_o = dev_empty(DType::kF32, {1, c.N});
+    cuda.set_gemv_tc_min_units(1);
+    gpu_->matmul(up(x), 0, dw, d_o);
+    cuda.set_gemv_tc_min_units(0);
+    EXPECT_LT(rel_err(down(d_o), ref_o), 1e-5) << "tensor-core form, N=" << c.N;
+  }
+#endif
 }
 
 // matmul_parts on two row-stacked linears (q_proj / kv_a_proj's placement): at GEMV sizes one

@@ -135,6 +135,9 @@ struct CudaState {
   bool invariant_naive = true;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
   bool fp8_glu = false;          // set_fp8_glu_fused; DEEPINFER_CUDA_FP8_GLU=0|1
   bool w8a8_early_w = false;     // set_w8a8_early_weights; DEEPINFER_CUDA_W8A8_EARLY_W=0|1
+  // The dense FP8 GEMV's tensor-core form from this many 8-row units (GemvArgs::tc_min_units; 0:
+  // its own bound); DEEPINFER_CUDA_GEMV_TC_MIN_UNITS=n, a lab knob.
+  int64_t gemv_tc_min_units = 0;
   // The invariant router's tiled kernel from this many rows, 0 = never (set_router_tiled;
   // DEEPINFER_CUDA_ROUTER_TILED=0|1).
   int64_t router_tiled_rows = 0;
@@ -241,6 +244,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_int("DEEPINFER_CUDA_MLA_INVARIANT_SPLIT", 32, 4096, 32, s_->mla_invariant_split_keys);
   read_env_switch("DEEPINFER_CUDA_FP8_GLU", s_->fp8_glu);
   read_env_switch("DEEPINFER_CUDA_W8A8_EARLY_W", s_->w8a8_early_w);
+  read_env_int("DEEPINFER_CUDA_GEMV_TC_MIN_UNITS", 1, int64_t{1} << 30, 1, s_->gemv_tc_min_units);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_NAIVE", s_->invariant_naive);
 }
 
@@ -280,6 +284,11 @@ void CudaBackend::set_invariant_naive_mla(bool on) { s_->invariant_naive = on; }
 void CudaBackend::set_fp8_glu_fused(bool on) { s_->fp8_glu = on; }
 
 void CudaBackend::set_w8a8_early_weights(bool on) { s_->w8a8_early_w = on; }
+
+void CudaBackend::set_gemv_tc_min_units(int64_t units) {
+  DI_CHECK(units >= 0);
+  s_->gemv_tc_min_units = units;
+}
 
 void CudaBackend::set_router_tiled(bool on, int64_t min_rows) {
   DI_CHECK(min_rows > kInvariantRouterParallelRows);
@@ -788,6 +797,7 @@ bool CudaBackend::try_gemv(const void* a, cuda::Elem a_elem, int64_t lda, int64_
   g.N = n_rows + n2, g.K = w.n_in();
   g.rows = M, g.max_rows = M;
   g.c = out, g.ldc = ldc;
+  g.tc_min_units = s_->gemv_tc_min_units;
   if (out2 != nullptr) g.c2 = out2, g.ldc2 = n2, g.n_split = n_rows;
   cuda::gemv(g, s_->stream);
   return true;

@@ -149,6 +149,10 @@ class CudaBackend : public Backend {
   // has run it (docs/perf.md, version 16); DEEPINFER_CUDA_W8A8_EARLY_W=0|1 sets it at
   // construction.
   void set_w8a8_early_weights(bool on);
+  // The dense FP8 decode GEMV's tensor-core form from `units` 8-row units (0: its own bound, 4
+  // per SM); DEEPINFER_CUDA_GEMV_TC_MIN_UNITS=n sets it at construction. A lab knob: whether
+  // V2-Lite's q | kv_a (456 units) and o_proj (256) should take it at one row.
+  void set_gemv_tc_min_units(int64_t units);
   // The batch-invariant mode's fp32 router GEMM from min_rows rows (> 16, where the parallel-chunk
   // form ends) on the register-tiled kernel (cuda::gemm_f32_ordered's `tiled`: the same
   // arithmetic, so the same bits, ~3× fewer loads and shuffles per product). Off by default: no

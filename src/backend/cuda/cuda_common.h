@@ -367,6 +367,9 @@ struct GemvArgs {
   // (row stride ldc2) — two row-stacked linears of one A in one launch.
   float* c2 = nullptr;
   int64_t ldc2 = 0, n_split = 0;
+  // FP8: the tensor-core form (gemv_fp8_tc) from this many 8-row units; 0: enough for every
+  // SM's warps (below, the CUDA-core form splits K across blocks instead). A lab knob.
+  int64_t tc_min_units = 0;
 };
 // The kernel takes these operands: K a multiple of the 16-byte chunk (8 bf16, 16 FP8, 4 fp32
 // weights), FP8 block_k a multiple of 16, A 16-byte aligned rows (pointer and lda), fp32 weights

@@ -271,8 +271,10 @@ bool gemv_fp8_tc(const GemvArgs& g, cudaStream_t s) {
     return false;
   const int64_t cols = g.glu ? kUnitRows / 2 : kUnitRows;
   const int64_t units_per_slot = (g.N + cols - 1) / cols, n_units = units_per_slot * g.n_active;
-  // Enough units for every SM's warps (fewer: cuda_gemv.cu's block mode splits K instead).
-  if (n_units < int64_t{kWarps} * sm_count() || n_units > INT32_MAX) return false;
+  // Enough units for every SM's warps (fewer: cuda_gemv.cu's block mode splits K instead), or
+  // the caller's bound (GemvArgs::tc_min_units).
+  const int64_t min_units = g.tc_min_units > 0 ? g.tc_min_units : int64_t{kWarps} * sm_count();
+  if (n_units < min_units || n_units > INT32_MAX) return false;
   if (g.a_elem == Elem::kF32) {
     g.glu ? launch<true, true>(g, n_units, units_per_slot, s) : launch<true, false>(g, n_units, units_per_slot, s);
   } else {
