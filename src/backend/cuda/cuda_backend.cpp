@@ -165,8 +165,9 @@ bool moe_wgmma_ok(bool fp8, int64_t D, int64_t I) {
 // decode-sized step (≤ kMoeDecodeMaxRows routed rows). V2-Lite decode, ms per step: bf16 B = 1
 // 4.05 → 3.86 fused, B = 32 11.65 → 11.84 (two passes over the slices lose to cuBLAS's one GEMM;
 // run s7-2); FP8 B = 32 16.35 → 15.60 (runs s6-10, s7-1), when both the routed experts and the
-// separate shared MLP ran on small_m_gemm. Since run s17-7 both take W8A8 there (MoE form 5, the
-// dense W8A8 form from 3 rows); the FP8 rule has not been measured again on those forms.
+// separate shared MLP ran on small_m_gemm. Measured again on the W8A8 forms both take since run
+// s17-7 (run s18-2, DEEPINFER_CUDA_MOE_SHARED_FUSE): never fusing, FP8 B = 1 2.64 → 2.86 ms and
+// B = 32 8.24 → 9.30; always fusing moves B = 256 and prefill within the runs' spread.
 constexpr int64_t kMoeFusedSharedMaxTokens = 16;
 // Batch-invariant mode: GEMMs of at most this many rows use small_m_gemm (16-row passes over
 // the weights), larger ones the tiled kernel; both fold K identically (bitwise-equal results).
@@ -236,9 +237,8 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_int("DEEPINFER_CUDA_FP8_W8A8_ROWS", 0, int64_t{1} << 40, 1, s_->dense_w8a8_rows);
   if (int64_t form = -1; read_env_int("DEEPINFER_CUDA_MOE_FORM", 0, 5, 1, form)) s_->moe_gemm = static_cast<int>(form);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_MOE_CHAIN", s_->moe_one_chain);
-  bool router_tiled = s_->router_tiled_rows > 0;
-  read_env_switch("DEEPINFER_CUDA_ROUTER_TILED", router_tiled);
-  s_->router_tiled_rows = router_tiled ? kRouterTiledMinRows : 0;
+  if (bool on = false; read_env_switch("DEEPINFER_CUDA_ROUTER_TILED", on))
+    s_->router_tiled_rows = on ? kRouterTiledMinRows : 0;
   if (bool fuse = false; read_env_switch("DEEPINFER_CUDA_MOE_SHARED_FUSE", fuse)) s_->shared_fuse = fuse ? 1 : 0;
   s_->mla_invariant_split_keys = kMlaInvariantSplitKeys;
   read_env_int("DEEPINFER_CUDA_MLA_INVARIANT_SPLIT", 32, 4096, 32, s_->mla_invariant_split_keys);
