@@ -8,7 +8,7 @@
 // than 2× L2 are rotated through enough copies that each launch reads them from HBM.
 // Does not check results (tests/backend/cuda_fp8_gemm_test.cpp does). Usage:
 //   fp8_gemm_bench [--model v2lite|v3|all] [--m 1,16,64,256,1024,4096,16384] [--variants -1,2,3] [--reps 9]
-//                  [--grouped-only | --dense-only] [--clusters 0,1,2] [--row-scales]
+//                  [--grouped-only | --dense-only] [--clusters 0,1,2] [--row-scales] [--mma-idle]
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -146,8 +146,9 @@ Result bench_dense(const DenseShape& d, int64_t M, int variant, int cluster, boo
 
 // row_scales: the model's MoE form (per-row weight scales, block_n = 1, fp32 output) instead of
 // the checkpoint's 128×128 blocks and bf16.
-Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int cluster, bool row_scales, int reps,
-                     double copy_bps, cudaStream_t s) {
+// idle_skip: Fp8GemmArgs::idle_skip (off: the kernel name ends in "_mma_idle").
+Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int cluster, bool row_scales, bool idle_skip,
+                     int reps, double copy_bps, cudaStream_t s) {
   // Uniform random routing: each token picks top_k distinct experts.
   std::mt19937 rng(42);
   std::vector<int32_t> counts(static_cast<size_t>(x.E), 0);
@@ -185,9 +186,12 @@ Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int cluster, 
   args.offsets = static_cast<const int32_t*>(off.p), args.E = x.E;
   args.variant = variant;
   args.cluster = cluster;
+  args.idle_skip = idle_skip;
   const double t = time_launches([&](int) { fp8_grouped_gemm(args, s); }, reps, s);
-  Result r{row_scales ? "deepinfer_fp8_grouped_gemm_rowscales" : "deepinfer_fp8_grouped_gemm", x.model, x.name, T,
-           x.N, x.K, x.E, x.top_k, R, active};
+  static const std::string names[2][2] = {
+      {"deepinfer_fp8_grouped_gemm_mma_idle", "deepinfer_fp8_grouped_gemm"},
+      {"deepinfer_fp8_grouped_gemm_rowscales_mma_idle", "deepinfer_fp8_grouped_gemm_rowscales"}};
+  Result r{names[row_scales][idle_skip].c_str(), x.model, x.name, T, x.N, x.K, x.E, x.top_k, R, active};
   r.variant = fp8_grouped_gemm_variant(args);
   r.cluster = cluster;
   r.seconds = t;
@@ -206,7 +210,7 @@ int main(int argc, char** argv) {
   CLI::App app{"FP8 block-scaled GEMM benchmark (DeepSeek shapes)"};
   std::string model = "all", ms = "1,16,64,256,1024,4096,16384", variants = "-1", clusters = "0";
   int reps = 9;
-  bool grouped_only = false, dense_only = false, row_scales = false;
+  bool grouped_only = false, dense_only = false, row_scales = false, mma_idle = false;
   app.add_option("--model", model, "v2lite | v3 | all");
   app.add_option("--m", ms, "token counts, comma-separated");
   app.add_option("--variants", variants, "tile variants, comma-separated (-1: by size; 3: wgmma)");
@@ -216,6 +220,8 @@ int main(int argc, char** argv) {
   app.add_flag("--dense-only", dense_only);
   app.add_flag("--row-scales", row_scales,
                "per-row weight scales and fp32 output (the model's W8A8 forms: MoE, dense linears)");
+  app.add_flag("--mma-idle", mma_idle,
+               "grouped: the idle warpgroups' MMAs issued (Fp8GemmArgs::idle_skip off), for the A/B");
   CLI11_PARSE(app, argc, argv);
   const std::vector<int64_t> Ms = parse_list(ms), Vs = parse_list(variants), Cs = parse_list(clusters);
 
@@ -240,7 +246,8 @@ int main(int argc, char** argv) {
         for (int64_t v : Vs)
           for (int64_t cl : Cs)
             if (usable(v, M) && (cl == Cs[0] || v == 3))
-              print(bench_grouped(x, M, static_cast<int>(v), static_cast<int>(cl), row_scales, reps, copy_bps, s));
+              print(bench_grouped(x, M, static_cast<int>(v), static_cast<int>(cl), row_scales, !mma_idle, reps,
+                                  copy_bps, s));
     }
   ws.buf.reset();
   DI_CUDA_CHECK(cudaStreamDestroy(s));

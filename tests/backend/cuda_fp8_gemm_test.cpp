@@ -486,6 +486,42 @@ TEST_F(CudaFp8Gemm, DenseMatchesReferenceAllVariants) {
       v.cluster = 0;
       v.w_stable = true;
       EXPECT_EQ(run_dense(v, c.elem, ldc, dc), bits) << what << " variant 3, w_stable";
+      v.w_stable = false;
+      // Columns from the last 128-column boundary below N into a second output (c2, as two
+      // stacked linears take it), each output with its own pitch — unpadded (TMA stores where
+      // the pitches allow) and with one element of padding (direct stores): each part's bytes
+      // are the one-output launch's, the padding never written.
+      if (c.N > 128 && c.M > 0) {
+        const size_t es = bf ? 2 : 4;
+        for (int pad : {0, 1})
+        for (int cluster : {1, 2}) {
+          const int64_t n_split = (c.N - 1) / 128 * 128, n2 = c.N - n_split, ld1 = n_split + pad, ld2 = n2 + pad;
+          DevBuf d1(static_cast<size_t>(c.M * ld1) * es), d2(static_cast<size_t>(c.M * ld2) * es);
+          DI_CUDA_CHECK(cudaMemset(d1.as<void>(), 0xff, static_cast<size_t>(c.M * ld1) * es));
+          DI_CUDA_CHECK(cudaMemset(d2.as<void>(), 0xff, static_cast<size_t>(c.M * ld2) * es));
+          Fp8GemmArgs t = v;
+          t.cluster = cluster;
+          t.c = d1.as<void>(), t.c_elem = c.elem, t.ldc = ld1;
+          t.c2 = d2.as<void>(), t.ldc2 = ld2, t.n_split = n_split;
+          cuda::fp8_gemm(t, nullptr, nullptr, nullptr);
+          DI_CUDA_CHECK(cudaDeviceSynchronize());
+          const auto h1 = download<uint8_t>(d1, static_cast<size_t>(c.M * ld1) * es);
+          const auto h2 = download<uint8_t>(d2, static_cast<size_t>(c.M * ld2) * es);
+          int64_t bad = 0;
+          for (int64_t m = 0; m < c.M; ++m) {
+            const uint8_t* row = bits.data() + static_cast<size_t>(m * ldc) * es;
+            bad += std::memcmp(h1.data() + static_cast<size_t>(m * ld1) * es, row, static_cast<size_t>(n_split) * es) != 0;
+            bad += std::memcmp(h2.data() + static_cast<size_t>(m * ld2) * es, row + static_cast<size_t>(n_split) * es,
+                               static_cast<size_t>(n2) * es) != 0;
+            for (size_t b = 0; pad == 1 && b < es; ++b) {
+              bad += h1[static_cast<size_t>(m * ld1 + n_split) * es + b] != 0xff;
+              bad += h2[static_cast<size_t>(m * ld2 + n2) * es + b] != 0xff;
+            }
+          }
+          EXPECT_EQ(bad, 0) << what << " variant 3, two outputs split at " << n_split << ", pad " << pad
+                            << ", cluster " << cluster;
+        }
+      }
     }
   }
 }
@@ -593,15 +629,19 @@ TEST_F(CudaFp8Gemm, GroupedMatchesReferenceWithEmptyExperts) {
       worst_all = std::max(worst_all, worst);
     }
     std::printf("[fp8_gemm] grouped E=%ld: wgmma worst |err|/bound %.3g\n", static_cast<long>(E), worst_all);
-    // Clusters of two blocks sharing A tiles by multicast (and one block alone): the same bits.
+    // Clusters of two blocks sharing A tiles by multicast (and one block alone), and the idle
+    // warpgroups' MMAs issued (idle_skip off; the cases' partial tiles have them): the same bits.
     const auto wgmma_bits = download<uint8_t>(dc, c_bytes);
-    for (int cluster : {1, 2}) {
-      v.cluster = cluster;
-      if (c_bytes > 0) DI_CUDA_CHECK(cudaMemset(dc.as<void>(), 0xff, c_bytes));
-      cuda::fp8_grouped_gemm(v, nullptr);
-      DI_CUDA_CHECK(cudaDeviceSynchronize());
-      EXPECT_EQ(download<uint8_t>(dc, c_bytes), wgmma_bits) << "E=" << E << " variant 3, cluster " << cluster;
-    }
+    for (int cluster : {1, 2})
+      for (bool skip : {true, false}) {
+        v.cluster = cluster;
+        v.idle_skip = skip;
+        if (c_bytes > 0) DI_CUDA_CHECK(cudaMemset(dc.as<void>(), 0xff, c_bytes));
+        cuda::fp8_grouped_gemm(v, nullptr);
+        DI_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(download<uint8_t>(dc, c_bytes), wgmma_bits)
+            << "E=" << E << " variant 3, cluster " << cluster << ", idle_skip " << skip;
+      }
   }
 }
 
@@ -659,17 +699,24 @@ TEST_F(CudaFp8Gemm, GluQuantizeEqualsGemmThenSiluMulQuantize) {
     else cuda::fp8_grouped_gemm(plain, nullptr);
     cuda::silu_mul_quantize_fp8(dh.as<void>(), Elem::kBF16, M, c.I, dq.as<uint8_t>(), dsq.as<float>(), nullptr);
     // The fused form, into buffers pre-filled with a pattern the codes never all take.
-    DI_CUDA_CHECK(cudaMemset(dq2.as<void>(), 0x7f, static_cast<size_t>(M * c.I) + 16));
-    DI_CUDA_CHECK(cudaMemset(dsq2.as<void>(), 0xff, static_cast<size_t>(M * qb) * 4 + 4));
-    cuda::fp8_wgmma_glu_quantize(args, dq2.as<uint8_t>(), dsq2.as<float>(), nullptr);
-    DI_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::string tag = fmt::format("E={} M={} I={} K={}{}", E, M, c.I, c.K, c.dense ? " dense" : "");
-    EXPECT_EQ(download<uint8_t>(dq2, static_cast<size_t>(M * c.I)), download<uint8_t>(dq, static_cast<size_t>(M * c.I)))
-        << tag << ": codes";
-    EXPECT_EQ(download<float>(dsq2, static_cast<size_t>(M * qb)), download<float>(dsq, static_cast<size_t>(M * qb)))
-        << tag << ": scales";
-    const auto past = download<uint8_t>(dq2, static_cast<size_t>(M * c.I) + 16);
-    EXPECT_TRUE(std::all_of(past.end() - 16, past.end(), [](uint8_t b) { return b == 0x7f; })) << tag << ": past M";
+    // (Its idle warpgroups' MMAs skipped, the default, and issued.)
+    for (bool skip : {true, false}) {
+      DI_CUDA_CHECK(cudaMemset(dq2.as<void>(), 0x7f, static_cast<size_t>(M * c.I) + 16));
+      DI_CUDA_CHECK(cudaMemset(dsq2.as<void>(), 0xff, static_cast<size_t>(M * qb) * 4 + 4));
+      Fp8GemmArgs fused = args;
+      fused.idle_skip = skip;
+      cuda::fp8_wgmma_glu_quantize(fused, dq2.as<uint8_t>(), dsq2.as<float>(), nullptr);
+      DI_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::string tag =
+          fmt::format("E={} M={} I={} K={}{} idle_skip {}", E, M, c.I, c.K, c.dense ? " dense" : "", skip);
+      EXPECT_EQ(download<uint8_t>(dq2, static_cast<size_t>(M * c.I)),
+                download<uint8_t>(dq, static_cast<size_t>(M * c.I)))
+          << tag << ": codes";
+      EXPECT_EQ(download<float>(dsq2, static_cast<size_t>(M * qb)), download<float>(dsq, static_cast<size_t>(M * qb)))
+          << tag << ": scales";
+      const auto past = download<uint8_t>(dq2, static_cast<size_t>(M * c.I) + 16);
+      EXPECT_TRUE(std::all_of(past.end() - 16, past.end(), [](uint8_t b) { return b == 0x7f; })) << tag << ": past M";
+    }
   }
 }
 
@@ -678,6 +725,10 @@ TEST_F(CudaFp8Gemm, PreconditionsAbort) {
   Fp8GemmArgs args;
   args.M = 1, args.N = 8, args.K = 24, args.ldc = 8;  // K % 16 != 0
   EXPECT_DEATH(cuda::fp8_gemm(args, nullptr, nullptr, nullptr), "multiple of 16");
+  args.K = 128, args.N = 256, args.ldc = 128;  // a second output on a variant without it
+  int dummy = 0;
+  args.c2 = &dummy, args.ldc2 = 128, args.n_split = 128, args.variant = 0;
+  EXPECT_DEATH(cuda::fp8_gemm(args, nullptr, nullptr, nullptr), "needs variant 3");
 }
 #else
 TEST(CudaFp8Gemm, NeedsCudaBuild) { GTEST_SKIP() << "built without the CUDA backend"; }

@@ -809,6 +809,73 @@ TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
   ref_.moe_experts(x, i32(ids).reshape({T, k}), w, experts, ref_plain);
   std::printf("[moe w8a8] relative L2 to the dequantized-weights reference %.3g\n", rel_err(got, ref_plain));
 }
+// The dense gated MLP on the W8A8 form (the shared experts and dense layers at prefill sizes):
+// against the host reference of MoeW8a8MatchesQuantizedReference's recipe for one expert —
+// gate|up rounded to bf16, SiLU·mul rounded to bf16 and quantized before the down GEMM — whose
+// fp32 output is not rounded; bound 1e-2 relative L2 for the reasons given there. And the
+// SiLU·mul-quantize in the gate|up GEMM's epilogue (set_fp8_glu_fused): bitwise the same, since
+// both paths round gate|up to bf16. T = 3 (the fewest rows the form takes) and 300 (three row
+// tiles, the last partial); D = 384, I = 256: 3 and 2 K blocks.
+TEST_F(CudaOps, MlpW8a8MatchesQuantizedReference) {
+  if (!cuda::fp8_wgmma_available()) GTEST_SKIP() << "the W8A8 form needs an sm_90 GPU";
+  auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
+  const int64_t D = 384, I = 256;
+  const std::vector<MlpWeights> host = host_experts(1, D, I, DType::kF8E4M3);
+  const std::vector<MlpWeights> placed = place_experts(*gpu_, host);  // gate|up stacked, uniform blocks
+  ASSERT_TRUE(placed[0].gate_proj.uniform_row_blocks && placed[0].up_proj.uniform_row_blocks);
+  std::vector<float> w13(static_cast<size_t>(2 * I * D)), w2(static_cast<size_t>(D * I));
+  host[0].gate_proj.dequantize(0, I, 0, D, w13.data(), D);
+  host[0].up_proj.dequantize(0, I, 0, D, w13.data() + I * D, D);
+  host[0].down_proj.dequantize(0, D, 0, I, w2.data(), I);
+  auto quant = [](std::vector<float>& v) {  // 1×128 groups, quantize_fp8_rows' recipe
+    for (size_t g0 = 0; g0 < v.size(); g0 += 128) {
+      const size_t g1 = std::min(v.size(), g0 + 128);
+      float amax = 0.0f;
+      for (size_t i = g0; i < g1; ++i) amax = std::max(amax, std::fabs(v[i]));
+      const float sc = std::max(amax, 1e-4f) / 448.0f;
+      for (size_t i = g0; i < g1; ++i) v[i] = e4m3_to_f32(f32_to_e4m3(v[i] / sc)) * sc;
+    }
+  };
+  for (int64_t T : {3, 300}) {
+    const Tensor x = randn({T, D});
+    Tensor ref = Tensor::empty_host(DType::kF32, {T, D});
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<float> xq(static_cast<size_t>(D)), act(static_cast<size_t>(I));
+      for (int64_t c = 0; c < D; ++c) xq[static_cast<size_t>(c)] = bf16_to_f32(f32_to_bf16(x.data<float>()[t * D + c]));
+      quant(xq);
+      for (int64_t n = 0; n < I; ++n) {
+        double gsum = 0, usum = 0;
+        for (int64_t c = 0; c < D; ++c) {
+          gsum += static_cast<double>(xq[static_cast<size_t>(c)]) * w13[static_cast<size_t>(n * D + c)];
+          usum += static_cast<double>(xq[static_cast<size_t>(c)]) * w13[static_cast<size_t>((I + n) * D + c)];
+        }
+        const double gb = bf16_to_f32(f32_to_bf16(static_cast<float>(gsum)));
+        const double ub = bf16_to_f32(f32_to_bf16(static_cast<float>(usum)));
+        act[static_cast<size_t>(n)] = bf16_to_f32(f32_to_bf16(static_cast<float>(gb / (1.0 + std::exp(-gb)) * ub)));
+      }
+      quant(act);
+      for (int64_t c = 0; c < D; ++c) {
+        double y = 0;
+        for (int64_t n = 0; n < I; ++n) y += static_cast<double>(act[static_cast<size_t>(n)]) * w2[static_cast<size_t>(c * I + n)];
+        ref.data<float>()[t * D + c] = static_cast<float>(y);
+      }
+    }
+    Tensor d_m = dev_empty(DType::kF32, {T, D});
+    gpu_->mlp(up(x), placed[0], d_m);
+    const Tensor got = down(d_m);
+    const double err = rel_err(got, ref);
+    EXPECT_LT(err, 1e-2) << "T=" << T;
+    cuda.set_fp8_glu_fused(true);
+    gpu_->mlp(up(x), placed[0], d_m);
+    cuda.set_fp8_glu_fused(false);
+    EXPECT_EQ(0, std::memcmp(got.raw_data(), down(d_m).raw_data(), got.n_bytes())) << "T=" << T << ": GLU epilogue";
+    Tensor ref_plain = Tensor::empty_host(DType::kF32, {T, D});
+    ref_.mlp(x, host[0], ref_plain);
+    std::printf("[mlp w8a8] T=%ld: relative L2 %.3g to the quantized reference, %.3g to the plain one\n",
+                static_cast<long>(T), err, rel_err(got, ref_plain));
+  }
+}
+
 // The dense W8A8 form (CudaBackend::linear_w8a8, the default above the decode GEMV's 2 rows for
 // checkpoint-placed FP8 weights: a linear's rows quantized per 1×128 group, then the FP8 wgmma
 // GEMM — its block form, and forced on, its per-row form, bitwise equal) against a host
@@ -889,16 +956,30 @@ TEST_F(CudaOps, LinearW8a8MatchesQuantizedReference) {
 }
 
 // matmul_parts at decode and prefill sizes with FP8 parts on the W8A8 form (V2-Lite's q_proj | kv_a_proj
-// stack: the second part starting at a 128-row block, its last block partial): x quantized once
-// for both GEMMs, bitwise the separate matmuls (each quantizing x itself); one timed op per part.
+// stack: the second part starting at a 128-row block, its last block partial): x quantized once,
+// one GEMM over the stack writing each part's output (set_w8a8_stack, the default: one timed
+// op), or one GEMM per part (two) — bitwise the separate matmuls (each quantizing x itself) either
+// way. A stack whose first part ends mid-tile (200 | 256 rows) takes a GEMM per part.
 TEST_F(CudaOps, MatmulPartsW8a8EqualsTheSeparateMatmuls) {
   if (!cuda::fp8_wgmma_available()) GTEST_SKIP() << "the W8A8 form needs an sm_90 GPU";
-  const int64_t N0 = 256, N1 = 200, K = 384;
-  const LinearWeight h0 = host_linear(N0, K, DType::kF8E4M3), h1 = host_linear(N1, K, DType::kF8E4M3);
-  const LinearWeight all = gpu_->place_linear({&h0, &h1});
-  const LinearWeight w0 = all.rows(0, N0), w1 = all.rows(N0, N1);
-  ASSERT_TRUE(w0.uniform_row_blocks && w1.uniform_row_blocks);
-  for (int64_t M : {3, 65, 300}) (void)parts_equal_separate(w0, w1, M, 2, fmt::format("M={}", M));
+  auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
+  const int64_t K = 384;
+  for (const auto& [N0, N1] : {std::pair<int64_t, int64_t>{256, 200}, std::pair<int64_t, int64_t>{200, 256}}) {
+    const LinearWeight h0 = host_linear(N0, K, DType::kF8E4M3), h1 = host_linear(N1, K, DType::kF8E4M3);
+    const LinearWeight all = gpu_->place_linear({&h0, &h1});
+    const LinearWeight w0 = all.rows(0, N0), w1 = all.rows(N0, N1);
+    ASSERT_EQ(w0.uniform_row_blocks && w1.uniform_row_blocks, N0 % 128 == 0);
+    for (bool stack : {true, false})
+      for (int64_t M : {3, 65, 300}) {
+        cuda.set_w8a8_stack(stack);
+        const std::vector<OpTime> times = parts_equal_separate(w0, w1, M, stack && N0 % 128 == 0 ? 1 : 2,
+                                                               fmt::format("N0={} stack={} M={}", N0, stack, M));
+        if (stack && N0 % 128 == 0 && !times.empty()) {
+          EXPECT_EQ(times[0].op, "matmul 456x384");
+        }
+      }
+    cuda.set_w8a8_stack(true);
+  }
 }
 #endif
 

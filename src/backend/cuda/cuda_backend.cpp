@@ -135,6 +135,12 @@ struct CudaState {
   bool invariant_naive = true;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
   bool fp8_glu = false;          // set_fp8_glu_fused; DEEPINFER_CUDA_FP8_GLU=0|1
   bool w8a8_early_w = false;     // set_w8a8_early_weights; DEEPINFER_CUDA_W8A8_EARLY_W=0|1
+  // The MoE's grouped FP8 GEMMs skip an idle warpgroup's MMAs (Fp8GemmArgs::idle_skip; the same
+  // bits); DEEPINFER_CUDA_FP8_IDLE_SKIP=0|1, a lab knob.
+  bool fp8_idle_skip = true;
+  // Two stacked FP8 linears of one input on the W8A8 form in one GEMM (matmul_parts; the same
+  // bits); DEEPINFER_CUDA_W8A8_STACK=0|1, a lab knob.
+  bool w8a8_stack = true;
   // The dense FP8 GEMV's tensor-core form from this many 8-row units (GemvArgs::tc_min_units; 0:
   // its own bound); DEEPINFER_CUDA_GEMV_TC_MIN_UNITS=n, a lab knob.
   int64_t gemv_tc_min_units = 0;
@@ -244,6 +250,8 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_int("DEEPINFER_CUDA_MLA_INVARIANT_SPLIT", 32, 4096, 32, s_->mla_invariant_split_keys);
   read_env_switch("DEEPINFER_CUDA_FP8_GLU", s_->fp8_glu);
   read_env_switch("DEEPINFER_CUDA_W8A8_EARLY_W", s_->w8a8_early_w);
+  read_env_switch("DEEPINFER_CUDA_FP8_IDLE_SKIP", s_->fp8_idle_skip);
+  read_env_switch("DEEPINFER_CUDA_W8A8_STACK", s_->w8a8_stack);
   read_env_int("DEEPINFER_CUDA_GEMV_TC_MIN_UNITS", 1, int64_t{1} << 30, 1, s_->gemv_tc_min_units);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_NAIVE", s_->invariant_naive);
 }
@@ -284,6 +292,7 @@ void CudaBackend::set_invariant_naive_mla(bool on) { s_->invariant_naive = on; }
 void CudaBackend::set_fp8_glu_fused(bool on) { s_->fp8_glu = on; }
 
 void CudaBackend::set_w8a8_early_weights(bool on) { s_->w8a8_early_w = on; }
+void CudaBackend::set_w8a8_stack(bool on) { s_->w8a8_stack = on; }
 
 void CudaBackend::set_gemv_tc_min_units(int64_t units) {
   DI_CHECK(units >= 0);
@@ -758,7 +767,7 @@ void CudaBackend::linear_w8a8(const void* xb, int64_t M, const LinearWeight& w, 
 }
 
 void CudaBackend::fp8_gemm_w8a8(const uint8_t* q, const float* sq, int64_t M, const LinearWeight& w, int64_t n_rows,
-                                bool uniform, float* out, int64_t ldc) {
+                                bool uniform, float* out, int64_t ldc, float* out2, int64_t ldc2, int64_t n_split) {
   cuda::Fp8GemmArgs g;
   g.a = q;
   g.a_scale = sq;
@@ -766,6 +775,7 @@ void CudaBackend::fp8_gemm_w8a8(const uint8_t* q, const float* sq, int64_t M, co
   g.w_scale = cdptr<float>(w.scale_inv);
   g.M = M, g.N = n_rows, g.K = w.n_in(), g.block_n = 1, g.w_scale_uniform = uniform;
   g.c = out, g.c_elem = cuda::Elem::kF32, g.ldc = ldc;
+  g.c2 = out2, g.ldc2 = ldc2, g.n_split = n_split;
   g.variant = 3;
   g.w_stable = s_->w8a8_early_w;  // placed weights
   cuda::fp8_gemm(g, nullptr, nullptr, s_->stream);
@@ -1176,6 +1186,20 @@ void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWe
     ScratchScope scope(*this);
     Tensor q = empty(DType::kU8, {M, K});                        // [M, K] e4m3
     Tensor sq = empty(DType::kF32, {M, K / cuda::kFp8GroupK});  // [M, K / 128]
+    // Two parts stacked by the placement, the first a whole number of 128-row tiles: one GEMM
+    // over the stack, each part's columns into its own output (Fp8GemmArgs::c2; the same bits).
+    // V2-Lite's kv_a_proj (576 rows, 4.5 column tiles) ran as a second launch of 5 blocks per
+    // row tile: 20 µs per layer at 4,096 rows (0.48 of the FP8 rate, run s17-3).
+    if (w.size() == 2 && stacked(w) && w[0]->n_out() % cuda::kFp8GroupK == 0 && s_->w8a8_stack) {
+      const int64_t n0 = w[0]->n_out(), n1 = w[1]->n_out();
+      OpTimer timer(*this, "matmul", n0 + n1, K);
+      cuda::quantize_fp8_rows_bf16(cdptr<float>(x), K, nullptr, 1, M, K, dptr<uint8_t>(q), dptr<float>(sq),
+                                   s_->stream);
+      fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), M, *w[0], n0 + n1,
+                    w[0]->uniform_row_blocks && w[1]->uniform_row_blocks, dptr<float>(*out[0]), n0,
+                    dptr<float>(*out[1]), n1, n0);
+      return;
+    }
     for (size_t i = 0; i < w.size(); ++i) {
       OpTimer timer(*this, "matmul", w[i]->n_out(), K);  // the first part's time holds the quantizer
       if (i == 0)
@@ -1376,6 +1400,7 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
   a.one_chain = s_->batch_invariant && s_->moe_one_chain && !a.fp8;
   a.invariant = s_->batch_invariant && !a.one_chain;
   a.glu_fused = s_->fp8_glu;
+  a.idle_skip = s_->fp8_idle_skip;
   if (xq != nullptr && a.form == 5 && a.k > 1) {  // (k = 1 gathers while it quantizes: no copy to save)
     DI_CHECK(xq->x == a.x && xq->T == a.T && xq->D == a.D);
     xq->ensure(s_->stream);
@@ -1396,16 +1421,17 @@ void CudaBackend::mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, Ro
   ScratchScope scope(*this);
   cudaStream_t st = s_->stream;
   // FP8 on the W8A8 form (dense_w8a8_fits): x rounded and quantized in one pass, gate|up in one
-  // GEMM where stacked, the SiLU·mul written straight into the down projection's quantized input
-  // (silu_mul_quantize_fp8) — or, set_fp8_glu_fused with stacked halves of uniform scale blocks,
-  // by that GEMM's epilogue (fp8_wgmma_glu_quantize: gate and up rounded to bf16 first, as the
-  // MoE's form 5 has them; no fp32 [T, 2I]).
+  // GEMM where stacked, written in bf16 (as the MoE's form 5 has them, and as the reference
+  // system's bf16 MLP rounds them: half the bytes of an fp32 [T, 2I] round trip), the SiLU·mul
+  // written straight into the down projection's quantized input (silu_mul_quantize_fp8) — or,
+  // set_fp8_glu_fused with stacked halves of uniform scale blocks, by that GEMM's epilogue
+  // (fp8_wgmma_glu_quantize: the same codes, no [T, 2I] at all).
   const bool w8a8 = !gemv_fits(x.raw_data(), Elem::kF32, D, T, w.gate_proj) && w8a8_from_f32(x, D, T, w.gate_proj) &&
                     w8a8_from_f32(x, D, T, w.up_proj) && dense_w8a8_fits(T, w.down_proj) && I % 16 == 0;
   const bool uniform = stacked({&w.gate_proj, &w.up_proj}) && w.gate_proj.uniform_row_blocks &&
                        w.up_proj.uniform_row_blocks && I % 128 == 0;
   const bool glu = w8a8 && uniform && s_->fp8_glu && cuda::fp8_wgmma_glu_ok(I, true);
-  Tensor gu = glu ? Tensor() : empty(DType::kF32, {T, 2 * I});  // [gate | up]
+  Tensor gu = glu ? Tensor() : empty(w8a8 ? DType::kBF16 : DType::kF32, {T, 2 * I});  // [gate | up]
   // Decode sizes: the GEMV reads x in fp32 (rounded to bf16 as it goes), both halves in one
   // launch when they are stacked. (Unstacked halves both go or neither: the checks match.)
   const bool gemv_done =
@@ -1436,11 +1462,22 @@ void CudaBackend::mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, Ro
       g.w = cdptr<uint8_t>(w.gate_proj.weight), g.w_scale = cdptr<float>(w.gate_proj.scale_inv);
       g.M = T, g.N = 2 * I, g.K = D, g.block_n = 1, g.w_scale_uniform = true;
       cuda::fp8_wgmma_glu_quantize(g, dptr<uint8_t>(q2), dptr<float>(sq2), st);
-    } else if (stacked({&w.gate_proj, &w.up_proj})) {
-      fp8_gemm_w8a8(q, sq, T, w.gate_proj, 2 * I, uniform, dptr<float>(gu), 2 * I);
     } else {
-      fp8_gemm_w8a8(q, sq, T, w.gate_proj, I, w.gate_proj.uniform_row_blocks, dptr<float>(gu), 2 * I);
-      fp8_gemm_w8a8(q, sq, T, w.up_proj, I, w.up_proj.uniform_row_blocks, dptr<float>(gu) + I, 2 * I);
+      cuda::Fp8GemmArgs g;
+      g.a = q, g.a_scale = sq;
+      g.M = T, g.K = D, g.block_n = 1;
+      g.c_elem = cuda::Elem::kBF16, g.ldc = 2 * I;
+      g.variant = 3;
+      g.w_stable = s_->w8a8_early_w;  // placed weights
+      const bool one = stacked({&w.gate_proj, &w.up_proj});
+      for (int half = 0; half < (one ? 1 : 2); ++half) {
+        const LinearWeight& wp = half == 0 ? w.gate_proj : w.up_proj;
+        g.w = cdptr<uint8_t>(wp.weight), g.w_scale = cdptr<float>(wp.scale_inv);
+        g.N = one ? 2 * I : I;
+        g.w_scale_uniform = one ? uniform : wp.uniform_row_blocks;
+        g.c = dptr<bf16>(gu) + half * I;
+        cuda::fp8_gemm(g, nullptr, nullptr, st);
+      }
     }
   } else if (!gemv_done) {
     Tensor xb = empty(DType::kBF16, {T, D});
@@ -1457,7 +1494,7 @@ void CudaBackend::mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, Ro
   }
   if (w8a8) {
     const LinearWeight& wd = w.down_proj;
-    if (!glu) cuda::silu_mul_quantize_fp8(dptr(gu), Elem::kF32, T, I, dptr<uint8_t>(q2), dptr<float>(sq2), st);
+    if (!glu) cuda::silu_mul_quantize_fp8(dptr(gu), Elem::kBF16, T, I, dptr<uint8_t>(q2), dptr<float>(sq2), st);
     fp8_gemm_w8a8(dptr<uint8_t>(q2), dptr<float>(sq2), T, wd, wd.n_out(), wd.uniform_row_blocks, dptr<float>(out), D);
     return;
   }

@@ -145,13 +145,19 @@ class CudaBackend : public Backend {
   // The dense W8A8 linears' FP8 wgmma GEMM fetching each block's first W stages before its PDL
   // wait (cuda::Fp8GemmArgs::w_stable: the weights are placed, no kernel writes them), under the
   // quantizer's tail — at decode sizes a W8A8 GEMM streams each weight tile through one SM, so
-  // its start is on the step's critical path. The same bits. Off by default until the GPU suite
-  // has run it (docs/perf.md, version 16); DEEPINFER_CUDA_W8A8_EARLY_W=0|1 sets it at
-  // construction.
+  // its start is on the step's critical path. The same bits. Off: no faster in the model (run
+  // s19-1, V2-Lite FP8 decode B = 1 / 8 / 32 / 256 within 0.01 ms, invariant B = 1 3.23 either
+  // way); DEEPINFER_CUDA_W8A8_EARLY_W=0|1 sets it at construction.
   void set_w8a8_early_weights(bool on);
+  // Two row-stacked FP8 linears of one input (q_proj | kv_a_proj) on the W8A8 form as one GEMM
+  // over the stack, each part's columns into its own output (matmul_parts; cuda::Fp8GemmArgs::
+  // c2) — where the first part is a whole number of 128-row tiles. The same bits as two GEMMs.
+  // On by default; DEEPINFER_CUDA_W8A8_STACK=0|1 sets it at construction (a lab knob).
+  void set_w8a8_stack(bool on);
   // The dense FP8 decode GEMV's tensor-core form from `units` 8-row units (0: its own bound, 4
-  // per SM); DEEPINFER_CUDA_GEMV_TC_MIN_UNITS=n sets it at construction. A lab knob: whether
-  // V2-Lite's q | kv_a (456 units) and o_proj (256) should take it at one row.
+  // per SM); DEEPINFER_CUDA_GEMV_TC_MIN_UNITS=n sets it at construction. A lab knob: V2-Lite's
+  // q | kv_a (456 units) and o_proj (256) on it at one row were slower (run s19-1, FP8 B = 1
+  // 2.41 → 2.46 ms at 64 units).
   void set_gemv_tc_min_units(int64_t units);
   // The batch-invariant mode's fp32 router GEMM from min_rows rows (> 16, where the parallel-chunk
   // form ends) on the register-tiled kernel (cuda::gemm_f32_ordered's `tiled`: the same
@@ -217,9 +223,10 @@ class CudaBackend : public Backend {
                    int64_t ldc);
   // Whether a linear of M fp32 rows x (row pitch ldx) takes the W8A8 form straight from fp32.
   bool w8a8_from_f32(const Tensor& x, int64_t ldx, int64_t M, const LinearWeight& w) const;
-  // The GEMM of linear_w8a8 on rows already quantized: q [M, K] e4m3, sq [M, K / 128].
+  // The GEMM of linear_w8a8 on rows already quantized: q [M, K] e4m3, sq [M, K / 128]. out2:
+  // rows n_split.. of the (stacked) weight go to out2 [M, ldc2] instead (cuda::Fp8GemmArgs::c2).
   void fp8_gemm_w8a8(const uint8_t* q, const float* sq, int64_t M, const LinearWeight& w, int64_t n_rows, bool uniform,
-                     float* out, int64_t ldc);
+                     float* out, int64_t ldc, float* out2 = nullptr, int64_t ldc2 = 0, int64_t n_split = 0);
   // Batch-invariant out[M, N] (row stride ldc) = xb[M, K] BF16 · wᵀ (w bf16, or FP8 with per
   // (row, block_k) scales): small_m_gemm or the tiled kernel by M (bitwise-equal folds).
   void invariant_gemm(const void* xb, int64_t M, const void* w, const float* scale, bool fp8, int64_t block_k,

@@ -299,6 +299,8 @@ struct MoeArgs {
   // (fp8_wgmma_glu_quantize, where fp8_wgmma_glu_ok) instead of writing gate|up in bf16 for
   // silu_mul_quantize_fp8 — the same codes and scales.
   bool glu_fused = false;
+  // Form 5: Fp8GemmArgs::idle_skip of its grouped GEMMs (the same bits either way).
+  bool idle_skip = true;
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 the decode GEMV (bandwidth), 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
                            // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),
@@ -454,7 +456,13 @@ struct Fp8GemmArgs {
   bool w_scale_uniform = false;
   void* c = nullptr;               // [M, ldc] fp32 | bf16 (c_elem)
   Elem c_elem = Elem::kF32;
-  int64_t ldc = 0;                 // ≥ N
+  int64_t ldc = 0;                 // ≥ N (≥ n_split with c2)
+  // The wgmma form, dense only: columns [n_split, N) written to c2 [M, ldc2] instead (column j
+  // at c2[m·ldc2 + j − n_split]) — two stacked linears of the same input in one launch, each
+  // output its own tensor; 0 < n_split < N, n_split % 128 == 0 (no tile straddles). Every
+  // element's arithmetic is the single-output launch's: the same bits as two launches.
+  void* c2 = nullptr;
+  int64_t ldc2 = 0, n_split = 0;
   const int32_t* offsets = nullptr;  // grouped only: [E + 1] device, offsets[0] = 0, offsets[E] = M
   int64_t E = 0;                     // grouped only: experts
   // Dense only: no split-K, so a row's result is bitwise independent of M (every tile shape does
@@ -473,6 +481,11 @@ struct Fp8GemmArgs {
   // (placed weights), so each block's first stages of W may be fetched before its PDL wait,
   // under the previous kernel's tail (cuda_launch.cuh). The bits do not depend on it.
   bool w_stable = false;
+  // The wgmma form, grouped (and its GLU form): a math warpgroup none of whose 64 rows belong to
+  // the tile's expert (an expert's last tile, every tile of a decode step) passes over the tile's
+  // stages without issuing MMAs, leaving the tensor cores to the other. Those MMAs' results were
+  // never stored: the bits do not depend on it. false: they are issued (the lab's A/B).
+  bool idle_skip = true;
 };
 // The dense launch's shape, a function of the sizes, the flags above, the SM count and the
 // kernels' occupancy only (splits: as many as keep one wave of blocks resident, ≥ 2 K blocks each).

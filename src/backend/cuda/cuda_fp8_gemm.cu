@@ -439,8 +439,9 @@ void check_common(const Fp8GemmArgs& a) {
   DI_CUDA_REQUIRE_MSG(a.K % 16 == 0, "fp8_gemm: K must be a multiple of 16 (16-byte rows of e4m3)");
   DI_CUDA_REQUIRE_MSG(a.block_n == 1 || a.block_n == 128, "fp8_gemm: block_n must be 1 or 128");
   DI_CUDA_REQUIRE(a.c_elem == Elem::kF32 || a.c_elem == Elem::kBF16);
-  DI_CUDA_REQUIRE(a.ldc >= a.N);
+  DI_CUDA_REQUIRE(a.ldc >= (a.c2 != nullptr ? a.n_split : a.N));
   DI_CUDA_REQUIRE(a.variant >= -1 && a.variant <= 3);
+  DI_CUDA_REQUIRE_MSG(a.c2 == nullptr || a.variant == 3, "fp8_gemm: a second output (c2) needs variant 3 (wgmma)");
   DI_CUDA_REQUIRE_MSG(a.variant != 3 || fp8_wgmma_available(), "fp8_gemm: variant 3 (wgmma) needs an sm_90 GPU");
   DI_CUDA_REQUIRE(a.splits >= 0);
   DI_CUDA_REQUIRE_MSG(reinterpret_cast<uintptr_t>(a.a) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0,

@@ -65,11 +65,16 @@ struct WgmmaParams {
   int64_t sw_step;  // scale rows per 128-row block: 1, or 128 (per-row scales uniform within blocks)
   int64_t M, N, n_kb;
   int64_t n_row_tiles;  // dense: ceil(M / 128); grouped: the bound ceil(M / 128) + min(E, M)
-  void* c;  // [M, ldc] OutT
+  void* c;  // [M, ldc] OutT: columns [0, n_split)
   int64_t ldc;
+  // Dense: columns [n_split, N) into c2 [M, ldc2] (column j at j − n_split; Fp8GemmArgs::c2);
+  // n_split = N when there is no second output. n_split % 128 == 0: a tile never straddles.
+  void* c2;
+  int64_t ldc2, n_split;
   bool c_vec;  // column pairs stored as one vector (ldc even, c 8-byte aligned)
-  bool c_tma;  // whole warpgroup tiles stored by TMA from shared memory (map_c; c, ldc 16-byte aligned)
+  bool c_tma;  // whole warpgroup tiles stored by TMA from shared memory (map_c, map_c2; c, ldc, c2, ldc2 16-byte aligned)
   bool w_early;  // dense, cluster 1, W never written by a kernel: the first tile's W before the PDL wait
+  bool idle_skip;  // grouped: a warpgroup with none of a tile's rows issues no MMAs (Fp8GemmArgs::idle_skip)
   const int32_t* offsets;  // grouped: [E + 1]
   int64_t E;
 };
@@ -243,7 +248,8 @@ __device__ __forceinline__ void issue_k_block(float (&part)[64], const uint8_t* 
 
 // A math warp (warpgroup wg, see fp8_wgmma_kernel): its 16 rows of each of this block's tiles.
 template <bool kGrouped, typename OutT, bool kRowScales, int kCluster>
-__device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtensorMap& map_c, const uint8_t* ring,
+__device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtensorMap& map_c, const CUtensorMap& map_c2,
+                                              const uint8_t* ring,
                                               uint8_t* out, uint64_t* full, uint64_t* empty, const float* ssw,
                                               const float* ssa, const int32_t* table, int wg, int warp, int lane) {
   const int64_t n_col_tiles = (p.N + kBN - 1) / kBN, n_kb = p.n_kb;
@@ -257,10 +263,24 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
     TileView v;
     if (!resolve_tile<kBM, kBN, kCluster>(tile, p.n_row_tiles, n_col_tiles, tiles, p.E, p.M, &v, rank)) continue;
     const int64_t e = v.e, m0 = v.m0, m_end = v.m_end, n0 = v.n0;
-    // A grouped tile's last rows may not reach this warpgroup's 64: it then skips the promotion
-    // and stores nothing. (It still issues its MMAs: skipping them under a branch makes ptxas
-    // serialize every wgmma of the kernel, C7520.)
+    // A grouped tile's last rows may not reach this warpgroup's 64 (every tile of a decode step,
+    // a prefill's expert tails): it then only passes over the tile's stages — waiting for each,
+    // so its releases keep the ring's phases — and issues no MMAs, leaving the tensor cores to
+    // the other warpgroup. (The branch is taken before any of the tile's wgmmas with none in
+    // flight: ptxas keeps them asynchronous. Skipping them inside issue_k_block, under a branch
+    // between fence and commit, made it serialize every wgmma of the kernel, C7520.)
     const bool idle = kGrouped && m0 + 64 * wg >= m_end;
+    if (kGrouped && p.idle_skip && idle) {
+      for (int64_t kb = 0; kb < n_kb; ++kb) {
+        mbar_wait(&full[s], phase);
+        release_stage<kCluster>(&empty[s], lane);
+        if (++s == kStages) {
+          s = 0;
+          phase ^= 1u;
+        }
+      }
+      continue;
+    }
     // Rows r0 = m0 + rl and r0 + 8 of this tile, rl = 64·wg + 16·(warp % 4) + lane / 4.
     const int rl = 64 * wg + 16 * (warp % 4) + lane / 4;
     const int64_t r0 = m0 + rl, r1 = r0 + 8;
@@ -339,12 +359,16 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
     }
 
     if (idle) continue;  // none of the tile's rows are this warpgroup's
+    // The tile's output: c, or (dense, columns past n_split) c2.
+    const bool second = !kGrouped && n0 >= p.n_split;
+    OutT* cc = second ? static_cast<OutT*>(p.c2) : c;
+    const int64_t ldc = second ? p.ldc2 : p.ldc, nc = second ? n0 - p.n_split : n0, Nc = second ? p.N - p.n_split : p.n_split;
     // TMA for the warpgroup's 64 rows when they all belong to this tile (a grouped tile's rows
     // past its expert are the next expert's: never written); the stores clip at M and N.
     if (p.c_tma && (!kGrouped || m0 + 64 * (wg + 1) <= m_end)) {
-      store_tile_tma<OutT>(map_c, out, n0, m0 + 64 * wg, warp, lane, acc);
+      store_tile_tma<OutT>(second ? map_c2 : map_c, out, nc, m0 + 64 * wg, warp, lane, acc);
     } else {
-      store_tile(c, p.ldc, p.N, n0, r0, m_end, p.c_vec, lane, acc);
+      store_tile(cc, ldc, Nc, nc, r0, m_end, p.c_vec, lane, acc);
     }
   }
   if (p.c_tma && warp % 4 == 0 && lane == 0) bulk_wait_all<false>();  // the last stores complete before exit
@@ -415,6 +439,17 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
     // As compute_tiles: MMAs issued, nothing promoted or stored (a grouped tile's rows past its
     // expert, a dense tile's past M).
     const bool idle = m0 + 64 * wg >= m_end;
+    if (p.idle_skip && idle) {  // as compute_tiles: both halves' stages passed over, no MMAs
+      for (int64_t kb = 0; kb < 2 * n_kb; ++kb) {
+        mbar_wait(&full[s], phase);
+        release_stage<1>(&empty[s], lane);
+        if (++s == kStages) {
+          s = 0;
+          phase ^= 1u;
+        }
+      }
+      continue;
+    }
     const int rl = 64 * wg + 16 * (warp % 4) + lane / 4;
     const int64_t r0 = m0 + rl, r1 = r0 + 8;
     const float* sa0 = p.sa + (r0 < p.M ? r0 : 0) * n_kb;
@@ -571,7 +606,8 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
 template <bool kGrouped, typename OutT, bool kRowScales, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
-                     const __grid_constant__ CUtensorMap map_c, const WgmmaParams p) {
+                     const __grid_constant__ CUtensorMap map_c, const __grid_constant__ CUtensorMap map_c2,
+                     const WgmmaParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t wg_smem_raw[];
   uint8_t* smem = wg_smem_raw + ((1024 - smem_u32(wg_smem_raw) % 1024) % 1024);
@@ -607,8 +643,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       load_stages<kGrouped, kRowScales, kCluster>(map_a, map_w, p, ring, full, empty, ssw, ssa, table, w_ready, lane);
   } else {
     setmaxnreg_inc<RegSplit<kGrouped, kRowScales>::kMath>();
-    compute_tiles<kGrouped, OutT, kRowScales, kCluster>(p, map_c, ring, out + wg * kOutBytes, full, empty, ssw, ssa,
-                                                        table, wg, warp, lane);
+    compute_tiles<kGrouped, OutT, kRowScales, kCluster>(p, map_c, map_c2, ring, out + wg * kOutBytes, full, empty, ssw,
+                                                        ssa, table, wg, warp, lane);
   }
   if constexpr (kCluster > 1) cluster_sync();  // no block leaves while a peer may still signal or fill it
 #else
@@ -668,7 +704,8 @@ CUtensorMap e4m3_map(const uint8_t* base, int64_t rows, int64_t K, int box_rows)
 // that can be fewer than the SM count (cudaOccupancyMaxActiveClusters), and a grid of more
 // clusters than fit would run its last ones as a second wave.
 template <bool kGrouped, typename OutT, bool kRowScales, int kCluster>
-void launch(const CUtensorMap& ma, const CUtensorMap& mw, const CUtensorMap& mc, const WgmmaParams& p, int64_t tiles,
+void launch(const CUtensorMap& ma, const CUtensorMap& mw, const CUtensorMap& mc, const CUtensorMap& mc2,
+            const WgmmaParams& p, int64_t tiles,
             cudaStream_t s) {
   auto* kernel = fp8_wgmma_kernel<kGrouped, OutT, kRowScales, kCluster>;
   cudaLaunchConfig_t cfg{};
@@ -699,24 +736,26 @@ void launch(const CUtensorMap& ma, const CUtensorMap& mw, const CUtensorMap& mc,
   });
   cfg.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(tiles, max_clusters) * kCluster), 1, 1);
   cfg.numAttrs = pdl_enabled() ? 2 : 1;
-  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mw, mc, p));
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mw, mc, mc2, p));
   DI_CUDA_LAUNCHED();
 }
 template <bool kGrouped, typename OutT, int kCluster>
 void launch_scales(bool row_scales, const CUtensorMap& ma, const CUtensorMap& mw, const CUtensorMap& mc,
+                   const CUtensorMap& mc2,
                    const WgmmaParams& p, int64_t tiles, cudaStream_t s) {
-  if (row_scales) launch<kGrouped, OutT, true, kCluster>(ma, mw, mc, p, tiles, s);
-  else launch<kGrouped, OutT, false, kCluster>(ma, mw, mc, p, tiles, s);
+  if (row_scales) launch<kGrouped, OutT, true, kCluster>(ma, mw, mc, mc2, p, tiles, s);
+  else launch<kGrouped, OutT, false, kCluster>(ma, mw, mc, mc2, p, tiles, s);
 }
 template <int kCluster>
 void launch_cluster(bool grouped, bool f32, bool row_scales, const CUtensorMap& ma, const CUtensorMap& mw,
-                    const CUtensorMap& mc, const WgmmaParams& p, int64_t tiles, cudaStream_t s) {
+                    const CUtensorMap& mc, const CUtensorMap& mc2, const WgmmaParams& p, int64_t tiles,
+                    cudaStream_t s) {
   if (grouped) {
-    if (f32) launch_scales<true, float, kCluster>(row_scales, ma, mw, mc, p, tiles, s);
-    else launch_scales<true, bf16, kCluster>(row_scales, ma, mw, mc, p, tiles, s);
+    if (f32) launch_scales<true, float, kCluster>(row_scales, ma, mw, mc, mc2, p, tiles, s);
+    else launch_scales<true, bf16, kCluster>(row_scales, ma, mw, mc, mc2, p, tiles, s);
   } else {
-    if (f32) launch_scales<false, float, kCluster>(row_scales, ma, mw, mc, p, tiles, s);
-    else launch_scales<false, bf16, kCluster>(row_scales, ma, mw, mc, p, tiles, s);
+    if (f32) launch_scales<false, float, kCluster>(row_scales, ma, mw, mc, mc2, p, tiles, s);
+    else launch_scales<false, bf16, kCluster>(row_scales, ma, mw, mc, mc2, p, tiles, s);
   }
 }
 
@@ -727,8 +766,12 @@ bool fp8_wgmma_available() { return sm90a_device(); }
 void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   DI_CUDA_REQUIRE_MSG(fp8_wgmma_available(), "fp8 wgmma GEMM: needs an sm_90 GPU");
   DI_CUDA_REQUIRE_MSG(a.block_n == 128 || a.block_n == 1, "fp8 wgmma GEMM: block_n must be 128 or 1");
-  DI_CUDA_REQUIRE(a.K % 16 == 0 && a.ldc >= a.N);
-  const bool grouped = a.offsets != nullptr;
+  const bool grouped = a.offsets != nullptr, two = a.c2 != nullptr;
+  const int64_t n_split = two ? a.n_split : a.N;
+  DI_CUDA_REQUIRE_MSG(!two || (!grouped && a.n_split > 0 && a.n_split < a.N && a.n_split % kBN == 0 &&
+                               a.ldc2 >= a.N - a.n_split),
+                      "fp8 wgmma GEMM: a second output needs the dense form, 0 < n_split < N, n_split % 128 == 0");
+  DI_CUDA_REQUIRE(a.K % 16 == 0 && a.ldc >= n_split);
   DI_CUDA_REQUIRE_MSG(!grouped || a.E <= kMaxTableExperts, "fp8 wgmma GEMM: too many experts");
   if (a.M == 0 || a.N == 0 || a.K == 0) return;
   WgmmaParams p{};
@@ -743,11 +786,18 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   p.n_kb = (a.K + kBK - 1) / kBK;
   p.c = a.c;
   p.ldc = a.ldc;
+  p.c2 = two ? a.c2 : a.c;
+  p.ldc2 = two ? a.ldc2 : a.ldc;
+  p.n_split = n_split;
   const size_t pair_bytes = a.c_elem == Elem::kF32 ? 8 : 4;
-  p.c_vec = a.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(a.c) % pair_bytes == 0;
+  auto vec_ok = [&](const void* c, int64_t ldc) {
+    return ldc % 2 == 0 && reinterpret_cast<uintptr_t>(c) % pair_bytes == 0;
+  };
+  p.c_vec = vec_ok(p.c, p.ldc) && vec_ok(p.c2, p.ldc2);
   p.offsets = a.offsets;
   p.E = grouped ? a.E : 1;
   p.w_early = a.w_stable && !grouped && (a.cluster == 0 ? kDefaultCluster : a.cluster) == 1;
+  p.idle_skip = a.idle_skip;
   const int64_t w_rows = p.E * a.N;
   DI_CUDA_REQUIRE_MSG(a.M < (int64_t{1} << 31) && w_rows < (int64_t{1} << 31), "fp8 wgmma GEMM: too many rows");
   const int cluster = a.cluster > 0 ? a.cluster : kDefaultCluster;
@@ -760,14 +810,18 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   // C as a TMA map of [64 rows][128 bytes] boxes (rows clip at M, columns at N), where TMA can
   // address it: 16-byte aligned base and row pitch.
   const int64_t elem = f32 ? 4 : 2;
-  p.c_tma = reinterpret_cast<uintptr_t>(a.c) % 16 == 0 && (a.ldc * elem) % 16 == 0;
-  CUtensorMap mc{};
+  auto tma_ok = [&](const void* c, int64_t ldc) {
+    return reinterpret_cast<uintptr_t>(c) % 16 == 0 && (ldc * elem) % 16 == 0;
+  };
+  p.c_tma = tma_ok(p.c, p.ldc) && tma_ok(p.c2, p.ldc2);
+  CUtensorMap mc{}, mc2{};
   if (p.c_tma) {
-    mc = tensor_map_2d_strided(a.c, f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, elem,
-                               a.M, a.N, a.ldc, static_cast<int>(128 / elem), 64);
+    const auto type = f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    mc = tensor_map_2d_strided(a.c, type, elem, a.M, n_split, a.ldc, static_cast<int>(128 / elem), 64);
+    if (two) mc2 = tensor_map_2d_strided(a.c2, type, elem, a.M, a.N - n_split, a.ldc2, static_cast<int>(128 / elem), 64);
   }
-  if (cluster == 2) launch_cluster<2>(grouped, f32, rows, ma, mw, mc, p, tiles, s);
-  else launch_cluster<1>(grouped, f32, rows, ma, mw, mc, p, tiles, s);
+  if (cluster == 2) launch_cluster<2>(grouped, f32, rows, ma, mw, mc, mc2, p, tiles, s);
+  else launch_cluster<1>(grouped, f32, rows, ma, mw, mc, mc2, p, tiles, s);
 }
 
 bool fp8_wgmma_glu_ok(int64_t I, bool w_scale_uniform) {
@@ -792,6 +846,7 @@ void fp8_wgmma_glu_quantize(const Fp8GemmArgs& a, uint8_t* q, float* q_scale, cu
   p.n_kb = (a.K + kBK - 1) / kBK;
   p.offsets = a.offsets;
   p.E = grouped ? a.E : 1;
+  p.idle_skip = a.idle_skip;
   DI_CUDA_REQUIRE_MSG(a.M < (int64_t{1} << 31) && p.E * a.N < (int64_t{1} << 31), "fp8 wgmma GLU: too many rows");
   p.n_row_tiles = grouped ? (a.M + kBM - 1) / kBM + std::min(a.E, a.M) : (a.M + kBM - 1) / kBM;
   const CUtensorMap ma = e4m3_map(a.a, a.M, a.K, kBM), mw = e4m3_map(a.w, p.E * a.N, a.K, 64);
