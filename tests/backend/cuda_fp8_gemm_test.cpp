@@ -265,6 +265,9 @@ void quantize_row_ref(const float* x, int64_t K, uint8_t* q, float* s) {
 // 10^4 at most).
 TEST_F(CudaFp8Gemm, FusedQuantizersBitExact) {
   std::normal_distribution<float> d(0.0f, 3.0f);
+  // (off: the codes' start 4 bytes past an 8-byte boundary — the one-warp form, 4-byte stores —
+  // or aligned: the half-warp form.)
+  for (const size_t off : {size_t{0}, size_t{4}})
   for (const bool gather : {true, false}) {
     // gather: M = 50 output rows from 12 source rows (row_div 3: rows[i] / 3); else 12 rows at
     // pitch 280. K = 272 (a partial last group).
@@ -274,13 +277,15 @@ TEST_F(CudaFp8Gemm, FusedQuantizersBitExact) {
     for (auto& v : x) v = d(rng_);
     std::vector<int32_t> rows(static_cast<size_t>(M));
     for (int64_t i = 0; i < M; ++i) rows[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7) % (src_rows * div));
-    DevBuf dx(x.size() * 4), dr(rows.size() * 4), dq(static_cast<size_t>(M * K)), ds(static_cast<size_t>(M * n_kb) * 4);
+    DevBuf dx(x.size() * 4), dr(rows.size() * 4), dq(static_cast<size_t>(M * K) + off),
+        ds(static_cast<size_t>(M * n_kb) * 4);
     upload(dx, x);
     upload(dr, rows);
     cuda::quantize_fp8_rows_bf16(dx.as<float>(), ldx, gather ? dr.as<int32_t>() : nullptr, gather ? div : 1, M, K,
-                                 dq.as<uint8_t>(), ds.as<float>(), nullptr);
+                                 dq.as<uint8_t>() + off, ds.as<float>(), nullptr);
     DI_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto q = download<uint8_t>(dq, static_cast<size_t>(M * K));
+    auto q = download<uint8_t>(dq, static_cast<size_t>(M * K) + off);
+    q.erase(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(off));
     const auto s = download<float>(ds, static_cast<size_t>(M * n_kb));
     std::vector<float> row(static_cast<size_t>(K));
     std::vector<uint8_t> rq(static_cast<size_t>(K));
@@ -292,9 +297,10 @@ TEST_F(CudaFp8Gemm, FusedQuantizersBitExact) {
       quantize_row_ref(row.data(), K, rq.data(), rs.data());
       EXPECT_EQ(0, std::memcmp(rq.data(), q.data() + m * K, static_cast<size_t>(K))) << "row " << m;
       EXPECT_EQ(0, std::memcmp(rs.data(), s.data() + m * n_kb, sizeof(float) * static_cast<size_t>(n_kb)))
-          << "row " << m << (gather ? " (gathered)" : " (strided)");
+          << "row " << m << (gather ? " (gathered)" : " (strided)") << " off " << off;
     }
   }
+  for (const size_t off : {size_t{0}, size_t{4}})
   for (const Elem elem : {Elem::kF32, Elem::kBF16}) {  // SiLU·mul: M = 37, I = 400 (a partial group)
     const int64_t M = 37, I = 400, n_kb = (I + 127) / 128;
     std::vector<float> h(static_cast<size_t>(M * 2 * I));
@@ -304,12 +310,13 @@ TEST_F(CudaFp8Gemm, FusedQuantizersBitExact) {
       hb[i] = f32_to_bf16(h[i]);
       if (elem == Elem::kBF16) h[i] = bf16_to_f32(hb[i]);
     }
-    DevBuf dh(h.size() * 4), dq(static_cast<size_t>(M * I)), ds(static_cast<size_t>(M * n_kb) * 4);
+    DevBuf dh(h.size() * 4), dq(static_cast<size_t>(M * I) + off), ds(static_cast<size_t>(M * n_kb) * 4);
     if (elem == Elem::kF32) upload(dh, h);
     else upload(dh, hb);
-    cuda::silu_mul_quantize_fp8(dh.as<void>(), elem, M, I, dq.as<uint8_t>(), ds.as<float>(), nullptr);
+    cuda::silu_mul_quantize_fp8(dh.as<void>(), elem, M, I, dq.as<uint8_t>() + off, ds.as<float>(), nullptr);
     DI_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto q = download<uint8_t>(dq, static_cast<size_t>(M * I));
+    auto q = download<uint8_t>(dq, static_cast<size_t>(M * I) + off);
+    q.erase(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(off));
     const auto s = download<float>(ds, static_cast<size_t>(M * n_kb));
     std::vector<float> act(static_cast<size_t>(I));
     std::vector<uint8_t> rq(static_cast<size_t>(I));
@@ -332,8 +339,8 @@ TEST_F(CudaFp8Gemm, FusedQuantizersBitExact) {
         else if (diff > 1 || ((q[static_cast<size_t>(m * I + c)] ^ rq[static_cast<size_t>(c)]) & 0x80) != 0) ++bad;
       }
     }
-    std::printf("[silu_mul_quantize] %s: %ld of %ld codes one step off (expf ulps)\n",
-                elem == Elem::kF32 ? "f32" : "bf16", static_cast<long>(near), static_cast<long>(M * I));
+    std::printf("[silu_mul_quantize] %s, codes at +%zu: %ld of %ld codes one step off (expf ulps)\n",
+                elem == Elem::kF32 ? "f32" : "bf16", off, static_cast<long>(near), static_cast<long>(M * I));
     EXPECT_EQ(bad, 0);
     EXPECT_EQ(bad_s, 0);
     EXPECT_LE(near, M * I / 100);

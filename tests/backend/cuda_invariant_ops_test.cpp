@@ -123,7 +123,8 @@ TEST_F(CudaInvariantOps, MatmulRowsAreBatchInvariant) {
 // multiples of 64; FP8 weights widened to bf16 first), and the forms forced on one batch.
 // matmul_parts at one row with the parts' outputs back to back (the model's q | kv at DeepSeek's
 // dims): one GEMM over the stack (one timed op), bitwise the separate matmuls — which a row in a
-// larger step gets — and with the outputs apart, the two matmuls. bf16 and FP8, V2-Lite's
+// larger step gets — and with the outputs apart, the two matmuls (FP8 at V2-Lite's shapes: one
+// GEMM with two outputs). bf16 and FP8, V2-Lite's
 // q_proj | kv_a_proj shapes (3,072 + 576 rows, K 2,048) and a partial-tile pair.
 TEST_F(CudaInvariantOps, MatmulPartsOneRowIsOneGemmWithTheSeparateBits) {
   struct Shape {
@@ -145,7 +146,10 @@ TEST_F(CudaInvariantOps, MatmulPartsOneRowIsOneGemmWithTheSeparateBits) {
         gpu_->matmul_parts(x, {&w0, &w1}, {&o0, &o1});
         const std::vector<OpTime> times = gpu_->take_op_times();
         gpu_->set_op_timing(false);
-        ASSERT_EQ(times.size(), adjacent ? 1u : 2u) << "N0=" << s.N0 << " adjacent " << adjacent;
+        // (FP8 parts whose first is a whole number of 128-row tiles are one W8A8 GEMM either way:
+        // CudaBackend::set_w8a8_stack.)
+        const bool one = adjacent || (dt == DType::kF8E4M3 && s.N0 % 128 == 0);
+        ASSERT_EQ(times.size(), one ? 1u : 2u) << "N0=" << s.N0 << " adjacent " << adjacent << " " << dtype_name(dt);
         Tensor r0 = gpu_->allocate(DType::kF32, {1, s.N0}), r1 = gpu_->allocate(DType::kF32, {1, s.N1});
         gpu_->matmul(x, 0, w0, r0);
         gpu_->matmul(x, 0, w1, r1);

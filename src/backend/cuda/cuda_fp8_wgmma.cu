@@ -359,8 +359,9 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
     }
 
     if (idle) continue;  // none of the tile's rows are this warpgroup's
-    // The tile's output: c, or (dense, columns past n_split) c2.
-    const bool second = !kGrouped && n0 >= p.n_split;
+    // The tile's output: c, or (dense with a second output, columns past n_split) c2. (Without
+    // one, a cluster's column tile past N stays c's, where the stores clip it.)
+    const bool second = !kGrouped && p.n_split < p.N && n0 >= p.n_split;
     OutT* cc = second ? static_cast<OutT*>(p.c2) : c;
     const int64_t ldc = second ? p.ldc2 : p.ldc, nc = second ? n0 - p.n_split : n0, Nc = second ? p.N - p.n_split : p.n_split;
     // TMA for the warpgroup's 64 rows when they all belong to this tile (a grouped tile's rows
@@ -818,7 +819,8 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   if (p.c_tma) {
     const auto type = f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     mc = tensor_map_2d_strided(a.c, type, elem, a.M, n_split, a.ldc, static_cast<int>(128 / elem), 64);
-    if (two) mc2 = tensor_map_2d_strided(a.c2, type, elem, a.M, a.N - n_split, a.ldc2, static_cast<int>(128 / elem), 64);
+    mc2 = two ? tensor_map_2d_strided(a.c2, type, elem, a.M, a.N - n_split, a.ldc2, static_cast<int>(128 / elem), 64)
+              : mc;
   }
   if (cluster == 2) launch_cluster<2>(grouped, f32, rows, ma, mw, mc, mc2, p, tiles, s);
   else launch_cluster<1>(grouped, f32, rows, ma, mw, mc, mc2, p, tiles, s);

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# On the GPU machine: Nsight Compute's view of the MoE's grouped FP8 GEMMs inside a V2-Lite FP8
+# prefill (the gate|up and down launches of one layer): speed of light (SM, L2, DRAM
+# throughput), the tensor pipe's activity, the memory pipes and the warps' stall reasons — what
+# bounds the kernel at the model's shapes (docs/perf.md, version 17).
+# Usage (device `run`, carry [".device_carry", "third_party"]): [BUILD=0] bash scripts/device/ncu_grouped.sh [TOKENS]
+# Output: $OUT/ncu_grouped.log (the sections' tables), a summary on stdout.
+set -uo pipefail
+source "$(dirname "$0")/build_device.sh"
+[ "${BUILD:-1}" = 1 ] && device_build deepinfer
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+timeout 300 "$NCU" --clock-control none --cache-control none --kernel-name-base demangled \
+  -k 'regex:fp8_wgmma_kernel<true' --launch-skip 2 --launch-count 2 \
+  --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+  --section WarpStateStats --section Occupancy --section LaunchStats \
+  --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_bytes.sum.per_second,sm__cycles_elapsed.avg.per_second \
+  build-device/src/tools/deepinfer bench --config bench/configs/deepseek_v2_lite.json --dtype fp8 \
+  --prefill "${1:-4096}" --prefill-reps 1 --decode-batch "" > "$OUT/ncu_grouped.log" 2>&1
+echo "== ncu grouped rc=$?"
+grep -E "fp8_wgmma_kernel|Duration|Throughput|gmma|lts__t_bytes|cycles_elapsed|Stall|Warp Cycles|Issued|Eligible|Registers|Achieved Occupancy" \
+  "$OUT/ncu_grouped.log" | head -80
