@@ -10,7 +10,7 @@ source "$(dirname "$0")/build_device.sh"
 [ "${BUILD:-1}" = 1 ] && device_build deepinfer
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 timeout 300 "$NCU" --clock-control none --cache-control none --kernel-name-base demangled \
-  -k 'regex:fp8_wgmma_kernel<true' --launch-skip 2 --launch-count 2 \
+  -k 'regex:fp8_wgmma_kernel<\(bool\)1' --launch-skip 2 --launch-count 2 \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
   --section WarpStateStats --section Occupancy --section LaunchStats \
   --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_bytes.sum.per_second,sm__cycles_elapsed.avg.per_second \

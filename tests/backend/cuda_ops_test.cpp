@@ -812,10 +812,12 @@ TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
 // The dense gated MLP on the W8A8 form (the shared experts and dense layers at prefill sizes):
 // against the host reference of MoeW8a8MatchesQuantizedReference's recipe for one expert —
 // gate|up rounded to bf16, SiLU·mul rounded to bf16 and quantized before the down GEMM — whose
-// fp32 output is not rounded; bound 1e-2 relative L2 for the reasons given there. And the
-// SiLU·mul-quantize in the gate|up GEMM's epilogue (set_fp8_glu_fused): bitwise the same, since
-// both paths round gate|up to bf16. T = 3 (the fewest rows the form takes) and 300 (three row
-// tiles, the last partial); D = 384, I = 256: 3 and 2 K blocks.
+// fp32 output is not rounded; bound 1e-2 relative L2 for the reasons given there, over T = 300
+// rows (three row tiles, the last partial: a few rows' statistic is dominated by single e4m3
+// flips — 3 rows measured 0.0117, run s19-3). The first 3 rows alone (the fewest the form
+// takes) give those rows' bits: nothing in the form depends on M. And the SiLU·mul-quantize in
+// the gate|up GEMM's epilogue (set_fp8_glu_fused): bitwise the same, since both paths round
+// gate|up to bf16. D = 384, I = 256: 3 and 2 K blocks.
 TEST_F(CudaOps, MlpW8a8MatchesQuantizedReference) {
   if (!cuda::fp8_wgmma_available()) GTEST_SKIP() << "the W8A8 form needs an sm_90 GPU";
   auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
@@ -836,8 +838,11 @@ TEST_F(CudaOps, MlpW8a8MatchesQuantizedReference) {
       for (size_t i = g0; i < g1; ++i) v[i] = e4m3_to_f32(f32_to_e4m3(v[i] / sc)) * sc;
     }
   };
-  for (int64_t T : {3, 300}) {
-    const Tensor x = randn({T, D});
+  const Tensor x_all = randn({300, D});
+  Tensor first;  // the 300-row result
+  for (int64_t T : {300, 3}) {
+    Tensor x = Tensor::empty_host(DType::kF32, {T, D});
+    std::memcpy(x.raw_data(), x_all.raw_data(), x.n_bytes());
     Tensor ref = Tensor::empty_host(DType::kF32, {T, D});
     for (int64_t t = 0; t < T; ++t) {
       std::vector<float> xq(static_cast<size_t>(D)), act(static_cast<size_t>(I));
@@ -864,7 +869,12 @@ TEST_F(CudaOps, MlpW8a8MatchesQuantizedReference) {
     gpu_->mlp(up(x), placed[0], d_m);
     const Tensor got = down(d_m);
     const double err = rel_err(got, ref);
-    EXPECT_LT(err, 1e-2) << "T=" << T;
+    if (T == 300) {
+      EXPECT_LT(err, 1e-2) << "T=" << T;
+      first = got;
+    } else {
+      EXPECT_EQ(0, std::memcmp(got.raw_data(), first.raw_data(), got.n_bytes())) << "the first " << T << " rows alone";
+    }
     cuda.set_fp8_glu_fused(true);
     gpu_->mlp(up(x), placed[0], d_m);
     cuda.set_fp8_glu_fused(false);
