@@ -31,14 +31,16 @@ constexpr int kThreads = 128 * (kMathGroups + 1);
 // Registers per thread after the reallocation (setmaxnreg): the launch reserves 168 per thread
 // (65,536 / 384, rounded down to 8); the loader warpgroup gives some back, the math warpgroups
 // take them (2·128·math + 128·loader = 64,512 = 384·168). Two K blocks in flight (the
-// accumulator and two blocks' sums, 192 registers) need 232 in the dense forms (the per-row
-// scales' loader then spills 36–68 bytes; at 56 / 224 the math warps spill more); the grouped
-// forms' loader (the expert search) spills at 40: 56 / 224; the grouped form with per-row scales
-// keeps one block in flight (pairs_in_flight) and gives its loader more.
+// accumulator and two blocks' sums, 192 registers) need 232 (the per-row scales' loader then
+// spills 36–68 bytes; at 56 / 224 the math warps spill more) — the grouped block-scale form too:
+// at 56 / 224 its math warps spilled the tile's epilogue addresses (76 bytes; 44 at 40 / 232, in
+// the prologue and per tile, none in the K loop), and 40 / 232 ran the V2-Lite expert GEMMs at
+// 4,096 rows 1–7 % faster (run s19-6, scripts/device/regsplit_lab.sh). The grouped form with
+// per-row scales keeps one block in flight (pairs_in_flight) and gives its loader more.
 template <bool kGrouped, bool kRowScales>
 struct RegSplit {
-  static constexpr int kLoader = !kGrouped ? 40 : kRowScales ? 104 : 56;
-  static constexpr int kMath = !kGrouped ? 232 : kRowScales ? 200 : 224;
+  static constexpr int kLoader = !kGrouped || !kRowScales ? 40 : 104;
+  static constexpr int kMath = !kGrouped || !kRowScales ? 232 : 200;
   static_assert(kMathGroups * 128 * kMath + 128 * kLoader <= kThreads * 168, "register budget");
 };
 constexpr int kTileBytes = kBM * kBK;  // one operand tile (A: kBM rows, W: kBN rows) of 128 bytes
@@ -238,7 +240,8 @@ __device__ __forceinline__ void issue_k_block(float (&part)[64], const uint8_t* 
   for (int i = 0; i < 64; ++i) fence_operand(part[i]);
   wgmma_fence();
 #pragma unroll
-  for (int k = 0; k < kBK / 32; ++k) wgmma_m64n128k32(part, da + 2 * k, db + 2 * k, k);  // +32 bytes of K
+  for (int k = 0; k < kBK / 32; ++k)  // +32 bytes of K (the stage is 1024-byte aligned: no carry)
+    wgmma_m64n128k32(part, desc_advance(da, 2 * k), desc_advance(db, 2 * k), k);
   wgmma_commit();
   if (++s == kStages) {
     s = 0;

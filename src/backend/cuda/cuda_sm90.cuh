@@ -119,6 +119,13 @@ __device__ __forceinline__ uint64_t sw128_desc(const void* tile) {
   const uint64_t addr = smem_u32(tile);
   return ((addr & 0x3ffff) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
+// desc with `units` (16-byte units) added to its start address in 32-bit arithmetic: where the
+// field cannot carry out of its low word (a tile 1024-byte aligned, steps inside its 128-byte
+// rows), the same bits as desc + units without the 64-bit add and its carry (two dependent
+// instructions ahead of each wgmma's descriptor moves into uniform registers).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t units) {
+  return (desc & 0xffffffff00000000ull) | static_cast<uint32_t>(static_cast<uint32_t>(desc) + units);
+}
 // A descriptor for an MN-major operand (B of K × N, N contiguous: 128-byte rows of 64 bf16 along
 // N, one row per k) written by TMA with the 128-byte swizzle as column blocks of 64 N-elements:
 // the k rows of a block 128 bytes apart in 1024-byte groups of 8 (stride offset), the blocks
