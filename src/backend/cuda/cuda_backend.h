@@ -136,8 +136,8 @@ class CudaBackend : public Backend {
   // The MoE's W8A8 form with SiLU·mul and the down GEMM's quantizer in the gate|up GEMM's
   // epilogue (cuda::fp8_wgmma_glu_quantize, where it applies: sm_90, I % 128 == 0, checkpoint
   // scale blocks) — the same codes as the separate kernels, without their bf16 [rows, 2I] round
-  // trip — and the dense W8A8 MLP likewise (its gate and up then rounded to bf16 first, as the
-  // MoE's). Off by default: slower (run s18-1, V2-Lite FP8 ms: prefill 4K 43.59 → 43.83, 16K
+  // trip — and the dense W8A8 MLP likewise (its separate kernels also round gate and up to bf16:
+  // the same bits either way). Off by default: slower (run s18-1, V2-Lite FP8 ms: prefill 4K 43.59 → 43.83, 16K
   // 199.2 → 201.6, B = 32 8.27 → 8.75, B = 256 11.68 → 12.77) — its epilogue (an expf and two
   // divisions per value) runs while the tensor cores idle, which costs more than the separate
   // pass saves; DEEPINFER_CUDA_FP8_GLU=0|1 sets it at construction.
