@@ -696,6 +696,40 @@ TEST_F(CudaOps, MoeWgmmaMatchesTiledAtPrefillSizes) {
   }
 }
 
+// The W8A8 recipe on the host (MoeW8a8MatchesQuantizedReference, MlpW8a8MatchesQuantizedReference):
+// v rounded through e4m3 per 128-wide group as quantize_fp8_rows does (s = max(amax, 1e-4) / 448).
+void quantize_groups_ref(std::vector<float>& v) {
+  for (size_t g0 = 0; g0 < v.size(); g0 += 128) {
+    const size_t g1 = std::min(v.size(), g0 + 128);
+    float amax = 0.0f;
+    for (size_t i = g0; i < g1; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const float sc = std::max(amax, 1e-4f) / 448.0f;
+    for (size_t i = g0; i < g1; ++i) v[i] = e4m3_to_f32(f32_to_e4m3(v[i] / sc)) * sc;
+  }
+}
+// One token's row x [D] through a gated expert's gate|up w13 [2I, D] (dequantized) on the W8A8
+// recipe: x rounded to bf16 and quantized, the sums in double, gate and up rounded to bf16 (as
+// the GEMM writes them), SiLU·mul rounded to bf16 and quantized — the down GEMM's input [I].
+std::vector<float> w8a8_act_ref(const float* x, const std::vector<float>& w13, int64_t D, int64_t I) {
+  std::vector<float> xq(static_cast<size_t>(D)), act(static_cast<size_t>(I));
+  for (int64_t c = 0; c < D; ++c) xq[static_cast<size_t>(c)] = bf16_to_f32(f32_to_bf16(x[c]));
+  quantize_groups_ref(xq);
+  for (int64_t n = 0; n < I; ++n) {
+    double gsum = 0, usum = 0;
+    const float* gr = w13.data() + n * D;
+    const float* ur = gr + I * D;
+    for (int64_t c = 0; c < D; ++c) {
+      gsum += static_cast<double>(xq[static_cast<size_t>(c)]) * gr[c];
+      usum += static_cast<double>(xq[static_cast<size_t>(c)]) * ur[c];
+    }
+    const double gb = bf16_to_f32(f32_to_bf16(static_cast<float>(gsum)));
+    const double ub = bf16_to_f32(f32_to_bf16(static_cast<float>(usum)));
+    act[static_cast<size_t>(n)] = bf16_to_f32(f32_to_bf16(static_cast<float>(gb / (1.0 + std::exp(-gb)) * ub)));
+  }
+  quantize_groups_ref(act);
+  return act;
+}
+
 // The W8A8 form (MoeArgs::form 5: activations quantized per 1×128 group, FP8 wgmma GEMMs) against a
 // host reference of the same recipe: the gathered rows rounded to bf16, quantized per row and
 // 128-wide group exactly as quantize_fp8_rows does (s = max(amax, 1e-4) / 448, e4m3
@@ -716,16 +750,8 @@ TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
   Tensor w;
   skewed_top2(T, &ids, &w);
   const Tensor x = randn({T, D});
-  // Host reference. quant(v): v rounded through e4m3 per 128-wide group, as the GPU does.
-  auto quant = [](std::vector<float>& v) {
-    for (size_t g0 = 0; g0 < v.size(); g0 += 128) {
-      const size_t g1 = std::min(v.size(), g0 + 128);
-      float amax = 0.0f;
-      for (size_t i = g0; i < g1; ++i) amax = std::max(amax, std::fabs(v[i]));
-      const float sc = std::max(amax, 1e-4f) / 448.0f;
-      for (size_t i = g0; i < g1; ++i) v[i] = e4m3_to_f32(f32_to_e4m3(v[i] / sc)) * sc;
-    }
-  };
+  // Host reference (w8a8_act_ref per slot; gate|up leave the GEMM in bf16, as the reference
+  // system's fp8 MoE writes them).
   std::vector<std::vector<float>> w13(static_cast<size_t>(E)), w2(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) {
     auto& g = w13[static_cast<size_t>(e)];
@@ -740,24 +766,7 @@ TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
     std::vector<double> out(static_cast<size_t>(D), 0.0);
     for (int64_t j = 0; j < k; ++j) {
       const int64_t e = ids[static_cast<size_t>(t * k + j)];
-      std::vector<float> xq(static_cast<size_t>(D));
-      for (int64_t c = 0; c < D; ++c) xq[static_cast<size_t>(c)] = bf16_to_f32(f32_to_bf16(x.data<float>()[t * D + c]));
-      quant(xq);
-      std::vector<float> act(static_cast<size_t>(I));
-      for (int64_t n = 0; n < I; ++n) {
-        double gsum = 0, usum = 0;
-        const float* gr = w13[static_cast<size_t>(e)].data() + n * D;
-        const float* ur = gr + I * D;
-        for (int64_t c = 0; c < D; ++c) {
-          gsum += static_cast<double>(xq[static_cast<size_t>(c)]) * gr[c];
-          usum += static_cast<double>(xq[static_cast<size_t>(c)]) * ur[c];
-        }
-        // gate|up leave the GEMM in bf16 (as the reference system's fp8 MoE writes them).
-        const double gb = bf16_to_f32(f32_to_bf16(static_cast<float>(gsum)));
-        const double ub = bf16_to_f32(f32_to_bf16(static_cast<float>(usum)));
-        act[static_cast<size_t>(n)] = bf16_to_f32(f32_to_bf16(static_cast<float>(gb / (1.0 + std::exp(-gb)) * ub)));
-      }
-      quant(act);
+      const std::vector<float> act = w8a8_act_ref(x.data<float>() + t * D, w13[static_cast<size_t>(e)], D, I);
       for (int64_t c = 0; c < D; ++c) {
         double y = 0;
         const float* dr = w2[static_cast<size_t>(e)].data() + c * I;
@@ -829,15 +838,6 @@ TEST_F(CudaOps, MlpW8a8MatchesQuantizedReference) {
   host[0].gate_proj.dequantize(0, I, 0, D, w13.data(), D);
   host[0].up_proj.dequantize(0, I, 0, D, w13.data() + I * D, D);
   host[0].down_proj.dequantize(0, D, 0, I, w2.data(), I);
-  auto quant = [](std::vector<float>& v) {  // 1×128 groups, quantize_fp8_rows' recipe
-    for (size_t g0 = 0; g0 < v.size(); g0 += 128) {
-      const size_t g1 = std::min(v.size(), g0 + 128);
-      float amax = 0.0f;
-      for (size_t i = g0; i < g1; ++i) amax = std::max(amax, std::fabs(v[i]));
-      const float sc = std::max(amax, 1e-4f) / 448.0f;
-      for (size_t i = g0; i < g1; ++i) v[i] = e4m3_to_f32(f32_to_e4m3(v[i] / sc)) * sc;
-    }
-  };
   const Tensor x_all = randn({300, D});
   Tensor first;  // the 300-row result
   for (int64_t T : {300, 3}) {
@@ -845,20 +845,7 @@ TEST_F(CudaOps, MlpW8a8MatchesQuantizedReference) {
     std::memcpy(x.raw_data(), x_all.raw_data(), x.n_bytes());
     Tensor ref = Tensor::empty_host(DType::kF32, {T, D});
     for (int64_t t = 0; t < T; ++t) {
-      std::vector<float> xq(static_cast<size_t>(D)), act(static_cast<size_t>(I));
-      for (int64_t c = 0; c < D; ++c) xq[static_cast<size_t>(c)] = bf16_to_f32(f32_to_bf16(x.data<float>()[t * D + c]));
-      quant(xq);
-      for (int64_t n = 0; n < I; ++n) {
-        double gsum = 0, usum = 0;
-        for (int64_t c = 0; c < D; ++c) {
-          gsum += static_cast<double>(xq[static_cast<size_t>(c)]) * w13[static_cast<size_t>(n * D + c)];
-          usum += static_cast<double>(xq[static_cast<size_t>(c)]) * w13[static_cast<size_t>((I + n) * D + c)];
-        }
-        const double gb = bf16_to_f32(f32_to_bf16(static_cast<float>(gsum)));
-        const double ub = bf16_to_f32(f32_to_bf16(static_cast<float>(usum)));
-        act[static_cast<size_t>(n)] = bf16_to_f32(f32_to_bf16(static_cast<float>(gb / (1.0 + std::exp(-gb)) * ub)));
-      }
-      quant(act);
+      const std::vector<float> act = w8a8_act_ref(x.data<float>() + t * D, w13, D, I);
       for (int64_t c = 0; c < D; ++c) {
         double y = 0;
         for (int64_t n = 0; n < I; ++n) y += static_cast<double>(act[static_cast<size_t>(n)]) * w2[static_cast<size_t>(c * I + n)];
