@@ -8,7 +8,7 @@
 // than 2× L2 are rotated through enough copies that each launch reads them from HBM.
 // Does not check results (tests/backend/cuda_fp8_gemm_test.cpp does). Usage:
 //   fp8_gemm_bench [--model v2lite|v3|all] [--m 1,16,64,256,1024,4096,16384] [--variants -1,2,3] [--reps 9]
-//                  [--grouped-only | --dense-only] [--clusters 0,1,2] [--row-scales] [--mma-idle]
+//                  [--grouped-only | --dense-only] [--clusters 0,1,2] [--row-scales] [--mma-idle] [--stagger]
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -146,9 +146,10 @@ Result bench_dense(const DenseShape& d, int64_t M, int variant, int cluster, boo
 
 // row_scales: the model's MoE form (per-row weight scales, block_n = 1, fp32 output) instead of
 // the checkpoint's 128×128 blocks and bf16.
-// idle_skip: Fp8GemmArgs::idle_skip (off: the kernel name ends in "_mma_idle").
+// idle_skip: Fp8GemmArgs::idle_skip (off: the kernel name ends in "_mma_idle"); stagger:
+// Fp8GemmArgs::stagger (on: "_stagger").
 Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int cluster, bool row_scales, bool idle_skip,
-                     int reps, double copy_bps, cudaStream_t s) {
+                     bool stagger, int reps, double copy_bps, cudaStream_t s) {
   // Uniform random routing: each token picks top_k distinct experts.
   std::mt19937 rng(42);
   std::vector<int32_t> counts(static_cast<size_t>(x.E), 0);
@@ -187,11 +188,13 @@ Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int cluster, 
   args.variant = variant;
   args.cluster = cluster;
   args.idle_skip = idle_skip;
+  args.stagger = stagger;
   const double t = time_launches([&](int) { fp8_grouped_gemm(args, s); }, reps, s);
   static const std::string names[2][2] = {
       {"deepinfer_fp8_grouped_gemm_mma_idle", "deepinfer_fp8_grouped_gemm"},
       {"deepinfer_fp8_grouped_gemm_rowscales_mma_idle", "deepinfer_fp8_grouped_gemm_rowscales"}};
-  Result r{names[row_scales][idle_skip].c_str(), x.model, x.name, T, x.N, x.K, x.E, x.top_k, R, active};
+  Result r{names[row_scales][idle_skip] + (stagger ? "_stagger" : ""), x.model, x.name, T, x.N, x.K, x.E, x.top_k, R,
+           active};
   r.variant = fp8_grouped_gemm_variant(args);
   r.cluster = cluster;
   r.seconds = t;
@@ -210,7 +213,7 @@ int main(int argc, char** argv) {
   CLI::App app{"FP8 block-scaled GEMM benchmark (DeepSeek shapes)"};
   std::string model = "all", ms = "1,16,64,256,1024,4096,16384", variants = "-1", clusters = "0";
   int reps = 9;
-  bool grouped_only = false, dense_only = false, row_scales = false, mma_idle = false;
+  bool grouped_only = false, dense_only = false, row_scales = false, mma_idle = false, stagger = false;
   app.add_option("--model", model, "v2lite | v3 | all");
   app.add_option("--m", ms, "token counts, comma-separated");
   app.add_option("--variants", variants, "tile variants, comma-separated (-1: by size; 3: wgmma)");
@@ -222,6 +225,7 @@ int main(int argc, char** argv) {
                "per-row weight scales and fp32 output (the model's W8A8 forms: MoE, dense linears)");
   app.add_flag("--mma-idle", mma_idle,
                "grouped: the idle warpgroups' MMAs issued (Fp8GemmArgs::idle_skip off), for the A/B");
+  app.add_flag("--stagger", stagger, "grouped: the second math warpgroup one K block behind (Fp8GemmArgs::stagger)");
   CLI11_PARSE(app, argc, argv);
   const std::vector<int64_t> Ms = parse_list(ms), Vs = parse_list(variants), Cs = parse_list(clusters);
 
@@ -246,8 +250,8 @@ int main(int argc, char** argv) {
         for (int64_t v : Vs)
           for (int64_t cl : Cs)
             if (usable(v, M) && (cl == Cs[0] || v == 3))
-              print(bench_grouped(x, M, static_cast<int>(v), static_cast<int>(cl), row_scales, !mma_idle, reps,
-                                  copy_bps, s));
+              print(bench_grouped(x, M, static_cast<int>(v), static_cast<int>(cl), row_scales, !mma_idle, stagger,
+                                  reps, copy_bps, s));
     }
   ws.buf.reset();
   DI_CUDA_CHECK(cudaStreamDestroy(s));

@@ -34,12 +34,14 @@ grep -E "\[(timeline|graphs)\]" "$OUT/cuda_runtime.log"
 # DEEPINFER_CUDA_INVARIANT_NAIVE=0 selects).
 run cuda_runtime_absorbed env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_INVARIANT_NAIVE=0 "$T" \
   --gtest_filter='LLMEngine.BatchInvariant*:LLMEngine.ChunkedPrefill*:LLMEngine.PrefixCache*:LLMEngine.Preemption*:LLMEngine.SecondTurn*'
-# The backend's switches away from their defaults (docs/perf.md, version 16): the FP8 GLU-quantize
-# epilogue and the invariant mode's tiled router on (measured no faster, off by default), the
-# invariant bf16 MoE's K-split structure instead of one K chain (the default since version 16),
-# the W8A8 GEMM's early weights on (written in session 18, not yet run). Their own tests set
-# them; here the model-level suites run with them.
-NEXT="DEEPINFER_CUDA_FP8_GLU=1 DEEPINFER_CUDA_ROUTER_TILED=1 DEEPINFER_CUDA_INVARIANT_MOE_CHAIN=0 DEEPINFER_CUDA_W8A8_EARLY_W=1"
+# The backend's switches away from their defaults (docs/perf.md, versions 16–17): the FP8
+# GLU-quantize epilogue, the invariant mode's tiled router and the W8A8 GEMM's early weights on
+# (measured no faster, off by default), the invariant bf16 MoE's K-split structure instead of
+# one K chain (the default since version 16), the grouped FP8 GEMM's staggered warpgroups on
+# (written in session 19, not yet run). Their own tests set them; here the model-level suites
+# run with them.
+NEXT="DEEPINFER_CUDA_FP8_GLU=1 DEEPINFER_CUDA_ROUTER_TILED=1 DEEPINFER_CUDA_INVARIANT_MOE_CHAIN=0 DEEPINFER_CUDA_W8A8_EARLY_W=1
+  DEEPINFER_CUDA_FP8_STAGGER=1"
 run cuda_next env $NEXT "$T" \
   --gtest_filter='CudaInvariantOps.*:CudaBatchInvariance.*:CudaOps.Moe*:Fixtures/GoldenFixtureCuda.*:CudaModelParity.*'
 run cuda_runtime_next env DEEPINFER_TEST_DEVICE=cuda $NEXT "$T" \

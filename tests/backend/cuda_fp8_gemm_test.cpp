@@ -636,19 +636,22 @@ TEST_F(CudaFp8Gemm, GroupedMatchesReferenceWithEmptyExperts) {
       worst_all = std::max(worst_all, worst);
     }
     std::printf("[fp8_gemm] grouped E=%ld: wgmma worst |err|/bound %.3g\n", static_cast<long>(E), worst_all);
-    // Clusters of two blocks sharing A tiles by multicast (and one block alone), and the idle
-    // warpgroups' MMAs issued (idle_skip off; the cases' partial tiles have them): the same bits.
+    // Clusters of two blocks sharing A tiles by multicast (and one block alone), the idle
+    // warpgroups' MMAs issued (idle_skip off; the cases' partial tiles have them), and the second
+    // warpgroup one K block behind (stagger; the cases of 3-5 K blocks take it): the same bits.
     const auto wgmma_bits = download<uint8_t>(dc, c_bytes);
     for (int cluster : {1, 2})
-      for (bool skip : {true, false}) {
-        v.cluster = cluster;
-        v.idle_skip = skip;
-        if (c_bytes > 0) DI_CUDA_CHECK(cudaMemset(dc.as<void>(), 0xff, c_bytes));
-        cuda::fp8_grouped_gemm(v, nullptr);
-        DI_CUDA_CHECK(cudaDeviceSynchronize());
-        EXPECT_EQ(download<uint8_t>(dc, c_bytes), wgmma_bits)
-            << "E=" << E << " variant 3, cluster " << cluster << ", idle_skip " << skip;
-      }
+      for (bool skip : {true, false})
+        for (bool stagger : {false, true}) {
+          v.cluster = cluster;
+          v.idle_skip = skip;
+          v.stagger = stagger;
+          if (c_bytes > 0) DI_CUDA_CHECK(cudaMemset(dc.as<void>(), 0xff, c_bytes));
+          cuda::fp8_grouped_gemm(v, nullptr);
+          DI_CUDA_CHECK(cudaDeviceSynchronize());
+          EXPECT_EQ(download<uint8_t>(dc, c_bytes), wgmma_bits) << "E=" << E << " variant 3, cluster " << cluster
+                                                                << ", idle_skip " << skip << ", stagger " << stagger;
+        }
   }
 }
 

@@ -138,6 +138,9 @@ struct CudaState {
   // The MoE's grouped FP8 GEMMs skip an idle warpgroup's MMAs (Fp8GemmArgs::idle_skip; the same
   // bits); DEEPINFER_CUDA_FP8_IDLE_SKIP=0|1, a lab knob.
   bool fp8_idle_skip = true;
+  // The MoE's grouped FP8 GEMMs with their second warpgroup one K block behind
+  // (Fp8GemmArgs::stagger; the same bits); DEEPINFER_CUDA_FP8_STAGGER=0|1, a lab knob.
+  bool fp8_stagger = false;
   // Two stacked FP8 linears of one input on the W8A8 form in one GEMM (matmul_parts; the same
   // bits); DEEPINFER_CUDA_W8A8_STACK=0|1, a lab knob.
   bool w8a8_stack = true;
@@ -251,6 +254,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_FP8_GLU", s_->fp8_glu);
   read_env_switch("DEEPINFER_CUDA_W8A8_EARLY_W", s_->w8a8_early_w);
   read_env_switch("DEEPINFER_CUDA_FP8_IDLE_SKIP", s_->fp8_idle_skip);
+  read_env_switch("DEEPINFER_CUDA_FP8_STAGGER", s_->fp8_stagger);
   read_env_switch("DEEPINFER_CUDA_W8A8_STACK", s_->w8a8_stack);
   read_env_int("DEEPINFER_CUDA_GEMV_TC_MIN_UNITS", 1, int64_t{1} << 30, 1, s_->gemv_tc_min_units);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_NAIVE", s_->invariant_naive);
@@ -1401,6 +1405,7 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
   a.invariant = s_->batch_invariant && !a.one_chain;
   a.glu_fused = s_->fp8_glu;
   a.idle_skip = s_->fp8_idle_skip;
+  a.stagger = s_->fp8_stagger;
   if (xq != nullptr && a.form == 5 && a.k > 1) {  // (k = 1 gathers while it quantizes: no copy to save)
     DI_CHECK(xq->x == a.x && xq->T == a.T && xq->D == a.D);
     xq->ensure(s_->stream);

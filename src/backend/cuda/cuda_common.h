@@ -299,8 +299,9 @@ struct MoeArgs {
   // (fp8_wgmma_glu_quantize, where fp8_wgmma_glu_ok) instead of writing gate|up in bf16 for
   // silu_mul_quantize_fp8 — the same codes and scales.
   bool glu_fused = false;
-  // Form 5: Fp8GemmArgs::idle_skip of its grouped GEMMs (the same bits either way).
+  // Form 5: Fp8GemmArgs::idle_skip and ::stagger of its grouped GEMMs (the same bits either way).
   bool idle_skip = true;
+  bool stagger = false;
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 the decode GEMV (bandwidth), 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
                            // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),
@@ -486,6 +487,11 @@ struct Fp8GemmArgs {
   // stages without issuing MMAs, leaving the tensor cores to the other. Those MMAs' results were
   // never stored: the bits do not depend on it. false: they are issued (the lab's A/B).
   bool idle_skip = true;
+  // The wgmma form, grouped: the second math warpgroup takes each tile's first K block alone, so the two
+  // warpgroups' pairs of K blocks (each pair's second promotion runs with none of that
+  // warpgroup's MMAs in flight) are one block apart. The same bits (the blocks are promoted in
+  // K order either way); a lab switch until measured (docs/perf.md, version 17).
+  bool stagger = false;
 };
 // The dense launch's shape, a function of the sizes, the flags above, the SM count and the
 // kernels' occupancy only (splits: as many as keep one wave of blocks resident, ≥ 2 K blocks each).

@@ -77,6 +77,7 @@ struct WgmmaParams {
   bool c_tma;  // whole warpgroup tiles stored by TMA from shared memory (map_c, map_c2; c, ldc, c2, ldc2 16-byte aligned)
   bool w_early;  // dense, cluster 1, W never written by a kernel: the first tile's W before the PDL wait
   bool idle_skip;  // grouped: a warpgroup with none of a tile's rows issues no MMAs (Fp8GemmArgs::idle_skip)
+  bool stagger;    // grouped: warpgroup 1 takes each tile's first K block alone (Fp8GemmArgs::stagger)
   const int32_t* offsets;  // grouped: [E + 1]
   int64_t E;
 };
@@ -340,10 +341,22 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
     };
     // K blocks in pairs: block kb + 1's MMAs run while block kb is promoted; nothing is in flight
     // across the loop's back edge (ptxas serializes every wgmma when an accumulator may be).
+    // Both warpgroups wait on the same stages, so they reach a pair's second promotion — with
+    // none of their MMAs in flight — together (run s19-5: the tensor pipe busy 46 % of the
+    // time). p.stagger (grouped forms): warpgroup 1 takes the tile's first block alone, so its pairs are one
+    // block behind warpgroup 0's and each one's MMAs can run while the other promotes. The
+    // blocks are promoted in K order either way: the same bits.
     constexpr bool kPairs = pairs_in_flight<kGrouped, kRowScales>();
     const int kbs = static_cast<int>(n_kb);
     Scales sc0{}, sc1{};
     int kb = 0;
+    if (kGrouped && kPairs && p.stagger && wg == 1 && kbs > 2) {
+      const int s0 = s;
+      issue(part0, 0, sc0);
+      wgmma_wait<0>();
+      promote(part0, s0, sc0);
+      kb = 1;
+    }
     for (; kPairs && kb + 1 < kbs; kb += 2) {
       const int s0 = s;
       issue(part0, kb, sc0);
@@ -802,6 +815,7 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   p.E = grouped ? a.E : 1;
   p.w_early = a.w_stable && !grouped && (a.cluster == 0 ? kDefaultCluster : a.cluster) == 1;
   p.idle_skip = a.idle_skip;
+  p.stagger = a.stagger;
   const int64_t w_rows = p.E * a.N;
   DI_CUDA_REQUIRE_MSG(a.M < (int64_t{1} << 31) && w_rows < (int64_t{1} << 31), "fp8 wgmma GEMM: too many rows");
   const int cluster = a.cluster > 0 ? a.cluster : kDefaultCluster;

@@ -1192,6 +1192,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     g.offsets = offsets, g.E = a.E;
     g.variant = 3;
     g.idle_skip = a.idle_skip;
+    g.stagger = a.stagger;
     auto* q2 = static_cast<uint8_t*>(get(static_cast<size_t>(R * a.I)));  // [R, I] e4m3
     auto* sq2 = static_cast<float*>(get(sizeof(float) * R * kb_i));       // [R, I / 128]
     if (a.glu_fused && fp8_wgmma_glu_ok(a.I, g.w_scale_uniform)) {  // the same codes, no bf16 [R, 2I]
