@@ -1,5 +1,6 @@
 // Version 3 of the tiled grouped GEMM (cuda_moe.cu: mma.sync, 64×256 tiles, cp.async pipeline)
-// against version 2 and small_m_gemm, bit for bit: all of them fold each output element's K in
+// against version 2 and small_m_gemm — and small_m_gemm and the fp32 router GEMM against their
+// one-launch forms (small_m_gemm_f32a, gemm_f32_ordered_fused) — bit for bit: all of them fold each output element's K in
 // the same 16-wide chunks, in the same order, from zero (and, batch-invariant, in the same
 // 512-wide splits), so any difference is a bug (a lost, doubled or misplaced chunk, a wrong
 // fragment mapping, a widened FP8 weight rounded differently). Dense rows through
@@ -206,6 +207,95 @@ TEST_F(CudaTiledGemmV3, InvariantBitwiseEqualToSmallM) {
                                        << ": " << first_diff(sm, v3, s.N);
       }
     }
+}
+
+// small_m_gemm_f32a (fp32 rows rounded as it stages them, the K splits' sums added in its own
+// block) == to_bf16 + small_m_gemm + its split sum, bit for bit, for the rows it takes (M ≤ 16):
+// one split (K 136, 176, 512), two with a short last one (1,088), V2-Lite's 1,408 and 2,048, and
+// eight (4,096); row strides equal to K, padded (K + 4, float4 loads) and odd (K + 1, scalar
+// loads); N with partial 16-column blocks. The output's row pitch is N + 3: the gap must stay
+// untouched.
+TEST_F(CudaTiledGemmV3, FusedSmallMBitwiseEqualToSmallM) {
+  struct Shape {
+    int64_t N, K;
+  };
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (const Shape& s : {Shape{200, 136}, Shape{576, 176}, Shape{40, 512}, Shape{129, 1088}, Shape{40, 1408},
+                         Shape{3648, 2048}, Shape{72, 4096}}) {
+    ASSERT_TRUE(cuda::small_m_gemm_f32a_ok(16, s.K, reinterpret_cast<const void*>(256)));
+    DevWeight w(s.N, s.K, false, 128, rng_);
+    for (int64_t pad : {0, 4, 1}) {
+      const int64_t ldx = s.K + pad, M_max = cuda::kFusedSmallMMaxRows, ldc = s.N + 3;
+      std::vector<float> x(static_cast<size_t>(M_max * ldx));
+      for (auto& v : x) v = d(rng_);
+      DevBuf xd(sizeof(float) * x.size());
+      upload(xd, x);
+      DevBuf a(sizeof(uint16_t) * static_cast<size_t>(M_max * s.K));  // to_bf16's rounding, on the device
+      cuda::to_bf16(xd.as<float>(), ldx, M_max, s.K, a.as<bf16>(), stream_);
+      for (int64_t M : {1, 2, 5, 16}) {
+        const int64_t n_splits = cuda::invariant_k_splits(s.K);
+        DevBuf part(n_splits > 1 ? sizeof(float) * static_cast<size_t>(n_splits * M * s.N) : 0);
+        DevBuf c_ref(sizeof(float) * static_cast<size_t>(M * ldc)), c(sizeof(float) * static_cast<size_t>(M * ldc));
+        DI_CUDA_CHECK(cudaMemsetAsync(c_ref.as<void>(), 0xff, sizeof(float) * static_cast<size_t>(M * ldc), stream_));
+        DI_CUDA_CHECK(cudaMemsetAsync(c.as<void>(), 0xff, sizeof(float) * static_cast<size_t>(M * ldc), stream_));
+        cuda::small_m_gemm(a.as<bf16>(), s.K, w.w.as<void>(), nullptr, false, 128, s.N, nullptr, nullptr, 1, M, M,
+                           c_ref.as<float>(), ldc, n_splits > 1 ? part.as<float>() : nullptr, stream_);
+        cuda::small_m_gemm_f32a(xd.as<float>(), ldx, M, s.K, w.w.as<bf16>(), s.N, c.as<float>(), ldc, stream_);
+        DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        const std::vector<float> ref = download(c_ref, static_cast<size_t>(M * ldc));
+        const std::vector<float> got = download(c, static_cast<size_t>(M * ldc));
+        EXPECT_TRUE(same_bits(got, ref)) << "M=" << M << " N=" << s.N << " K=" << s.K << " ldx " << ldx << ": "
+                                         << first_diff(got, ref, ldc);
+      }
+    }
+  }
+}
+
+// gemm_f32_ordered_fused (a warp per K chunk, the chunk sums added in the block) == the partials
+// form (a block per chunk, then sum_splits) and the sequential form, bit for bit: the router's
+// 2,048 (8 chunks) and V3's 7,168 (28), one chunk (256), K not a multiple of 4 (1,001: scalar
+// loads, a short last chunk); rows 1 … 16 (partial 4-row tiles), N 64 and 70 (a partial
+// 4-column tile).
+TEST_F(CudaTiledGemmV3, FusedRouterGemmBitwiseEqualToPartials) {
+  struct Shape {
+    int64_t N, K;
+  };
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (const Shape& s : {Shape{64, 2048}, Shape{70, 7168}, Shape{64, 256}, Shape{70, 1001}}) {
+    ASSERT_TRUE(cuda::gemm_f32_ordered_fused_ok(s.K));
+    const int64_t M_max = 16, chunks = cuda::gemm_f32_ordered_chunks(s.K);
+    std::vector<float> x(static_cast<size_t>(M_max * s.K)), wt(static_cast<size_t>(s.N * s.K));
+    for (auto& v : x) v = d(rng_);
+    for (auto& v : wt) v = d(rng_) / std::sqrt(static_cast<float>(s.K));
+    DevBuf xd(sizeof(float) * x.size()), wd(sizeof(float) * wt.size());
+    upload(xd, x);
+    upload(wd, wt);
+    for (int64_t M : {1, 3, 4, 16}) {
+      const size_t n = static_cast<size_t>(M * s.N);
+      DevBuf part(sizeof(float) * static_cast<size_t>(chunks) * n), c_part(sizeof(float) * n),
+          c_seq(sizeof(float) * n), c(sizeof(float) * n);
+      cuda::gemm_f32_ordered(xd.as<float>(), s.K, wd.as<float>(), M, s.N, s.K, c_part.as<float>(), s.N,
+                             chunks > 1 ? part.as<float>() : nullptr, stream_);
+      cuda::gemm_f32_ordered(xd.as<float>(), s.K, wd.as<float>(), M, s.N, s.K, c_seq.as<float>(), s.N, nullptr,
+                             stream_);
+      cuda::gemm_f32_ordered_fused(xd.as<float>(), s.K, wd.as<float>(), M, s.N, s.K, c.as<float>(), s.N, stream_);
+      DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      const std::vector<float> ref = download(c_part, n), seq = download(c_seq, n), got = download(c, n);
+      EXPECT_TRUE(same_bits(got, ref)) << "M=" << M << " N=" << s.N << " K=" << s.K << ": " << first_diff(got, ref, s.N);
+      EXPECT_TRUE(same_bits(seq, ref)) << "M=" << M << " N=" << s.N << " K=" << s.K << ": " << first_diff(seq, ref, s.N);
+      // And against fp64: a lost or doubled chunk is off by O(|ref|); fp32 sums of K products ~1e-5.
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t j = 0; j < s.N; ++j) {
+          double r = 0, mag = 0;
+          for (int64_t k = 0; k < s.K; ++k) {
+            const double p = static_cast<double>(x[static_cast<size_t>(m * s.K + k)]) * wt[static_cast<size_t>(j * s.K + k)];
+            r += p;
+            mag += std::fabs(p);
+          }
+          ASSERT_NEAR(got[static_cast<size_t>(m * s.N + j)], r, 1e-5 * mag + 1e-6) << "m " << m << " n " << j;
+        }
+    }
+  }
 }
 
 // The bf16 wgmma GEMM against version 3, bit for bit: a wgmma k16 step computes what the

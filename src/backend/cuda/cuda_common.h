@@ -559,6 +559,17 @@ constexpr int64_t kSmallMFewRows = 4;
 void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
                   const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, int64_t max_rows,
                   float* C, int64_t ldc, float* partials, cudaStream_t s, bool k_splits = true);
+// small_m_gemm's dense arithmetic for bf16 weights (the same bits as small_m_gemm on the rows
+// rounded to bf16, its partials added by its second launch) in one launch that reads fp32 rows
+// X [M, K] (row stride ldx) and rounds them as to_bf16 does: a block per 16 output columns, a warp
+// per K split, the splits' sums added in order in shared memory. For the batch-invariant mode's
+// decode-sized linears, where the conversion, the GEMM and the split sum were three dependent
+// launches. small_m_gemm_f32a_ok: 1 ≤ M ≤ kFusedSmallMMaxRows, K % 8 == 0, at most
+// kFusedSmallMMaxSplits K splits, W 16-byte aligned. Graph-safe, no sync.
+constexpr int64_t kFusedSmallMMaxRows = 16, kFusedSmallMMaxSplits = 8;
+bool small_m_gemm_f32a_ok(int64_t M, int64_t K, const void* W);
+void small_m_gemm_f32a(const float* X, int64_t ldx, int64_t M, int64_t K, const bf16* W, int64_t N, float* C,
+                       int64_t ldc, cudaStream_t s);
 // ---- cuda_small_m_fp8.cu ----
 // small_m_gemm's arithmetic (the same bits) for FP8 weights (K, block_k % 16 == 0) when no
 // expert has more than max_rows ≤ kSmallMFewRows rows, as a persistent grid of warps streaming
@@ -579,6 +590,13 @@ void small_m_fp8_few_rows(const bf16* A, int64_t K, const uint8_t* W, const floa
 int64_t gemm_f32_ordered_chunks(int64_t K);
 void gemm_f32_ordered(const float* X, int64_t ldx, const float* W, int64_t M, int64_t N, int64_t K, float* C,
                       int64_t ldc, float* partials, cudaStream_t s, bool tiled = false);
+// gemm_f32_ordered's parallel-chunk form (the same bits) in one launch: a block per 4 × 4 output
+// tile with a warp per K chunk, the chunk sums added in order in shared memory — no partials, no
+// second launch. For few rows (the invariant router at decode sizes). _ok: at most 32 chunks (K ≤
+// 8,192). Graph-safe, no sync.
+bool gemm_f32_ordered_fused_ok(int64_t K);
+void gemm_f32_ordered_fused(const float* X, int64_t ldx, const float* W, int64_t M, int64_t N, int64_t K, float* C,
+                            int64_t ldc, cudaStream_t s);
 
 
 // ---- cuda_mla_prefill.cu ----

@@ -203,6 +203,115 @@ __global__ void __launch_bounds__(kSmThreads) small_m_gemm_kernel(const bf16* A,
   if (early && n_rows == 0) pdl_wait();  // every thread waits once (no pass ran)
 }
 
+// small_m_gemm (dense, bf16 weights) + sum_splits in one launch, reading the fp32 rows as they
+// are (to_bf16's rounding as it stages them: no conversion launch). A block owns 16 output columns
+// and every K split of them: warp w folds split w (its 16 × 16 WMMA chain from zero over the
+// split's 64-wide steps in order, rows past M and K past the split zero — small_m_gemm's block
+// arithmetic), then the block adds the warps' sums in split order (the first as is, then + each
+// next — sum_splits). The same bits; at one row three dependent launches become one (V2-Lite's
+// invariant q | kv_a and o_proj at B = 1). Shared memory per warp: its split of the rows in bf16
+// [16][520], a 4-stage cp.async ring of its columns' weights [16][72] per stage.
+constexpr int kFzCols = 16;  // output columns per block: one WMMA fragment
+constexpr int kFzStages = 4;
+constexpr int kFzALd = static_cast<int>(kInvariantSplitK) + kSmPad;
+constexpr size_t kFzABytes = sizeof(bf16) * kSmRows * kFzALd;
+constexpr size_t kFzWStageBytes = sizeof(bf16) * kFzCols * kSmLd;
+constexpr size_t kFzWarpBytes = kFzABytes + kFzStages * kFzWStageBytes;
+constexpr size_t kFzSumBytes = sizeof(float) * kSmRows * kFzCols;  // one warp's split sums
+static_assert(kFzABytes % 128 == 0 && kFzWStageBytes % 128 == 0, "16-byte aligned stages");
+constexpr size_t fused_small_m_smem(int64_t splits) {
+  return static_cast<size_t>(splits) * (kFzWarpBytes + kFzSumBytes);
+}
+
+__global__ void __launch_bounds__(32 * kFusedSmallMMaxSplits)
+    small_m_gemm_f32a_kernel(const float* X, int64_t ldx, int64_t M, int64_t K, const bf16* W, int64_t N, float* C,
+                             int64_t ldc, bool x_vec) {
+  using namespace nvcuda;
+  extern __shared__ __align__(128) unsigned char fz_smem[];
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int n_splits = static_cast<int>(blockDim.x / 32);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kFzCols;
+  const int64_t k_begin = int64_t{warp} * kInvariantSplitK, k_end = min(K, k_begin + kInvariantSplitK);
+  const int64_t n_steps = (k_end - k_begin + kSmK - 1) / kSmK;
+  unsigned char* mine = fz_smem + warp * kFzWarpBytes;
+  bf16* a_s = reinterpret_cast<bf16*>(mine);  // [16][kFzALd]: columns k_begin + c
+  auto w_stage = [&](int64_t step) {
+    return reinterpret_cast<bf16*>(mine + kFzABytes + (step % kFzStages) * kFzWStageBytes);
+  };
+  float* sums = reinterpret_cast<float*>(fz_smem + n_splits * kFzWarpBytes);  // [n_splits][16][16]
+  // One stage of the warp's weights: 16 columns × 64 k, 128 chunks of 8 bf16 (4 per lane).
+  auto issue_w = [&](int64_t step) {
+    const int64_t k0 = k_begin + step * kSmK;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int idx = lane + 32 * j, r = idx / 8, c = (idx % 8) * 8;
+      const int64_t n = n0 + r;
+      const bool ok = n < N && k0 + c < k_end;
+      cp_async16(smem_u32(w_stage(step) + r * kSmLd + c), ok ? static_cast<const void*>(W + n * K + k0 + c) : W, ok);
+    }
+  };
+  // Weights are never written by a kernel: the first stages go out before the wait.
+#pragma unroll
+  for (int st = 0; st < kFzStages - 1; ++st) {
+    if (st < n_steps) issue_w(st);
+    cp_async_commit();
+  }
+  pdl_wait();
+  // The rows of this split, rounded to bf16, in chunks of 8 columns (32-bit indices: K ≤ 8 · 512);
+  // zeros for rows past M and columns past the split.
+  const int chunks = static_cast<int>(n_steps) * (kSmK / 8), rows = static_cast<int>(M);
+  const int kb = static_cast<int>(k_begin), ke = static_cast<int>(k_end);
+  for (int r = 0; r < kSmRows; ++r) {
+    const float* row = X + r * ldx;
+    for (int c = 8 * lane; c < 8 * chunks; c += 8 * 32) {
+      const int k = kb + c;
+      uint4 packed = make_uint4(0u, 0u, 0u, 0u);
+      if (r < rows) {
+        float v[8];
+        if (x_vec && k + 8 <= ke) {
+          const float4 lo = *reinterpret_cast<const float4*>(row + k), hi = *reinterpret_cast<const float4*>(row + k + 4);
+          v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+        } else {
+#pragma unroll
+          for (int q = 0; q < 8; ++q) v[q] = k + q < ke ? row[k + q] : 0.0f;
+        }
+        __nv_bfloat162 h[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) h[q] = __halves2bfloat162(__float2bfloat16(v[2 * q]), __float2bfloat16(v[2 * q + 1]));
+        packed = *reinterpret_cast<const uint4*>(h);
+      }
+      *reinterpret_cast<uint4*>(a_s + r * kFzALd + c) = packed;
+    }
+  }
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  for (int64_t step = 0; step < n_steps; ++step) {
+    cp_async_wait<kFzStages - 2>();
+    __syncwarp();  // stage `step` (and, first, the staged rows) visible to the warp; the slot refilled below is read
+    if (step + kFzStages - 1 < n_steps) issue_w(step + kFzStages - 1);
+    cp_async_commit();
+    const bf16* ws = w_stage(step);
+#pragma unroll
+    for (int kk = 0; kk < kSmK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
+      wmma::load_matrix_sync(fa, a_s + step * kSmK + kk, kFzALd);
+      wmma::load_matrix_sync(fb, ws + kk, kSmLd);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+  }
+  cp_async_wait<0>();
+  wmma::store_matrix_sync(sums + warp * kSmRows * kFzCols, acc, kFzCols, wmma::mem_row_major);
+  __syncthreads();
+  for (int idx = static_cast<int>(threadIdx.x); idx < kSmRows * kFzCols; idx += static_cast<int>(blockDim.x)) {
+    const int r = idx / kFzCols, c = idx % kFzCols;
+    if (r >= M || n0 + c >= N) continue;
+    float v = sums[idx];
+    for (int sp = 1; sp < n_splits; ++sp) v = v + sums[sp * kSmRows * kFzCols + idx];
+    C[r * ldc + n0 + c] = v;
+  }
+}
+
 // C[r, n] = Σ_s part[s, r, n] in split order (the first term as is, then + each next).
 __global__ void sum_splits_kernel(const float* part, int64_t n_splits, int64_t rows, int64_t N, float* C, int64_t ldc) {
   pdl_wait();
@@ -294,6 +403,45 @@ __global__ void __launch_bounds__(kF32Warps * 32) gemm_f32_ordered_kernel(const 
 #pragma unroll
     for (int jj = 0; jj < kF32Cols; ++jj)
       if (lane == i * kF32Cols + jj && m0 + i < M && n0 + jj < N) out[(m0 + i) * ld_out + n0 + jj] = total[i][jj];
+}
+
+// gemm_f32_ordered's parallel chunks in one launch: a block owns one 4 × 4 tile (rows m0.., columns
+// n0..) and has a warp per K chunk; warp c runs the chunk's 32 chains and butterfly exactly as the
+// partials form's block z = c does, lane i·4 + j leaves element (i, j)'s chunk sum in shared
+// memory, and 16 threads add the chunk sums in chunk order (the first as is, then + each next —
+// sum_splits). The same bits without the partials' second launch.
+constexpr int kF32MaxChunkWarps = 32;
+__global__ void __launch_bounds__(32 * kF32MaxChunkWarps)
+    gemm_f32_chunks_kernel(const float* X, int64_t ldx, const float* W, int64_t M, int64_t N, int64_t K, float* C,
+                           int64_t ldc, bool vec) {
+  __shared__ float sums[kF32MaxChunkWarps][kF32Rows * kF32Cols];
+  const int lane = static_cast<int>(threadIdx.x % 32), c = static_cast<int>(threadIdx.x / 32);
+  const int n_chunks = static_cast<int>(blockDim.x / 32);
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kF32Rows, n0 = static_cast<int64_t>(blockIdx.x) * kF32Cols;
+  pdl_wait();
+  float acc[kF32Rows][kF32Cols] = {};
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int64_t k = c * kF32ChunkK + 128 * j + 4 * lane;
+    if (k >= K) break;
+    chain_step(acc, X, ldx, W, M, N, K, m0, n0, k, vec);
+  }
+#pragma unroll
+  for (int i = 0; i < kF32Rows; ++i)
+#pragma unroll
+    for (int jj = 0; jj < kF32Cols; ++jj) {
+      float v = acc[i][jj];
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == i * kF32Cols + jj) sums[c][lane] = v;
+    }
+  __syncthreads();
+  const int e = static_cast<int>(threadIdx.x);
+  if (e >= kF32Rows * kF32Cols) return;
+  const int64_t m = m0 + e / kF32Cols, n = n0 + e % kF32Cols;
+  if (m >= M || n >= N) return;
+  float v = sums[0][e];
+  for (int ch = 1; ch < n_chunks; ++ch) v = v + sums[ch][e];
+  C[m * ldc + n] = v;
 }
 
 // gemm_f32_ordered's arithmetic for many rows, with more reuse per load: the 32 chains of a
@@ -412,6 +560,31 @@ void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, b
   }
 }
 
+bool small_m_gemm_f32a_ok(int64_t M, int64_t K, const void* W) {
+  return M >= 1 && M <= kFusedSmallMMaxRows && K % 8 == 0 && K > 0 && invariant_k_splits(K) <= kFusedSmallMMaxSplits &&
+         reinterpret_cast<uintptr_t>(W) % 16 == 0;
+}
+
+void small_m_gemm_f32a(const float* X, int64_t ldx, int64_t M, int64_t K, const bf16* W, int64_t N, float* C,
+                       int64_t ldc, cudaStream_t s) {
+  DI_CUDA_REQUIRE_MSG(small_m_gemm_f32a_ok(M, K, W),
+                      "small_m_gemm_f32a: needs 1 <= M <= 16, K % 8 == 0, K <= 8 splits, 16-byte aligned weights");
+  DI_CUDA_REQUIRE(ldx >= K && ldc >= N);
+  if (N == 0) return;
+  const int64_t splits = invariant_k_splits(K);
+  const size_t smem = fused_small_m_smem(splits);
+  static const bool attr_set = [] {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(small_m_gemm_f32a_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(fused_small_m_smem(kFusedSmallMMaxSplits))));
+    return true;
+  }();
+  (void)attr_set;
+  const bool x_vec = ldx % 4 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0;
+  launch_pdl(small_m_gemm_f32a_kernel, grid_for(N, kFzCols), static_cast<unsigned>(32 * splits), smem, s, X, ldx, M, K,
+             W, N, C, ldc, x_vec);
+  DI_CUDA_LAUNCHED();
+}
+
 int64_t gemm_f32_ordered_chunks(int64_t K) { return std::max<int64_t>(1, (K + kF32ChunkK - 1) / kF32ChunkK); }
 
 void gemm_f32_ordered(const float* X, int64_t ldx, const float* W, int64_t M, int64_t N, int64_t K, float* C,
@@ -441,6 +614,21 @@ void gemm_f32_ordered(const float* X, int64_t ldx, const float* W, int64_t M, in
     launch_pdl(sum_splits_kernel, grid_for(M * N, 256), 256, 0, s, partials, chunks, M, N, C, ldc);
     DI_CUDA_LAUNCHED();
   }
+}
+
+bool gemm_f32_ordered_fused_ok(int64_t K) { return K > 0 && gemm_f32_ordered_chunks(K) <= kF32MaxChunkWarps; }
+
+void gemm_f32_ordered_fused(const float* X, int64_t ldx, const float* W, int64_t M, int64_t N, int64_t K, float* C,
+                            int64_t ldc, cudaStream_t s) {
+  DI_CUDA_REQUIRE_MSG(gemm_f32_ordered_fused_ok(K), "gemm_f32_ordered_fused: needs 0 < K <= 32 chunks of 256");
+  if (M == 0 || N == 0) return;
+  DI_CUDA_REQUIRE((M + kF32Rows - 1) / kF32Rows <= 65535);
+  const dim3 grid(grid_for(N, kF32Cols), static_cast<unsigned>((M + kF32Rows - 1) / kF32Rows), 1u);
+  const bool vec = K % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(W) % 16 == 0;
+  launch_pdl(gemm_f32_chunks_kernel, grid, static_cast<unsigned>(32 * gemm_f32_ordered_chunks(K)), 0, s, X, ldx, W, M,
+             N, K, C, ldc, vec);
+  DI_CUDA_LAUNCHED();
 }
 
 }  // namespace deepinfer::cuda
