@@ -260,9 +260,9 @@ void quantize_row_ref(const float* x, int64_t K, uint8_t* q, float* s) {
 // rounded to bf16, quantized — gathered through a permutation as the MoE's W8A8 input, and
 // strided in place as a dense linear's) and silu_mul_quantize_fp8 (bf16(silu(g)·u) quantized,
 // from fp32 and from bf16 [gate | up]). The SiLU is evaluated on the host in float as the device
-// does (g / (1 + e^−g) · u): expf may differ from the device's by an ulp, so the check allows a
-// code one step away where that flips a bf16 rounding, and counts them (expected: a handful of
-// 10^4 at most).
+// does (g / (1 + e^−g) · u): the device's __expf and __fdividef (silu_times) differ from the
+// host's expf and division by a few ulps, so the check allows a code one step away where that
+// flips a bf16 rounding, and counts them (expected: a handful of 10^4 at most).
 TEST_F(CudaFp8Gemm, FusedQuantizersBitExact) {
   std::normal_distribution<float> d(0.0f, 3.0f);
   // (off: the codes' start 4 bytes past an 8-byte boundary — the one-warp form, 4-byte stores —
@@ -339,7 +339,7 @@ TEST_F(CudaFp8Gemm, FusedQuantizersBitExact) {
         else if (diff > 1 || ((q[static_cast<size_t>(m * I + c)] ^ rq[static_cast<size_t>(c)]) & 0x80) != 0) ++bad;
       }
     }
-    std::printf("[silu_mul_quantize] %s, codes at +%zu: %ld of %ld codes one step off (expf ulps)\n",
+    std::printf("[silu_mul_quantize] %s, codes at +%zu: %ld of %ld codes one step off (exp / division ulps)\n",
                 elem == Elem::kF32 ? "f32" : "bf16", off, static_cast<long>(near), static_cast<long>(M * I));
     EXPECT_EQ(bad, 0);
     EXPECT_EQ(bad_s, 0);

@@ -1,6 +1,6 @@
 // Version 3 of the tiled grouped GEMM (cuda_moe.cu: mma.sync, 64×256 tiles, cp.async pipeline)
-// against version 2 and small_m_gemm — and small_m_gemm and the fp32 router GEMM against their
-// one-launch forms (small_m_gemm_f32a, gemm_f32_ordered_fused) — bit for bit: all of them fold each output element's K in
+// against version 2 and small_m_gemm — and the fp32 router GEMM against its one-launch form
+// (gemm_f32_ordered_fused) — bit for bit: all of them fold each output element's K in
 // the same 16-wide chunks, in the same order, from zero (and, batch-invariant, in the same
 // 512-wide splits), so any difference is a bug (a lost, doubled or misplaced chunk, a wrong
 // fragment mapping, a widened FP8 weight rounded differently). Dense rows through
@@ -207,48 +207,6 @@ TEST_F(CudaTiledGemmV3, InvariantBitwiseEqualToSmallM) {
                                        << ": " << first_diff(sm, v3, s.N);
       }
     }
-}
-
-// small_m_gemm_f32a (fp32 rows rounded as it stages them, the K splits' sums added in its own
-// block) == to_bf16 + small_m_gemm + its split sum, bit for bit, for the rows it takes (M ≤ 16):
-// one split (K 136, 176, 512), two with a short last one (1,088), V2-Lite's 1,408 and 2,048, and
-// eight (4,096); row strides equal to K, padded (K + 4, float4 loads) and odd (K + 1, scalar
-// loads); N with partial 16-column blocks. The output's row pitch is N + 3: the gap must stay
-// untouched.
-TEST_F(CudaTiledGemmV3, FusedSmallMBitwiseEqualToSmallM) {
-  struct Shape {
-    int64_t N, K;
-  };
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (const Shape& s : {Shape{200, 136}, Shape{576, 176}, Shape{40, 512}, Shape{129, 1088}, Shape{40, 1408},
-                         Shape{3648, 2048}, Shape{72, 4096}}) {
-    ASSERT_TRUE(cuda::small_m_gemm_f32a_ok(16, s.K, reinterpret_cast<const void*>(256)));
-    DevWeight w(s.N, s.K, false, 128, rng_);
-    for (int64_t pad : {0, 4, 1}) {
-      const int64_t ldx = s.K + pad, M_max = cuda::kFusedSmallMMaxRows, ldc = s.N + 3;
-      std::vector<float> x(static_cast<size_t>(M_max * ldx));
-      for (auto& v : x) v = d(rng_);
-      DevBuf xd(sizeof(float) * x.size());
-      upload(xd, x);
-      DevBuf a(sizeof(uint16_t) * static_cast<size_t>(M_max * s.K));  // to_bf16's rounding, on the device
-      cuda::to_bf16(xd.as<float>(), ldx, M_max, s.K, a.as<bf16>(), stream_);
-      for (int64_t M : {1, 2, 5, 16}) {
-        const int64_t n_splits = cuda::invariant_k_splits(s.K);
-        DevBuf part(n_splits > 1 ? sizeof(float) * static_cast<size_t>(n_splits * M * s.N) : 0);
-        DevBuf c_ref(sizeof(float) * static_cast<size_t>(M * ldc)), c(sizeof(float) * static_cast<size_t>(M * ldc));
-        DI_CUDA_CHECK(cudaMemsetAsync(c_ref.as<void>(), 0xff, sizeof(float) * static_cast<size_t>(M * ldc), stream_));
-        DI_CUDA_CHECK(cudaMemsetAsync(c.as<void>(), 0xff, sizeof(float) * static_cast<size_t>(M * ldc), stream_));
-        cuda::small_m_gemm(a.as<bf16>(), s.K, w.w.as<void>(), nullptr, false, 128, s.N, nullptr, nullptr, 1, M, M,
-                           c_ref.as<float>(), ldc, n_splits > 1 ? part.as<float>() : nullptr, stream_);
-        cuda::small_m_gemm_f32a(xd.as<float>(), ldx, M, s.K, w.w.as<bf16>(), s.N, c.as<float>(), ldc, stream_);
-        DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        const std::vector<float> ref = download(c_ref, static_cast<size_t>(M * ldc));
-        const std::vector<float> got = download(c, static_cast<size_t>(M * ldc));
-        EXPECT_TRUE(same_bits(got, ref)) << "M=" << M << " N=" << s.N << " K=" << s.K << " ldx " << ldx << ": "
-                                         << first_diff(got, ref, ldc);
-      }
-    }
-  }
 }
 
 // gemm_f32_ordered_fused (a warp per K chunk, the chunk sums added in the block) == the partials

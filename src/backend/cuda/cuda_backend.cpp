@@ -141,6 +141,9 @@ struct CudaState {
   // The MoE's grouped FP8 GEMMs with their second warpgroup one K block behind
   // (Fp8GemmArgs::stagger; the same bits); DEEPINFER_CUDA_FP8_STAGGER=0|1, a lab knob.
   bool fp8_stagger = false;
+  // Blocks per cluster of the model's FP8 wgmma GEMMs (Fp8GemmArgs::cluster: 0 the kernel's
+  // default, 1 or 2; the same bits); DEEPINFER_CUDA_FP8_CLUSTER=n, a lab knob.
+  int fp8_cluster = 0;
   // Two stacked FP8 linears of one input on the W8A8 form in one GEMM (matmul_parts; the same
   // bits); DEEPINFER_CUDA_W8A8_STACK=0|1, a lab knob.
   bool w8a8_stack = true;
@@ -157,10 +160,6 @@ struct CudaState {
   // kernels' key tile); DEEPINFER_CUDA_MLA_INVARIANT_SPLIT=n, a lab knob.
   int64_t mla_invariant_split_keys = 0;
   bool moe_one_chain = true;     // set_invariant_moe_one_chain; DEEPINFER_CUDA_INVARIANT_MOE_CHAIN=0|1
-  // The invariant mode's decode-sized dense linears with bf16 weights in one launch each
-  // (small_m_gemm_f32a: the bits of the conversion + small_m_gemm + its split sum);
-  // DEEPINFER_CUDA_INVARIANT_FUSED_SMALL=0|1, a lab knob.
-  bool invariant_fused_small = true;
   // The invariant router at decode sizes in one launch (gemm_f32_ordered_fused: the bits of its
   // parallel chunks + their sum); DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER=0|1, a lab knob.
   bool invariant_fused_router = true;
@@ -262,10 +261,10 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_W8A8_EARLY_W", s_->w8a8_early_w);
   read_env_switch("DEEPINFER_CUDA_FP8_IDLE_SKIP", s_->fp8_idle_skip);
   read_env_switch("DEEPINFER_CUDA_FP8_STAGGER", s_->fp8_stagger);
+  if (int64_t n = 0; read_env_int("DEEPINFER_CUDA_FP8_CLUSTER", 0, 2, 1, n)) s_->fp8_cluster = static_cast<int>(n);
   read_env_switch("DEEPINFER_CUDA_W8A8_STACK", s_->w8a8_stack);
   read_env_int("DEEPINFER_CUDA_GEMV_TC_MIN_UNITS", 1, int64_t{1} << 30, 1, s_->gemv_tc_min_units);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_NAIVE", s_->invariant_naive);
-  read_env_switch("DEEPINFER_CUDA_INVARIANT_FUSED_SMALL", s_->invariant_fused_small);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER", s_->invariant_fused_router);
 }
 
@@ -791,6 +790,7 @@ void CudaBackend::fp8_gemm_w8a8(const uint8_t* q, const float* sq, int64_t M, co
   g.c2 = out2, g.ldc2 = ldc2, g.n_split = n_split;
   g.variant = 3;
   g.w_stable = s_->w8a8_early_w;  // placed weights
+  g.cluster = s_->fp8_cluster;
   cuda::fp8_gemm(g, nullptr, nullptr, s_->stream);
 }
 
@@ -888,23 +888,9 @@ void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& 
     fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), M, w, N, w.uniform_row_blocks, dptr<float>(out), N);
     return;
   }
-  if (invariant_small_f32(cdptr<float>(x), x_stride == 0 ? K : x_stride, M, w, N, dptr<float>(out), N)) return;
   Tensor xb = empty(DType::kBF16, {M, K});
   cuda::to_bf16(cdptr<float>(x), x_stride == 0 ? K : x_stride, M, K, dptr<bf16>(xb), s_->stream);
   linear(dptr(xb), M, w, dptr<float>(out), N);
-}
-
-// The batch-invariant mode's bf16 linears of at most kFusedSmallMMaxRows fp32 rows in one launch
-// (small_m_gemm_f32a: the bits of to_bf16 + small_m_gemm + its split sum, which linear runs);
-// n_rows of w's rows from its first (a stack's parts together). Returns false (nothing run) where
-// it does not apply.
-bool CudaBackend::invariant_small_f32(const float* x, int64_t ldx, int64_t M, const LinearWeight& w, int64_t n_rows,
-                                      float* out, int64_t ldc) {
-  if (!s_->batch_invariant || !s_->invariant_fused_small || w.dtype() != DType::kBF16 ||
-      !cuda::small_m_gemm_f32a_ok(M, w.n_in(), w.weight.raw_data()))
-    return false;
-  cuda::small_m_gemm_f32a(x, ldx, M, w.n_in(), cdptr<bf16>(w.weight), n_rows, out, ldc, s_->stream);
-  return true;
 }
 
 void CudaBackend::rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeParams& rope) {
@@ -1293,7 +1279,6 @@ bool CudaBackend::invariant_parts_one_row(const Tensor& x, const std::vector<con
     fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), 1, *w[0], N, uniform, dptr<float>(*out[0]), N);
     return true;
   }
-  if (invariant_small_f32(cdptr<float>(x), K, 1, *w[0], N, dptr<float>(*out[0]), N)) return true;
   Tensor xb = empty(DType::kBF16, {1, K});
   cuda::to_bf16(cdptr<float>(x), K, 1, K, dptr<bf16>(xb), s_->stream);
   invariant_gemm(dptr(xb), 1, w[0]->weight.raw_data(), fp8 ? cdptr<float>(w[0]->scale_inv) : nullptr, fp8,
@@ -1436,6 +1421,7 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
   a.glu_fused = s_->fp8_glu;
   a.idle_skip = s_->fp8_idle_skip;
   a.stagger = s_->fp8_stagger;
+  a.fp8_cluster = s_->fp8_cluster;
   if (xq != nullptr && a.form == 5 && a.k > 1) {  // (k = 1 gathers while it quantizes: no copy to save)
     DI_CHECK(xq->x == a.x && xq->T == a.T && xq->D == a.D);
     xq->ensure(s_->stream);
@@ -1504,6 +1490,7 @@ void CudaBackend::mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, Ro
       g.c_elem = cuda::Elem::kBF16, g.ldc = 2 * I;
       g.variant = 3;
       g.w_stable = s_->w8a8_early_w;  // placed weights
+      g.cluster = s_->fp8_cluster;
       const bool one = stacked({&w.gate_proj, &w.up_proj});
       for (int half = 0; half < (one ? 1 : 2); ++half) {
         const LinearWeight& wp = half == 0 ? w.gate_proj : w.up_proj;
@@ -1514,9 +1501,6 @@ void CudaBackend::mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, Ro
         cuda::fp8_gemm(g, nullptr, nullptr, st);
       }
     }
-  } else if (!gemv_done && stacked({&w.gate_proj, &w.up_proj}) && w.gate_proj.dtype() == DType::kBF16 &&
-             invariant_small_f32(cdptr<float>(x), D, T, w.gate_proj, 2 * I, dptr<float>(gu), 2 * I)) {
-    // gate|up in one launch (the bits of the conversion + invariant_gemm below)
   } else if (!gemv_done) {
     Tensor xb = empty(DType::kBF16, {T, D});
     cuda::to_bf16(cdptr<float>(x), D, T, D, dptr<bf16>(xb), st);

@@ -231,12 +231,6 @@ class CudaBackend : public Backend {
   // (row, block_k) scales): small_m_gemm or the tiled kernel by M (bitwise-equal folds).
   void invariant_gemm(const void* xb, int64_t M, const void* w, const float* scale, bool fp8, int64_t block_k,
                       int64_t N, int64_t K, float* out, int64_t ldc);
-  // Batch-invariant out[M, n_rows] (row stride ldc) = x[M, K] fp32 (row stride ldx) rounded to
-  // bf16 · the first n_rows rows of w (bf16)ᵀ in one launch (cuda::small_m_gemm_f32a) — the bits
-  // of to_bf16 + invariant_gemm — where M ≤ cuda::kFusedSmallMMaxRows and the switch is on;
-  // returns false (nothing run) otherwise.
-  bool invariant_small_f32(const float* x, int64_t ldx, int64_t M, const LinearWeight& w, int64_t n_rows, float* out,
-                           int64_t ldc);
   // Marks the step arena's first bytes as the stream's L2-persisting window (once per arena
   // chunk; DEEPINFER_CUDA_L2_PERSIST_MB=0 turns it off). Called by begin_step.
   void keep_step_memory_in_l2();

@@ -299,9 +299,11 @@ struct MoeArgs {
   // (fp8_wgmma_glu_quantize, where fp8_wgmma_glu_ok) instead of writing gate|up in bf16 for
   // silu_mul_quantize_fp8 — the same codes and scales.
   bool glu_fused = false;
-  // Form 5: Fp8GemmArgs::idle_skip and ::stagger of its grouped GEMMs (the same bits either way).
+  // Form 5: Fp8GemmArgs::idle_skip, ::stagger and ::cluster of its grouped GEMMs (the same bits
+  // either way).
   bool idle_skip = true;
   bool stagger = false;
+  int fp8_cluster = 0;
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 the decode GEMV (bandwidth), 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
                            // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),
@@ -490,7 +492,7 @@ struct Fp8GemmArgs {
   // The wgmma form, grouped: the second math warpgroup takes each tile's first K block alone, so the two
   // warpgroups' pairs of K blocks (each pair's second promotion runs with none of that
   // warpgroup's MMAs in flight) are one block apart. The same bits (the blocks are promoted in
-  // K order either way); a lab switch until measured (docs/perf.md, version 17).
+  // K order either way); a lab switch: within the spread in the model (docs/perf.md, version 18).
   bool stagger = false;
 };
 // The dense launch's shape, a function of the sizes, the flags above, the SM count and the
@@ -559,17 +561,6 @@ constexpr int64_t kSmallMFewRows = 4;
 void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
                   const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, int64_t max_rows,
                   float* C, int64_t ldc, float* partials, cudaStream_t s, bool k_splits = true);
-// small_m_gemm's dense arithmetic for bf16 weights (the same bits as small_m_gemm on the rows
-// rounded to bf16, its partials added by its second launch) in one launch that reads fp32 rows
-// X [M, K] (row stride ldx) and rounds them as to_bf16 does: a block per 16 output columns, a warp
-// per K split, the splits' sums added in order in shared memory. For the batch-invariant mode's
-// decode-sized linears, where the conversion, the GEMM and the split sum were three dependent
-// launches. small_m_gemm_f32a_ok: 1 ≤ M ≤ kFusedSmallMMaxRows, K % 8 == 0, at most
-// kFusedSmallMMaxSplits K splits, W 16-byte aligned. Graph-safe, no sync.
-constexpr int64_t kFusedSmallMMaxRows = 16, kFusedSmallMMaxSplits = 8;
-bool small_m_gemm_f32a_ok(int64_t M, int64_t K, const void* W);
-void small_m_gemm_f32a(const float* X, int64_t ldx, int64_t M, int64_t K, const bf16* W, int64_t N, float* C,
-                       int64_t ldc, cudaStream_t s);
 // ---- cuda_small_m_fp8.cu ----
 // small_m_gemm's arithmetic (the same bits) for FP8 weights (K, block_k % 16 == 0) when no
 // expert has more than max_rows ≤ kSmallMFewRows rows, as a persistent grid of warps streaming

@@ -347,26 +347,51 @@ __global__ void sum_silu_mul_kernel(const float* h, int64_t n_parts, int64_t str
 // per-element arithmetic on every path. Block (token, kCombineCols columns) of
 // kCombineThreads: a one-token step spreads its loads over D / 256 blocks (one block per
 // token took 11 µs for V2-Lite's 8 slots × 3 partials, run s7-4). y fp32, or bf16 (the W8A8
-// form's down GEMM output: half the bytes of the pass; vec then loads 8 bytes per 4 values).
+// form's down GEMM output: half the bytes of the pass; vec then loads 8 bytes per 4 values, and
+// `wide` — D % 8 == 0 — 16 bytes per 8 values, 2 · kCombineCols columns per block: half the
+// load instructions; each value's arithmetic is the same).
 constexpr int kCombineMaxK = 16;
 constexpr int kCombineThreads = 64, kCombineCols = 4 * kCombineThreads;
 __device__ __forceinline__ float4 load_y4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 bf16x4_to_float4(uint32_t a, uint32_t b) {
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&b));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
 __device__ __forceinline__ float4 load_y4(const bf16* p) {
   const uint2 raw = *reinterpret_cast<const uint2*>(p);
-  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-  return make_float4(lo.x, lo.y, hi.x, hi.y);
+  return bf16x4_to_float4(raw.x, raw.y);
+}
+// Eight bf16 values at p (16-byte aligned) as two float4.
+__device__ __forceinline__ void load_y8(const bf16* p, float4& lo, float4& hi) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  lo = bf16x4_to_float4(raw.x, raw.y);
+  hi = bf16x4_to_float4(raw.z, raw.w);
+}
+__device__ __forceinline__ void add4(float4& v, const float4& q) {
+  v.x = v.x + q.x;
+  v.y = v.y + q.y;
+  v.z = v.z + q.z;
+  v.w = v.w + q.w;
+}
+__device__ __forceinline__ void add_weighted4(float4& acc, float w, const float4& v) {
+  acc.x += w * v.x;
+  acc.y += w * v.y;
+  acc.z += w * v.z;
+  acc.w += w * v.w;
 }
 template <typename YT>
 __global__ void combine_kernel(const YT* __restrict__ y, int64_t n_parts, int64_t stride,
                                const int32_t* __restrict__ inv, const float* __restrict__ w, int64_t kw, int64_t k,
-                               int64_t D, bool vec, const float* __restrict__ addend, float* __restrict__ out) {
+                               int64_t D, bool vec, bool wide, const float* __restrict__ addend,
+                               float* __restrict__ out) {
   pdl_wait();
   pdl_trigger();
   __shared__ float sw[kCombineMaxK];
   __shared__ int64_t srow[kCombineMaxK];
-  const int64_t t = blockIdx.x, c0 = static_cast<int64_t>(blockIdx.y) * kCombineCols;
-  const int64_t c_end = min(D, c0 + kCombineCols);
+  const int64_t cols = wide ? 2 * kCombineCols : kCombineCols;
+  const int64_t t = blockIdx.x, c0 = static_cast<int64_t>(blockIdx.y) * cols;
+  const int64_t c_end = min(D, c0 + cols);
   auto weight = [&](int64_t s) { return s < kw ? w[t * kw + s] : 1.0f; };
   auto y_at = [&](int64_t at) {
     float v = static_cast<float>(y[at]);
@@ -386,28 +411,43 @@ __global__ void combine_kernel(const YT* __restrict__ y, int64_t n_parts, int64_
     srow[threadIdx.x] = static_cast<int64_t>(inv[t * k + threadIdx.x]) * D;
   }
   __syncthreads();
+  if constexpr (sizeof(YT) == 2) {
+    if (wide) {
+      for (int64_t j = c0 + 8 * threadIdx.x; j < c_end; j += 8 * blockDim.x) {
+        float4 acc0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), acc1 = acc0;
+#pragma unroll 8
+        for (int64_t s = 0; s < k; ++s) {
+          float4 v0, v1;
+          load_y8(y + srow[s] + j, v0, v1);
+          for (int64_t p = 1; p < n_parts; ++p) {
+            float4 q0, q1;
+            load_y8(y + p * stride + srow[s] + j, q0, q1);
+            add4(v0, q0);
+            add4(v1, q1);
+          }
+          add_weighted4(acc0, sw[s], v0);
+          add_weighted4(acc1, sw[s], v1);
+        }
+        if (addend != nullptr) {
+          add4(acc0, *reinterpret_cast<const float4*>(addend + t * D + j));
+          add4(acc1, *reinterpret_cast<const float4*>(addend + t * D + j + 4));
+        }
+        *reinterpret_cast<float4*>(out + t * D + j) = acc0;
+        *reinterpret_cast<float4*>(out + t * D + j + 4) = acc1;
+      }
+      return;
+    }
+  }
   if (vec) {
     for (int64_t j = c0 + 4 * threadIdx.x; j < c_end; j += 4 * blockDim.x) {
       float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
       for (int64_t s = 0; s < k; ++s) {
         float4 v = load_y4(y + srow[s] + j);
-        for (int64_t p = 1; p < n_parts; ++p) {
-          const float4 q = load_y4(y + p * stride + srow[s] + j);
-          v.x = v.x + q.x;
-          v.y = v.y + q.y;
-          v.z = v.z + q.z;
-          v.w = v.w + q.w;
-        }
-        acc.x += sw[s] * v.x;
-        acc.y += sw[s] * v.y;
-        acc.z += sw[s] * v.z;
-        acc.w += sw[s] * v.w;
+        for (int64_t p = 1; p < n_parts; ++p) add4(v, load_y4(y + p * stride + srow[s] + j));
+        add_weighted4(acc, sw[s], v);
       }
-      if (addend != nullptr) {
-        const float4 x = *reinterpret_cast<const float4*>(addend + t * D + j);
-        acc = make_float4(acc.x + x.x, acc.y + x.y, acc.z + x.z, acc.w + x.w);
-      }
+      if (addend != nullptr) add4(acc, *reinterpret_cast<const float4*>(addend + t * D + j));
       *reinterpret_cast<float4*>(out + t * D + j) = acc;
     }
     return;
@@ -1074,9 +1114,10 @@ void combine(const MoeArgs& a, const YT* y, int64_t n_parts, int64_t R, const in
              cudaStream_t s) {
   const bool vec = a.D % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && reinterpret_cast<uintptr_t>(a.addend) % 16 == 0;
-  const dim3 combine_grid(static_cast<unsigned>(a.T), grid_for(a.D, kCombineCols));
+  const bool wide = vec && sizeof(YT) == 2 && a.D % 8 == 0;
+  const dim3 combine_grid(static_cast<unsigned>(a.T), grid_for(a.D, wide ? 2 * kCombineCols : kCombineCols));
   launch_pdl(combine_kernel<YT>, combine_grid, kCombineThreads, 0, s, y, n_parts, R * a.D, inv, a.weights, k_routed,
-             a.k, a.D, vec, a.addend, a.out);
+             a.k, a.D, vec, wide, a.addend, a.out);
   DI_CUDA_LAUNCHED();
 }
 }  // namespace
@@ -1193,6 +1234,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     g.variant = 3;
     g.idle_skip = a.idle_skip;
     g.stagger = a.stagger;
+    g.cluster = a.fp8_cluster;
     auto* q2 = static_cast<uint8_t*>(get(static_cast<size_t>(R * a.I)));  // [R, I] e4m3
     auto* sq2 = static_cast<float*>(get(sizeof(float) * R * kb_i));       // [R, I / 128]
     if (a.glu_fused && fp8_wgmma_glu_ok(a.I, g.w_scale_uniform)) {  // the same codes, no bf16 [R, 2I]
