@@ -260,6 +260,27 @@ __device__ __forceinline__ void chain_step(float (&acc)[kRows][kCols], const flo
       acc[i][jj] = a;
     }
 }
+// Chunk c's sums of the kF32Rows × kF32Cols tile at (m0, n0): lane l's chains over k = c·256 +
+// 128j + 4l (j = 0, 1; chain_step), then the butterfly (xor 16 … 1): every lane holds all of them.
+__device__ __forceinline__ void chunk_sums(float (&v)[kF32Rows][kF32Cols], const float* X, int64_t ldx, const float* W,
+                                           int64_t M, int64_t N, int64_t K, int64_t m0, int64_t n0, int64_t c,
+                                           int lane, bool vec) {
+  float acc[kF32Rows][kF32Cols] = {};
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int64_t k = c * kF32ChunkK + 128 * j + 4 * lane;
+    if (k >= K) break;
+    chain_step(acc, X, ldx, W, M, N, K, m0, n0, k, vec);
+  }
+#pragma unroll
+  for (int i = 0; i < kF32Rows; ++i)
+#pragma unroll
+    for (int jj = 0; jj < kF32Cols; ++jj) {
+      float s = acc[i][jj];
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      v[i][jj] = s;
+    }
+}
 __global__ void __launch_bounds__(kF32Warps * 32) gemm_f32_ordered_kernel(const float* X, int64_t ldx, const float* W,
                                                                           int64_t M, int64_t N, int64_t K, float* C,
                                                                           int64_t ldc, float* part, bool vec) {
@@ -271,21 +292,12 @@ __global__ void __launch_bounds__(kF32Warps * 32) gemm_f32_ordered_kernel(const 
   const int64_t c_end = part != nullptr ? c_begin + 1 : (K + kF32ChunkK - 1) / kF32ChunkK;
   float total[kF32Rows][kF32Cols] = {};
   for (int64_t c = c_begin; c < c_end; ++c) {
-    float acc[kF32Rows][kF32Cols] = {};
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int64_t k = c * kF32ChunkK + 128 * j + 4 * lane;
-      if (k >= K) break;
-      chain_step(acc, X, ldx, W, M, N, K, m0, n0, k, vec);
-    }
+    float v[kF32Rows][kF32Cols];
+    chunk_sums(v, X, ldx, W, M, N, K, m0, n0, c, lane, vec);
 #pragma unroll
     for (int i = 0; i < kF32Rows; ++i)
 #pragma unroll
-      for (int jj = 0; jj < kF32Cols; ++jj) {
-        float v = acc[i][jj];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        total[i][jj] = c == c_begin ? v : total[i][jj] + v;
-      }
+      for (int jj = 0; jj < kF32Cols; ++jj) total[i][jj] = c == c_begin ? v[i][jj] : total[i][jj] + v[i][jj];
   }
   float* out = part != nullptr ? part + c_begin * M * N : C;
   const int64_t ld_out = part != nullptr ? N : ldc;
@@ -310,29 +322,21 @@ __global__ void __launch_bounds__(32 * kF32MaxChunkWarps)
   const int n_chunks = static_cast<int>(blockDim.x / 32);
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kF32Rows, n0 = static_cast<int64_t>(blockIdx.x) * kF32Cols;
   pdl_wait();
-  float acc[kF32Rows][kF32Cols] = {};
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int64_t k = c * kF32ChunkK + 128 * j + 4 * lane;
-    if (k >= K) break;
-    chain_step(acc, X, ldx, W, M, N, K, m0, n0, k, vec);
-  }
+  float v[kF32Rows][kF32Cols];
+  chunk_sums(v, X, ldx, W, M, N, K, m0, n0, c, lane, vec);
 #pragma unroll
   for (int i = 0; i < kF32Rows; ++i)
 #pragma unroll
-    for (int jj = 0; jj < kF32Cols; ++jj) {
-      float v = acc[i][jj];
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == i * kF32Cols + jj) sums[c][lane] = v;
-    }
+    for (int jj = 0; jj < kF32Cols; ++jj)
+      if (lane == i * kF32Cols + jj) sums[c][lane] = v[i][jj];
   __syncthreads();
   const int e = static_cast<int>(threadIdx.x);
   if (e >= kF32Rows * kF32Cols) return;
   const int64_t m = m0 + e / kF32Cols, n = n0 + e % kF32Cols;
   if (m >= M || n >= N) return;
-  float v = sums[0][e];
-  for (int ch = 1; ch < n_chunks; ++ch) v = v + sums[ch][e];
-  C[m * ldc + n] = v;
+  float total = sums[0][e];
+  for (int ch = 1; ch < n_chunks; ++ch) total = total + sums[ch][e];
+  C[m * ldc + n] = total;
 }
 
 // gemm_f32_ordered's arithmetic for many rows, with more reuse per load: the 32 chains of a
