@@ -153,18 +153,36 @@ __device__ __forceinline__ void load8(const InT* p, float (&v)[8]) {
     for (int i = 0; i < 8; ++i) v[i] = __bfloat162float(b[i]);
   }
 }
+// A g16 kernel thread's group: half-warp h of the grid takes group gi = h (row m = gi / n_kb,
+// group g of the row), the thread its 8 values from column k = 128·g + 8·(lane % 16); live is
+// false past the last group. False (the thread returns, before the PDL wait) for whole warps past
+// the end; else it has waited for the previous kernel and triggered its dependents.
+struct G16Item {
+  bool live;
+  uint32_t m, g;
+  int64_t k;
+};
+__device__ __forceinline__ bool g16_item(uint32_t n_kb, uint32_t n_groups, G16Item& it) {
+  const uint32_t gi = blockIdx.x * kG16Groups + threadIdx.x / 16;
+  if (blockIdx.x * kG16Groups + (threadIdx.x / 32) * 2 >= n_groups) return false;  // whole warps past the end
+  pdl_wait();
+  pdl_trigger();
+  it.live = gi < n_groups;
+  it.m = it.live ? gi / n_kb : 0;
+  it.g = it.live ? gi - it.m * n_kb : 0;
+  it.k = int64_t{it.g} * kGroupK + (threadIdx.x % 16) * 8;
+  return true;
+}
 // quantize_fp8_rows_kernel<float, true>'s recipe (rows rounded to bf16 first), the g16 layout:
 // x fp32 with ldx % 4 == 0 and 16-byte aligned rows, K % 16 == 0.
 __global__ void __launch_bounds__(32 * kQuantWarps)
     quantize_bf16_rows_g16_kernel(const float* x, int64_t ldx, const int32_t* rows, int32_t row_div, int64_t K,
                                   uint32_t n_kb, uint32_t n_groups, uint8_t* x_q, float* scales) {
-  const uint32_t gi = blockIdx.x * kG16Groups + threadIdx.x / 16;
-  if (blockIdx.x * kG16Groups + (threadIdx.x / 32) * 2 >= n_groups) return;  // whole warps past the end
-  pdl_wait();
-  pdl_trigger();
-  const bool live = gi < n_groups;
-  const uint32_t m = live ? gi / n_kb : 0, g = live ? gi - m * n_kb : 0;
-  const int64_t k = int64_t{g} * kGroupK + (threadIdx.x % 16) * 8;
+  G16Item it;
+  if (!g16_item(n_kb, n_groups, it)) return;
+  const bool live = it.live;
+  const uint32_t m = it.m, g = it.g;
+  const int64_t k = it.k;
   const int64_t src = rows != nullptr ? rows[m] / row_div : m;
   float v[8] = {};
   if (live && k < K) {
@@ -178,13 +196,11 @@ __global__ void __launch_bounds__(32 * kQuantWarps)
 __global__ void __launch_bounds__(32 * kQuantWarps)
     silu_mul_quantize_g16_kernel(const bf16* h, int64_t I, uint32_t n_kb, uint32_t n_groups, uint8_t* x_q,
                                  float* scales) {
-  const uint32_t gi = blockIdx.x * kG16Groups + threadIdx.x / 16;
-  if (blockIdx.x * kG16Groups + (threadIdx.x / 32) * 2 >= n_groups) return;  // whole warps past the end
-  pdl_wait();
-  pdl_trigger();
-  const bool live = gi < n_groups;
-  const uint32_t m = live ? gi / n_kb : 0, g = live ? gi - m * n_kb : 0;
-  const int64_t k = int64_t{g} * kGroupK + (threadIdx.x % 16) * 8;
+  G16Item it;
+  if (!g16_item(n_kb, n_groups, it)) return;
+  const bool live = it.live;
+  const uint32_t m = it.m, g = it.g;
+  const int64_t k = it.k;
   float v[8] = {};
   if (live && k < I) {
     float gate[8], up[8];
