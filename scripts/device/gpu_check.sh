@@ -38,11 +38,10 @@ run cuda_runtime_absorbed env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_INVARIAN
 # GLU-quantize epilogue, the invariant mode's tiled router, the W8A8 GEMM's early weights, the
 # grouped FP8 GEMM's staggered warpgroups and 2-block FP8 clusters on (measured no faster, off
 # by default), the invariant bf16 MoE's K-split structure instead of one K chain (the default
-# since version 16), the invariant router's two-launch form (the one-launch form is the default
-# since version 18) and small_m_gemm's 32-column blocks (written in session 20, not yet run).
-# Their own tests set them; here the model-level suites run with them.
+# since version 16) and the invariant router's two-launch form (the one-launch form is the
+# default since version 18). Their own tests set them; here the model-level suites run with them.
 NEXT="DEEPINFER_CUDA_FP8_GLU=1 DEEPINFER_CUDA_ROUTER_TILED=1 DEEPINFER_CUDA_INVARIANT_MOE_CHAIN=0 DEEPINFER_CUDA_W8A8_EARLY_W=1
-  DEEPINFER_CUDA_FP8_STAGGER=1 DEEPINFER_CUDA_FP8_CLUSTER=2 DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER=0 DEEPINFER_CUDA_SMALL_M_COLS=32"
+  DEEPINFER_CUDA_FP8_STAGGER=1 DEEPINFER_CUDA_FP8_CLUSTER=2 DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER=0"
 run cuda_next env $NEXT "$T" \
   --gtest_filter='CudaInvariantOps.*:CudaBatchInvariance.*:CudaOps.Moe*:Fixtures/GoldenFixtureCuda.*:CudaModelParity.*'
 run cuda_runtime_next env DEEPINFER_TEST_DEVICE=cuda $NEXT "$T" \

@@ -182,8 +182,7 @@ TEST_F(CudaTiledGemmV3, BitwiseEqualToVersion2) {
 
 // Batch-invariant version 3 == small_m_gemm (dense, K splits through partials) for M ≤ 64, the
 // rows small_m_gemm serves in the batch-invariant mode — FP8 weights at M ≤ kSmallMFewRows
-// through the persistent kernel (cuda_small_m_fp8.cu), the rest through the block kernel, with
-// 64- and 32-column blocks.
+// through the persistent kernel (cuda_small_m_fp8.cu), the rest through the block kernel.
 TEST_F(CudaTiledGemmV3, InvariantBitwiseEqualToSmallM) {
   struct Shape {
     int64_t N, K;
@@ -199,15 +198,13 @@ TEST_F(CudaTiledGemmV3, InvariantBitwiseEqualToSmallM) {
         const int64_t n_splits = cuda::invariant_k_splits(s.K);
         DevBuf part(n_splits > 1 ? sizeof(float) * static_cast<size_t>(n_splits * M * s.N) : 0);
         DevBuf c(sizeof(float) * static_cast<size_t>(M * s.N));
-        for (int cols : {64, 32}) {  // small_m_gemm's block widths: the same bits
-          cuda::small_m_gemm(a.as<bf16>(), s.K, w.w.as<void>(), fp8 ? w.scale.as<float>() : nullptr, fp8, 128, s.N,
-                             nullptr, nullptr, 1, M, M, c.as<float>(), s.N, n_splits > 1 ? part.as<float>() : nullptr,
-                             stream_, true, cols);
-          DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-          const std::vector<float> sm = download(c, static_cast<size_t>(M * s.N));
-          EXPECT_TRUE(same_bits(sm, v3)) << "M=" << M << " N=" << s.N << " K=" << s.K << " fp8 " << fp8 << " cols "
-                                         << cols << ": " << first_diff(sm, v3, s.N);
-        }
+        cuda::small_m_gemm(a.as<bf16>(), s.K, w.w.as<void>(), fp8 ? w.scale.as<float>() : nullptr, fp8, 128, s.N,
+                           nullptr, nullptr, 1, M, M, c.as<float>(), s.N, n_splits > 1 ? part.as<float>() : nullptr,
+                           stream_);
+        DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        const std::vector<float> sm = download(c, static_cast<size_t>(M * s.N));
+        EXPECT_TRUE(same_bits(sm, v3)) << "M=" << M << " N=" << s.N << " K=" << s.K << " fp8 " << fp8
+                                       << ": " << first_diff(sm, v3, s.N);
       }
     }
 }

@@ -163,11 +163,6 @@ struct CudaState {
   // The invariant router at decode sizes in one launch (gemm_f32_ordered_fused: the bits of its
   // parallel chunks + their sum); DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER=0|1, a lab knob.
   bool invariant_fused_router = true;
-  // small_m_gemm's output columns per block (invariant_gemm: the invariant mode's bf16 dense
-  // linears at decode sizes, and FP8 ones off the W8A8 form; the MoE's form 3): 64, or 32 for
-  // twice the blocks over each weight (the same bits); DEEPINFER_CUDA_SMALL_M_COLS=64|32, a lab
-  // knob until measured.
-  int small_m_cols = 64;
   bool batch_invariant = false;  // set_batch_invariant
 };
 
@@ -271,7 +266,6 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_int("DEEPINFER_CUDA_GEMV_TC_MIN_UNITS", 1, int64_t{1} << 30, 1, s_->gemv_tc_min_units);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_NAIVE", s_->invariant_naive);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER", s_->invariant_fused_router);
-  if (int64_t n = 0; read_env_int("DEEPINFER_CUDA_SMALL_M_COLS", 32, 64, 32, n)) s_->small_m_cols = static_cast<int>(n);
 }
 
 CudaBackend::~CudaBackend() {
@@ -839,8 +833,7 @@ void CudaBackend::invariant_gemm(const void* xb, int64_t M, const void* w, const
     const int64_t splits = cuda::invariant_k_splits(K);
     ScratchScope scope(*this);
     float* part = splits > 1 ? dptr<float>(empty(DType::kF32, {splits, M, N})) : nullptr;
-    cuda::small_m_gemm(a, K, w, scale, fp8, block_k, N, nullptr, nullptr, 1, M, M, out, ldc, part, s_->stream, true,
-                       s_->small_m_cols);
+    cuda::small_m_gemm(a, K, w, scale, fp8, block_k, N, nullptr, nullptr, 1, M, M, out, ldc, part, s_->stream);
   } else if (cuda::bf16_wgmma_invariant_ok(K) &&
              (!fp8 || (cuda::widen_fp8_weights_ok(N, K, block_k) && 2 * N * K <= cuda::kMoeWidenMaxBytes))) {
     // The same bits on wgmma; FP8 weights widened to bf16 first, as the small-M kernels widen them.
@@ -1429,7 +1422,6 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
   a.idle_skip = s_->fp8_idle_skip;
   a.stagger = s_->fp8_stagger;
   a.fp8_cluster = s_->fp8_cluster;
-  a.small_cols = s_->small_m_cols;
   if (xq != nullptr && a.form == 5 && a.k > 1) {  // (k = 1 gathers while it quantizes: no copy to save)
     DI_CHECK(xq->x == a.x && xq->T == a.T && xq->D == a.D);
     xq->ensure(s_->stream);

@@ -304,8 +304,6 @@ struct MoeArgs {
   bool idle_skip = true;
   bool stagger = false;
   int fp8_cluster = 0;
-  // Form 3: small_m_gemm's block_cols (64 or 32; the same bits either way).
-  int small_cols = 64;
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 the decode GEMV (bandwidth), 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
                            // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),
@@ -558,13 +556,11 @@ bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k);
 // [invariant_k_splits(K), rows, N] fp32 (else unused); C null then leaves them for the caller to
 // add in split order (a fused consumer: the first term as is, then + each next), else a second
 // launch adds them into C. k_splits false: all of K in one split (bf16 weights only; the tiled
-// GEMMs' arithmetic without split_k). block_cols: output columns per block, 64 or 32 (twice the
-// blocks over a weight, for steps whose grid would leave SMs idle); a column's arithmetic is its
-// warp's alone, so the same bits either way. Graph-safe, no sync.
+// GEMMs' arithmetic without split_k). Graph-safe, no sync.
 constexpr int64_t kSmallMFewRows = 4;
 void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
                   const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, int64_t max_rows,
-                  float* C, int64_t ldc, float* partials, cudaStream_t s, bool k_splits = true, int block_cols = 64);
+                  float* C, int64_t ldc, float* partials, cudaStream_t s, bool k_splits = true);
 // ---- cuda_small_m_fp8.cu ----
 // small_m_gemm's arithmetic (the same bits) for FP8 weights (K, block_k % 16 == 0) when no
 // expert has more than max_rows ≤ kSmallMFewRows rows, as a persistent grid of warps streaming

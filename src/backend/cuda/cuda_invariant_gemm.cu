@@ -28,38 +28,32 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kSmRows = 16;    // rows per tile (one WMMA fragment tall)
+constexpr int kSmCols = 64;    // output columns per block: 4 warps × 16
 constexpr int kSmK = 64;       // K per pipeline stage: 4 fragment MMAs
 constexpr int kSmStages = 4;
 constexpr int kSmPad = 8;      // bf16 row padding in shared memory (bank spread; 16-byte aligned rows)
 constexpr int kSmLd = kSmK + kSmPad;
-// A block is kWarps warps of 16 output columns each (small_m_gemm's block_cols = 16 · kWarps: 64
-// by default, 32 for twice the blocks over a weight at decode sizes).
-template <int kWarps>
-struct SmShape {
-  static constexpr int kCols = 16 * kWarps;  // output columns per block
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr size_t kWBf16Bytes = sizeof(bf16) * kCols * kSmLd;      // one stage of W (bf16)
-  static constexpr size_t kWFp8Bytes = static_cast<size_t>(kCols) * kSmK;  // one stage of W (raw FP8)
-};
-constexpr size_t kSmABytes = sizeof(bf16) * kSmRows * kSmLd;  // one stage of A
+constexpr int kSmThreads = 128;
 
-template <bool kFp8, int kWarps>
+constexpr size_t kSmABytes = sizeof(bf16) * kSmRows * kSmLd;          // one stage of A
+constexpr size_t kSmWBf16Bytes = sizeof(bf16) * kSmCols * kSmLd;      // one stage of W (bf16)
+constexpr size_t kSmWFp8Bytes = static_cast<size_t>(kSmCols) * kSmK;  // one stage of W (raw FP8)
+
+template <bool kFp8>
 constexpr size_t small_m_smem() {
   // Stages of A and W, plus (FP8) one bf16 W buffer the raw stage is widened into. The epilogue's
-  // [16][kCols + 4] fp32 tile aliases the stages once the pipeline is drained.
-  using S = SmShape<kWarps>;
-  return kSmStages * (kSmABytes + (kFp8 ? S::kWFp8Bytes : S::kWBf16Bytes)) + (kFp8 ? S::kWBf16Bytes : 0);
+  // [16][68] fp32 tile aliases the stages once the pipeline is drained.
+  return kSmStages * (kSmABytes + (kFp8 ? kSmWFp8Bytes : kSmWBf16Bytes)) + (kFp8 ? kSmWBf16Bytes : 0);
 }
-static_assert(small_m_smem<false, 4>() <= 48 * 1024 && small_m_smem<true, 4>() <= 48 * 1024, "static shared memory");
+static_assert(small_m_smem<false>() <= 48 * 1024 && small_m_smem<true>() <= 48 * 1024, "static shared memory");
 
 // C[r, n] (row stride ldc) = Σ_k A[r, k] · W[e·N + n, k] for the rows r of expert e (grouped:
 // rows [offsets[e], offsets[e+1]) of A and C, e = active[blockIdx.y], −1 = idle) or, with
-// active == null, rows [0, dense_rows). Block: kWarps warps, columns [n0, n0 + 16·kWarps) (warp w:
-// 16 of them — each column's arithmetic is its warp's alone, so the block width does not change
-// any bits), the expert's rows in passes of 16 (weights re-read from L2 for each pass).
+// active == null, rows [0, dense_rows). Block: 4 warps, columns [n0, n0 + 64) (warp w: 16 of
+// them), the expert's rows in passes of 16 (weights re-read from L2 for each pass).
 // Preconditions: K % 8 == 0 (bf16) or K % 16 == 0 (FP8: 16-byte chunks of FP8 rows).
-template <bool kFp8, int kWarps>
-__global__ void __launch_bounds__(SmShape<kWarps>::kThreads) small_m_gemm_kernel(const bf16* A, int64_t K, const void* W,
+template <bool kFp8>
+__global__ void __launch_bounds__(kSmThreads) small_m_gemm_kernel(const bf16* A, int64_t K, const void* W,
                                                                   const float* wscale, int64_t n_kb, int64_t block_k,
                                                                   int64_t N, const int32_t* offsets,
                                                                   const int32_t* active, int64_t dense_rows, float* C,
@@ -76,17 +70,14 @@ __global__ void __launch_bounds__(SmShape<kWarps>::kThreads) small_m_gemm_kernel
   if (e < 0) return;
   const int64_t r0 = active != nullptr ? offsets[e] : 0;
   const int64_t n_rows = active != nullptr ? offsets[e + 1] - r0 : dense_rows;
-  constexpr int kSmCols = SmShape<kWarps>::kCols, kSmThreads = SmShape<kWarps>::kThreads;
-  constexpr size_t kSmWBf16Bytes = SmShape<kWarps>::kWBf16Bytes, kSmWFp8Bytes = SmShape<kWarps>::kWFp8Bytes;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kSmCols;
 
-  __shared__ __align__(128) unsigned char smem[small_m_smem<kFp8, kWarps>()];
+  __shared__ __align__(128) unsigned char smem[small_m_smem<kFp8>()];
   // FP8: each stage's block scales, one per (row, 16-column group), copied with the stage (the
   // widening then reads shared memory instead of waiting on a global load every step).
   __shared__ float s_scale[kFp8 ? kSmStages : 1][kFp8 ? kSmCols : 1][kSmK / 16];
   constexpr size_t kWStage = kFp8 ? kSmWFp8Bytes : kSmWBf16Bytes;
-  // Stage s of A: bf16 [16][72]; of W: bf16 [kSmCols][72] or raw FP8 [kSmCols][64]; FP8's widened W:
-  // bf16 [kSmCols][72].
+  // Stage s of A: bf16 [16][72]; of W: bf16 [64][72] or raw FP8 [64][64]; FP8's widened W: bf16 [64][72].
   auto a_stage = [&](int s) { return reinterpret_cast<bf16*>(smem + s * kSmABytes); };
   auto w_stage = [&](int s) { return smem + kSmStages * kSmABytes + s * kWStage; };
   bf16* w_wide = reinterpret_cast<bf16*>(smem + kSmStages * (kSmABytes + kWStage));
@@ -105,17 +96,14 @@ __global__ void __launch_bounds__(SmShape<kWarps>::kThreads) small_m_gemm_kernel
   for (int64_t mc = 0; mc < n_rows; mc += kSmRows) {
     const int64_t rows = min(static_cast<int64_t>(kSmRows), n_rows - mc);
     const bf16* a_base = A + (r0 + mc) * K;
-    // One stage: A 16 rows × 64 k (128 chunks of 8 bf16: 128 / kSmThreads per thread); W kSmCols
-    // rows × 64 k (bf16: 8 chunks a row, 4 per thread; FP8: 4 chunks of 16 bytes a row, 2 per thread).
+    // One stage: A 16 rows × 64 k (128 chunks of 8 bf16: one per thread); W 64 rows × 64 k
+    // (bf16: 512 chunks, 4 per thread; FP8: 256 chunks of 16 bytes, 2 per thread).
     auto issue_a = [&](int64_t step) {
       const int s = static_cast<int>(step % kSmStages);
       const int64_t k0 = k_begin + step * kSmK;
-#pragma unroll
-      for (int j = 0; j < 128 / kSmThreads; ++j) {
-        const int idx = t + j * kSmThreads, r = idx / 8, c = (idx % 8) * 8;
-        const bool ok = r < rows && k0 + c < k_end;
-        cp_async16(smem_u32(a_stage(s) + r * kSmLd + c), ok ? a_base + r * K + k0 + c : A, ok);
-      }
+      const int r = t / 8, c = (t % 8) * 8;
+      const bool ok = r < rows && k0 + c < k_end;
+      cp_async16(smem_u32(a_stage(s) + r * kSmLd + c), ok ? a_base + r * K + k0 + c : A, ok);
     };
     auto issue_w = [&](int64_t step) {
       const int s = static_cast<int>(step % kSmStages);
@@ -203,7 +191,7 @@ __global__ void __launch_bounds__(SmShape<kWarps>::kThreads) small_m_gemm_kernel
     }
     cp_async_wait<0>();
     __syncthreads();  // every warp done with the stages: the epilogue tile may alias them
-    float* cs = reinterpret_cast<float*>(smem);  // [16][kSmCols + 4]
+    float* cs = reinterpret_cast<float*>(smem);  // [16][68]
     wmma::store_matrix_sync(cs + warp * 16, acc, kSmCols + 4, wmma::mem_row_major);
     __syncthreads();
     for (int idx = t; idx < kSmRows * kSmCols; idx += kSmThreads) {
@@ -436,9 +424,8 @@ bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k) {
 
 void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
                   const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, int64_t max_rows,
-                  float* C, int64_t ldc, float* partials, cudaStream_t s, bool k_splits, int block_cols) {
+                  float* C, int64_t ldc, float* partials, cudaStream_t s, bool k_splits) {
   DI_CUDA_REQUIRE(small_m_gemm_ok(K, fp8, block_k));
-  DI_CUDA_REQUIRE_MSG(block_cols == 64 || block_cols == 32, "small_m_gemm: block_cols must be 64 or 32");
   DI_CUDA_REQUIRE(K <= INT32_MAX && block_k <= INT32_MAX);  // 32-bit scale-block division
   DI_CUDA_REQUIRE(n_active >= 1 && n_active <= 65535 && (active != nullptr || n_active == 1));
   DI_CUDA_REQUIRE_MSG(k_splits || !fp8, "small_m_gemm: one K split takes bf16 weights only");
@@ -451,20 +438,15 @@ void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, b
     small_m_fp8_few_rows(A, K, static_cast<const uint8_t*>(W), scale, block_k, N, offsets, active, n_active, rows,
                          max_rows, n_splits > 1 ? partials : C, n_splits > 1 ? N : ldc, s);
   } else {
-    const dim3 grid(grid_for(N, block_cols), static_cast<unsigned>(n_active), static_cast<unsigned>(n_splits));
+    const dim3 grid(grid_for(N, kSmCols), static_cast<unsigned>(n_active), static_cast<unsigned>(n_splits));
     const int64_t n_kb = fp8 ? (K + block_k - 1) / block_k : 0;
     const int64_t dense_rows = active == nullptr ? rows : 0;
-    auto go = [&](auto kernel, int threads) {
-      launch_pdl(kernel, grid, static_cast<unsigned>(threads), 0, s, A, K, W, scale, n_kb, block_k, N, offsets, active,
+    if (fp8)
+      launch_pdl(small_m_gemm_kernel<true>, grid, kSmThreads, 0, s, A, K, W, scale, n_kb, block_k, N, offsets, active,
                  dense_rows, C, ldc, partials, rows);
-    };
-    if (block_cols == 64) {
-      if (fp8) go(small_m_gemm_kernel<true, 4>, SmShape<4>::kThreads);
-      else go(small_m_gemm_kernel<false, 4>, SmShape<4>::kThreads);
-    } else {
-      if (fp8) go(small_m_gemm_kernel<true, 2>, SmShape<2>::kThreads);
-      else go(small_m_gemm_kernel<false, 2>, SmShape<2>::kThreads);
-    }
+    else
+      launch_pdl(small_m_gemm_kernel<false>, grid, kSmThreads, 0, s, A, K, W, scale, n_kb, block_k, N, offsets,
+                 active, dense_rows, C, ldc, partials, rows);
     DI_CUDA_LAUNCHED();
   }
   if (n_splits > 1 && C != nullptr) {

@@ -1296,7 +1296,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
       bf16_wgmma_grouped_gemm(A, R, K, Wb, N, offsets, a.E, C, N, s, a.invariant);
     } else if (a.form == 3) {  // K splits: C holds the partials, added by the consumer (below)
       small_m_gemm(A, K, W, scale, a.fp8, a.block_k, N, offsets, active, n_active, R, a.T,
-                   form3_splits(K) > 1 ? nullptr : C, N, C, s, !a.one_chain, a.small_cols);
+                   form3_splits(K) > 1 ? nullptr : C, N, C, s, !a.one_chain);
     } else {  // C rows of expert e = A rows of e · W_eᵀ, one cuBLAS GEMM each (stream-ordered wbuf reuse)
       const int64_t n_kb = a.fp8 ? (K + a.block_k - 1) / a.block_k : 0;
       for (int64_t e = 0; e < a.E; ++e) {
