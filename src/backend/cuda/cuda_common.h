@@ -129,6 +129,17 @@ void gemm_tf32(cublasHandle_t h, int64_t M, int64_t N, int64_t K, const float* A
 void gemm_f32(cublasHandle_t h, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
               int64_t ldb, float* C, int64_t ldc);
 
+// ---- cuda_gemm_f32_tc.cu ----
+// Row-major C[M, N] (row stride ldc) = X[M, K] · W[N, K]ᵀ, fp32 operands and output, on the TF32
+// tensor cores in three passes (3xTF32: each operand split into a TF32 part and the TF32
+// remainder, the three significant products accumulated in fp32): fp32-level error, ~2⁻²¹ of
+// Σ|x·w| per element, not cuBLAS's bits. 32 × 64 output tiles, all of K in one block: for many
+// rows (the default mode's router at prefill sizes). _ok: K % 4 == 0, ldx % 4 == 0, X and W
+// 16-byte aligned. Graph-safe, no sync.
+bool gemm_f32_3xtf32_ok(int64_t K, int64_t ldx, const float* X, const float* W);
+void gemm_f32_3xtf32(const float* X, int64_t ldx, const float* W, int64_t M, int64_t N, int64_t K, float* C,
+                     int64_t ldc, cudaStream_t s);
+
 // ---- cuda_mla.cu ----
 // The absorbed form over the paged latent cache for the selected sequences' rows: per (row, head)
 // q̃ = W_UKᵀ q_nope, softmax(scale · (q̃·c_kv + q_pe·k_pe)) over the causal keys, o_lat = Σ p·c_kv,
@@ -335,6 +346,20 @@ bool moe_w8a8_ok(int64_t D, int64_t I, bool fp8, int64_t block_k);
 constexpr int64_t kMoeWidenMaxBytes = int64_t{1} << 30;
 bool moe_wgmma_fp8_ok(int64_t E_all, int64_t D, int64_t I, int64_t block_k);
 void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
+
+// ---- cuda_moe_sort.cu ----
+// The stable counting sort of a MoE step's R = T·kt (token, slot) entries by expert, as
+// moe_experts runs it beyond its one-block sort: entry i is token i / kt, slot i % kt, its expert
+// ids[token·k + slot] ([T, k] int32, routed) for slot < k, else e_routed + slot − k (the shared
+// experts). perm [R]: the entries by expert, ties in entry order; inv [R]: perm's inverse;
+// offsets [E + 1]: each expert's first position, offsets[E] = R; tiles [E + 1]: Σ_{e' < e}
+// ⌈count(e') / tile_rows⌉; active [n_active ≤ E]: the experts with entries in increasing order,
+// −1 after. scratch: moe_sort_scratch_bytes(R, E) bytes. Three launches (PDL), no sync.
+constexpr int64_t kMoeSortMaxExperts = 512;  // routed + shared experts (cuda_moe.cu's limits)
+size_t moe_sort_scratch_bytes(int64_t R, int64_t E);
+void moe_sort(const int32_t* ids, int64_t k, int64_t kt, int64_t e_routed, int64_t R, int64_t E, int64_t tile_rows,
+              int32_t* perm, int32_t* inv, int32_t* offsets, int32_t* tiles, int32_t* active, int64_t n_active,
+              void* scratch, cudaStream_t s);
 // ---- cuda_gemv.cu ----
 // The decode GEMV (default mode, a few rows): C[r, n] (row stride ldc, fp32) = Σ_k A[r, k] · W[n, k],
 // dense (rows [0, rows) against W [N, K]) or grouped (active != null: slot i serves expert

@@ -1,7 +1,8 @@
 // MoE on the GPU, without host synchronization except in the per-expert cuBLAS form:
 //   route (a warp per token, DeepSeek's selection rule as in route_one_token)
 //   → stable sort of the (token, slot) entries by expert (one block for ≤ 512 entries, else
-//   cub's radix sort) → per-expert row offsets, 64-row tile offsets and the active experts
+//   the counting sort of cuda_moe_sort.cu) → per-expert row offsets, 64-row tile offsets and
+//   the active experts
 //   → gather rows as bf16 → grouped GEMM gate|up → SiLU·mul →
 //   grouped GEMM down → weighted combine in slot order (deterministic: no float atomics).
 // Shared experts may ride along (MoeArgs::n_shared): extra experts after the routed ones, in
@@ -38,12 +39,12 @@
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_moe_slots.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_search.cuh"
 
 #include <algorithm>
 #include <vector>
-#include <cub/cub.cuh>
 #include <cuda_fp8.h>
 #include <mma.h>
 
@@ -52,6 +53,7 @@ namespace {
 
 constexpr int kMaxExperts = 256;         // routed experts (the router's limit)
 constexpr int kMaxSharedExperts = kMaxExperts;  // shared-expert slices run as extra experts (MoeArgs::n_shared)
+static_assert(kMaxExperts + kMaxSharedExperts <= kMoeSortMaxExperts, "moe_sort takes every expert");
 constexpr int kMaxGroups = 64;
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -155,51 +157,10 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
   w[lane] = my_w * a.scale;
 }
 
-__global__ void iota_kernel(int32_t* v, int64_t n) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i < n) v[i] = static_cast<int32_t>(i);
-}
-
-// offsets[e] = first sorted entry of expert e (lower bound); tiles[e] = Σ_{e' < e} ceil(count / kBM);
-// active[j] = the j-th expert with rows, −1 past the last (n_active slots: min(E, n)).
-template <int kBM>
-__global__ void offsets_kernel(const int32_t* sorted, int64_t n, int64_t E, int32_t* offsets, int32_t* tiles,
-                               int32_t* active, int64_t n_active) {
-  for (int64_t e = threadIdx.x; e <= E; e += blockDim.x) {
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      if (sorted[mid] < e) lo = mid + 1;
-      else hi = mid;
-    }
-    offsets[e] = static_cast<int32_t>(lo);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t acc = 0;
-    int64_t j = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      tiles[e] = acc;
-      acc += (offsets[e + 1] - offsets[e] + kBM - 1) / kBM;
-      if (offsets[e + 1] > offsets[e] && j < n_active) active[j++] = static_cast<int32_t>(e);
-    }
-    tiles[E] = acc;
-    for (; j < n_active; ++j) active[j] = -1;
-  }
-}
-
 constexpr int64_t kSmallSortMax = 512;  // routed rows sorted by small_sort_kernel
 
-// The expert of entry i = (token i / kt, slot i % kt): slots j < k the token's routed experts
-// ids[token·k + j], slots k .. kt − 1 the shared experts e_routed + (j − k) (see MoeArgs).
-__device__ __forceinline__ int32_t slot_expert(const int32_t* ids, int64_t i, int64_t k, int64_t kt,
-                                               int64_t e_routed) {
-  const int64_t tok = i / kt, j = i % kt;
-  return j < k ? ids[tok * k + j] : static_cast<int32_t>(e_routed + j - k);
-}
-
-// Decode-sized steps (R ≤ kSmallSortMax entries): one 1024-thread block does what iota + the
-// stable radix sort + offsets_kernel do — perm lists the (token, slot) entries by expert, ties
+// Decode-sized steps (R ≤ kSmallSortMax entries): one 1024-thread block does what moe_sort's
+// three launches do — perm lists the (token, slot) entries by expert, ties
 // in entry order (an entry's rank is the number of earlier entries of its expert: O(R²/1024)
 // compares, ≤ 256 per thread) and its inverse inv, plus offsets, tile offsets and the
 // active-expert list. Counts use shared-memory atomics (exact integers: order-free). Shared:
@@ -251,13 +212,12 @@ __device__ __forceinline__ uint2 bf16x4(float a, float b, float c, float d) {
   return make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
 }
 
-// xa[i] = bf16(x[perm[i] / k]); inv[perm[i]] = i (inv == null: the one-block sort wrote it).
-__global__ void permute_kernel(const float* x, const int32_t* perm, int64_t k, int64_t D, bf16* xa, int32_t* inv) {
+// xa[i] = bf16(x[perm[i] / k]).
+__global__ void permute_kernel(const float* x, const int32_t* perm, int64_t k, int64_t D, bf16* xa) {
   pdl_wait();
   pdl_trigger();
   const int64_t i = blockIdx.x;
   const int64_t entry = perm[i], t = entry / k;
-  if (threadIdx.x == 0 && inv != nullptr) inv[entry] = static_cast<int32_t>(i);
   const float* src = x + t * D;
   bf16* dst = xa + i * D;
   if (D % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {  // 4 values per load (rows stay 16-byte aligned)
@@ -269,12 +229,6 @@ __global__ void permute_kernel(const float* x, const int32_t* perm, int64_t k, i
     return;
   }
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) dst[j] = __float2bfloat16(src[j]);
-}
-
-// inv[perm[i]] = i for i < n.
-__global__ void invert_kernel(const int32_t* perm, int64_t n, int32_t* inv) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i < n) inv[perm[i]] = static_cast<int32_t>(i);
 }
 
 // Row i of q / sq ← row perm[i] / k of qx / sqx: the slots' rows from each token's quantized row
@@ -292,13 +246,6 @@ __global__ void gather_quantized_kernel(const uint8_t* qx, const float* sqx, con
   for (int64_t g = threadIdx.x; g < kb; g += blockDim.x) sq[i * kb + g] = sqx[src * kb + g];
 }
 
-// [T, kt] expert ids: the routed ones [T, k], then the shared experts e_routed .. (slot_expert).
-__global__ void extend_ids_kernel(const int32_t* ids, int64_t T, int64_t k, int64_t kt, int64_t e_routed,
-                                  int32_t* out) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= T * kt) return;
-  out[i] = slot_expert(ids, i, k, kt, e_routed);
-}
 
 // act[r, c] = bf16(silu(g) · u) with g = h[r, c], u = h[r, I + c] (h [R, 2I]), each the sum of
 // n_parts partials h_p = h + p · stride added in order (the first as is): sum_splits then
@@ -1132,38 +1079,19 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   DI_CUDA_REQUIRE(e_routed <= kMaxExperts && a.n_shared <= kMaxSharedExperts);
   const int64_t R = a.T * a.k;
   auto get = [&](size_t bytes) { return alloc(ctx, bytes == 0 ? 16 : bytes); };
-  auto* keys_sorted = static_cast<int32_t*>(get(sizeof(int32_t) * R));
-  auto* entries = static_cast<int32_t*>(get(sizeof(int32_t) * R));
   auto* perm = static_cast<int32_t*>(get(sizeof(int32_t) * R));
   auto* inv = static_cast<int32_t*>(get(sizeof(int32_t) * R));
   auto* offsets = static_cast<int32_t*>(get(sizeof(int32_t) * (a.E + 1)));
   auto* tiles = static_cast<int32_t*>(get(sizeof(int32_t) * (a.E + 1)));
   const int64_t n_active = std::min(a.E, R);
   auto* active = static_cast<int32_t*>(get(sizeof(int32_t) * n_active));
-  if (R <= kSmallSortMax) {  // decode: one block instead of iota + radix sort + offsets
+  if (R <= kSmallSortMax) {  // decode: one block instead of moe_sort's three launches
     launch_pdl(small_sort_kernel<kBM>, 1, 1024, 0, s, a.ids, k_routed, a.k, R, a.E, perm, inv, offsets, tiles, active,
                n_active);
     DI_CUDA_LAUNCHED();
-  } else {
-    const int32_t* ids = a.ids;
-    if (a.n_shared > 0) {
-      auto* ext = static_cast<int32_t*>(get(sizeof(int32_t) * R));
-      extend_ids_kernel<<<grid_for(R, 256), 256, 0, s>>>(a.ids, a.T, k_routed, a.k, e_routed, ext);
-      DI_CUDA_LAUNCHED();
-      ids = ext;
-    }
-    iota_kernel<<<grid_for(R, 256), 256, 0, s>>>(entries, R);
-    DI_CUDA_LAUNCHED();
-    int end_bit = 1;
-    while ((int64_t{1} << end_bit) < a.E) ++end_bit;
-    size_t temp_bytes = 0;
-    DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, ids, keys_sorted, entries, perm,
-                                                  static_cast<int>(R), 0, end_bit, s));
-    void* temp = get(temp_bytes);
-    DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids, keys_sorted, entries, perm,
-                                                  static_cast<int>(R), 0, end_bit, s));
-    offsets_kernel<kBM><<<1, 256, 0, s>>>(keys_sorted, R, a.E, offsets, tiles, active, n_active);
-    DI_CUDA_LAUNCHED();
+  } else {  // perm, inv, offsets, tiles, active in three launches
+    moe_sort(a.ids, k_routed, a.k, e_routed, R, a.E, kBM, perm, inv, offsets, tiles, active, n_active,
+             get(moe_sort_scratch_bytes(R, a.E)), s);
   }
   // Form 1 at one token, after the one-block sort: three launches from here. The gate|up GEMV
   // reads the token's fp32 row through perm (rounded to bf16 as the gather would) and applies
@@ -1202,10 +1130,6 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   }
   if (a.form == 5) {  // W8A8: quantize+gather, GEMM, SiLU·mul+quantize, GEMM, combine (bf16 expert outputs)
     DI_CUDA_REQUIRE(moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k));
-    if (R > kSmallSortMax) {  // inv[perm[i]] = i (the one-block sort wrote it)
-      invert_kernel<<<grid_for(R, 256), 256, 0, s>>>(perm, R, inv);
-      DI_CUDA_LAUNCHED();
-    }
     const int64_t kb_d = (a.D + kFp8GroupK - 1) / kFp8GroupK, kb_i = (a.I + kFp8GroupK - 1) / kFp8GroupK;
     auto* q = static_cast<uint8_t*>(get(static_cast<size_t>(R * a.D)));  // [R, D] e4m3
     auto* sq = static_cast<float*>(get(sizeof(float) * R * kb_d));       // [R, D / 128]
@@ -1255,8 +1179,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     return;
   }
   auto* xa = static_cast<bf16*>(get(sizeof(bf16) * R * a.D));
-  launch_pdl(permute_kernel, static_cast<unsigned>(R), 256, 0, s, a.x, perm, a.k, a.D, xa,
-             R <= kSmallSortMax ? nullptr : inv);
+  launch_pdl(permute_kernel, static_cast<unsigned>(R), 256, 0, s, a.x, perm, a.k, a.D, xa);
   DI_CUDA_LAUNCHED();
   DI_CUDA_REQUIRE(a.form != 2 || a.blas != nullptr);
   DI_CUDA_REQUIRE(a.form != 3 || (small_m_gemm_ok(a.D, a.fp8, a.block_k) && small_m_gemm_ok(a.I, a.fp8, a.block_k)));
