@@ -21,7 +21,7 @@ run() {  # name, command...
   [ $rc -ne 0 ] && status=1
   echo "$name: rc=$rc $(( $(date +%s) - s )) s  $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200)"
 }
-run cuda_ops "$T" --gtest_filter='CudaOps.*:CudaSampling.*:CudaMlaTc.*:CudaMlaPrefill.*:CudaFp8Gemm.*:CudaTiledGemmV3.*:CudaRouterGemm.*:CudaMoeSort.*'
+run cuda_ops "$T" --gtest_filter='CudaOps.*:CudaSampling.*:CudaMlaTc.*:CudaMlaPrefill.*:CudaFp8Gemm.*:CudaTiledGemmV3.*:CudaMoeSort.*'
 grep -E 'v[23] |TFLOP' "$OUT/cuda_ops.log" | head -12
 run cuda_invariance "$T" --gtest_filter='CudaInvariantOps.*:CudaBatchInvariance.*'
 grep -E "^\[invariance\]" "$OUT/cuda_invariance.log"
@@ -39,12 +39,9 @@ run cuda_runtime_absorbed env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_INVARIAN
 # grouped FP8 GEMM's staggered warpgroups and 2-block FP8 clusters on (measured no faster, off
 # by default), the invariant bf16 MoE's K-split structure instead of one K chain (the default
 # since version 16) and the invariant router's two-launch form (the one-launch form is the
-# default since version 18), and the default mode's 3xTF32 router from one row (from 1,024 by
-# default, which the fixtures' short prompts never reach). Their own tests set them; here the
-# model-level suites run with them.
+# default since version 18). Their own tests set them; here the model-level suites run with them.
 NEXT="DEEPINFER_CUDA_FP8_GLU=1 DEEPINFER_CUDA_ROUTER_TILED=1 DEEPINFER_CUDA_INVARIANT_MOE_CHAIN=0 DEEPINFER_CUDA_W8A8_EARLY_W=1
-  DEEPINFER_CUDA_FP8_STAGGER=1 DEEPINFER_CUDA_FP8_CLUSTER=2 DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER=0
-  DEEPINFER_CUDA_ROUTER_TC_ROWS=1"
+  DEEPINFER_CUDA_FP8_STAGGER=1 DEEPINFER_CUDA_FP8_CLUSTER=2 DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER=0"
 run cuda_next env $NEXT "$T" \
   --gtest_filter='CudaInvariantOps.*:CudaBatchInvariance.*:CudaOps.Moe*:Fixtures/GoldenFixtureCuda.*:CudaModelParity.*'
 run cuda_runtime_next env DEEPINFER_TEST_DEVICE=cuda $NEXT "$T" \

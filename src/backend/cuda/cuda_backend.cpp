@@ -163,9 +163,6 @@ struct CudaState {
   // The invariant router at decode sizes in one launch (gemm_f32_ordered_fused: the bits of its
   // parallel chunks + their sum); DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER=0|1, a lab knob.
   bool invariant_fused_router = true;
-  // The default mode's fp32 GEMMs (the router) on the 3xTF32 kernel from this many rows, 0 =
-  // never (cuBLAS's fp32 SGEMM); DEEPINFER_CUDA_ROUTER_TC_ROWS=n, a lab knob.
-  int64_t router_tc_rows = CudaBackend::kRouterTcMinRows;
   bool batch_invariant = false;  // set_batch_invariant
 };
 
@@ -269,7 +266,6 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_int("DEEPINFER_CUDA_GEMV_TC_MIN_UNITS", 1, int64_t{1} << 30, 1, s_->gemv_tc_min_units);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_NAIVE", s_->invariant_naive);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER", s_->invariant_fused_router);
-  read_env_int("DEEPINFER_CUDA_ROUTER_TC_ROWS", 0, int64_t{1} << 40, 1, s_->router_tc_rows);
 }
 
 CudaBackend::~CudaBackend() {
@@ -861,7 +857,7 @@ void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& 
   DI_CHECK_EQ(out.size(1), N);
   if (M == 0) return;
   ScratchScope scope(*this);
-  if (w.dtype() == DType::kF32) {  // fp32 weights (the router): fp32 arithmetic (or 3xTF32), no plain tf32
+  if (w.dtype() == DType::kF32) {  // fp32 weights (the router): fp32 GEMM, no tf32
     if (s_->batch_invariant) {  // decode-sized steps: K chunks in parallel blocks (same bits)
       const int64_t chunks = cuda::gemm_f32_ordered_chunks(K);
       if (M <= kInvariantRouterParallelRows && chunks > 1 && s_->invariant_fused_router &&
@@ -878,13 +874,10 @@ void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& 
       return;
     }
     if (try_gemv(x.raw_data(), Elem::kF32, x_stride == 0 ? K : x_stride, M, w, N, dptr<float>(out), N)) return;
-    const int64_t ldx = x_stride == 0 ? K : x_stride;
-    if (s_->router_tc_rows > 0 && M >= s_->router_tc_rows &&
-        cuda::gemm_f32_3xtf32_ok(K, ldx, cdptr<float>(x), cdptr<float>(w.weight))) {
-      cuda::gemm_f32_3xtf32(cdptr<float>(x), ldx, cdptr<float>(w.weight), M, N, K, dptr<float>(out), N, s_->stream);
-      return;
-    }
-    cuda::gemm_f32(s_->blas, M, N, K, cdptr<float>(x), ldx, cdptr<float>(w.weight), K, dptr<float>(out), N);
+    // cuBLAS's fp32 SGEMM (~39 µs a V2-Lite layer at 4,096 rows); a 3xTF32 tensor-core kernel
+    // measured slower (52 µs, run s21-4; in history at 3433027).
+    cuda::gemm_f32(s_->blas, M, N, K, cdptr<float>(x), x_stride == 0 ? K : x_stride, cdptr<float>(w.weight), K,
+                   dptr<float>(out), N);
     return;
   }
   // Decode sizes: the GEMV rounds the fp32 rows to bf16 as it reads them (no conversion launch).

@@ -171,10 +171,6 @@ class CudaBackend : public Backend {
   // few at decode sizes to hide the chains' latency (B = 32 with it from 17 rows: ~+0.9 ms per
   // step, run s18-1).
   static constexpr int64_t kRouterTiledMinRows = 1024;
-  // The default mode's fp32 router GEMM runs on the 3xTF32 tensor-core kernel (gemm_f32_3xtf32:
-  // fp32-level error, not cuBLAS's bits) from this many rows: 32 blocks of 32 rows, each walking
-  // all of K; smaller steps keep cuBLAS's SGEMM, whose K splits give them more blocks.
-  static constexpr int64_t kRouterTcMinRows = 1024;
   // The batch-invariant mode's bf16 MoE with all of K in one chain (MoeArgs::one_chain, the
   // default): its small-M form with one K split, so the default mode's wgmma (128 × 256 tiles)
   // and tiled kernels serve its larger steps as they are, instead of the invariant K

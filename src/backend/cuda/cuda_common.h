@@ -129,17 +129,6 @@ void gemm_tf32(cublasHandle_t h, int64_t M, int64_t N, int64_t K, const float* A
 void gemm_f32(cublasHandle_t h, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
               int64_t ldb, float* C, int64_t ldc);
 
-// ---- cuda_gemm_f32_tc.cu ----
-// Row-major C[M, N] (row stride ldc) = X[M, K] · W[N, K]ᵀ, fp32 operands and output, on the TF32
-// tensor cores in three passes (3xTF32: each operand split into a TF32 part and the TF32
-// remainder, the three significant products accumulated in fp32): fp32-level error, ~2⁻²¹ of
-// Σ|x·w| per element, not cuBLAS's bits. 32 × 64 output tiles, all of K in one block: for many
-// rows (the default mode's router at prefill sizes). _ok: K % 4 == 0, ldx % 4 == 0, X and W
-// 16-byte aligned. Graph-safe, no sync.
-bool gemm_f32_3xtf32_ok(int64_t K, int64_t ldx, const float* X, const float* W);
-void gemm_f32_3xtf32(const float* X, int64_t ldx, const float* W, int64_t M, int64_t N, int64_t K, float* C,
-                     int64_t ldc, cudaStream_t s);
-
 // ---- cuda_mla.cu ----
 // The absorbed form over the paged latent cache for the selected sequences' rows: per (row, head)
 // q̃ = W_UKᵀ q_nope, softmax(scale · (q̃·c_kv + q_pe·k_pe)) over the causal keys, o_lat = Σ p·c_kv,

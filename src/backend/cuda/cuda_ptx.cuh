@@ -1,6 +1,6 @@
 // Inline-PTX building blocks shared by the CUDA kernels (.cu files only): asynchronous
-// global → shared copies, L2 cache policies and streaming loads, ldmatrix, the bf16 and f16
-// m16n8k16 and the TF32 m16n8k8 tensor-core MMAs.
+// global → shared copies, L2 cache policies and streaming loads, ldmatrix and the bf16 and f16
+// m16n8k16 tensor-core MMAs.
 #pragma once
 
 #include <cstdint>
@@ -89,26 +89,6 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
 __device__ __forceinline__ void mma_f16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// x rounded to TF32 (10 explicit mantissa bits, nearest, ties away: cvt.rna), as the bits of an
-// fp32 whose low 13 bits are zero — an exact operand of the TF32 MMA.
-__device__ __forceinline__ uint32_t tf32_round(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
-
-// d[16×8] += a[16×8] · b[8×8] (one m16n8k8 tile), TF32 operands (fp32 bit patterns; the MMA reads
-// their top 19 bits), fp32 accumulation. Lane l (g = l / 4, t = l % 4) holds a = {A[g][t],
-// A[g + 8][t], A[g][t + 4], A[g + 8][t + 4]}, b = {B[t][g], B[t + 4][g]} and d = {D[g][2t],
-// D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]}.
-__device__ __forceinline__ void mma_tf32_1688(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
