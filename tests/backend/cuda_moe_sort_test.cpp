@@ -73,7 +73,7 @@ TEST(CudaMoeSort, MatchesHostStableSort) {
         tiles_d(sizeof(int32_t) * static_cast<size_t>(E + 1)), act_d(sizeof(int32_t) * static_cast<size_t>(n_active)),
         scratch(cuda::moe_sort_scratch_bytes(R, E));
     upload(ids_d, ids);
-    cuda::moe_sort(ids_d.as<int32_t>(), c.k, kt, c.e_routed, R, E, c.tile_rows, perm_d.as<int32_t>(), inv_d.as<int32_t>(),
+    cuda::moe_sort(ids_d.as<int32_t>(), c.k, kt, c.e_routed, R, c.tile_rows, perm_d.as<int32_t>(), inv_d.as<int32_t>(),
                    off_d.as<int32_t>(), tiles_d.as<int32_t>(), act_d.as<int32_t>(), n_active, scratch.as<void>(), stream);
     DI_CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::string what = "T " + std::to_string(c.T) + " k " + std::to_string(c.k) + " shared " +

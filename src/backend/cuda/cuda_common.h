@@ -340,13 +340,13 @@ void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void
 // The stable counting sort of a MoE step's R = T·kt (token, slot) entries by expert, as
 // moe_experts runs it beyond its one-block sort: entry i is token i / kt, slot i % kt, its expert
 // ids[token·k + slot] ([T, k] int32, routed) for slot < k, else e_routed + slot − k (the shared
-// experts). perm [R]: the entries by expert, ties in entry order; inv [R]: perm's inverse;
+// experts; E = e_routed + kt − k experts in all). perm [R]: the entries by expert, ties in entry order; inv [R]: perm's inverse;
 // offsets [E + 1]: each expert's first position, offsets[E] = R; tiles [E + 1]: Σ_{e' < e}
 // ⌈count(e') / tile_rows⌉; active [n_active ≤ E]: the experts with entries in increasing order,
 // −1 after. scratch: moe_sort_scratch_bytes(R, E) bytes. Three launches (PDL), no sync.
 constexpr int64_t kMoeSortMaxExperts = 512;  // routed + shared experts (cuda_moe.cu's limits)
 size_t moe_sort_scratch_bytes(int64_t R, int64_t E);
-void moe_sort(const int32_t* ids, int64_t k, int64_t kt, int64_t e_routed, int64_t R, int64_t E, int64_t tile_rows,
+void moe_sort(const int32_t* ids, int64_t k, int64_t kt, int64_t e_routed, int64_t R, int64_t tile_rows,
               int32_t* perm, int32_t* inv, int32_t* offsets, int32_t* tiles, int32_t* active, int64_t n_active,
               void* scratch, cudaStream_t s);
 // ---- cuda_gemv.cu ----

@@ -246,7 +246,6 @@ __global__ void gather_quantized_kernel(const uint8_t* qx, const float* sqx, con
   for (int64_t g = threadIdx.x; g < kb; g += blockDim.x) sq[i * kb + g] = sqx[src * kb + g];
 }
 
-
 // act[r, c] = bf16(silu(g) · u) with g = h[r, c], u = h[r, I + c] (h [R, 2I]), each the sum of
 // n_parts partials h_p = h + p · stride added in order (the first as is): sum_splits then
 // silu_mul in one pass, the same arithmetic. Block r (a row; grid-stride past 2^31 rows), its
@@ -1090,7 +1089,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
                n_active);
     DI_CUDA_LAUNCHED();
   } else {  // perm, inv, offsets, tiles, active in three launches
-    moe_sort(a.ids, k_routed, a.k, e_routed, R, a.E, kBM, perm, inv, offsets, tiles, active, n_active,
+    moe_sort(a.ids, k_routed, a.k, e_routed, R, kBM, perm, inv, offsets, tiles, active, n_active,
              get(moe_sort_scratch_bytes(R, a.E)), s);
   }
   // Form 1 at one token, after the one-block sort: three launches from here. The gate|up GEMV

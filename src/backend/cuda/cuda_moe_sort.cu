@@ -132,10 +132,11 @@ int64_t chunks_for(int64_t R) { return (R + kChunk - 1) / kChunk; }
 
 size_t moe_sort_scratch_bytes(int64_t R, int64_t E) { return sizeof(int32_t) * static_cast<size_t>(chunks_for(R) * E); }
 
-void moe_sort(const int32_t* ids, int64_t k, int64_t kt, int64_t e_routed, int64_t R, int64_t E, int64_t tile_rows,
+void moe_sort(const int32_t* ids, int64_t k, int64_t kt, int64_t e_routed, int64_t R, int64_t tile_rows,
               int32_t* perm, int32_t* inv, int32_t* offsets, int32_t* tiles, int32_t* active, int64_t n_active,
               void* scratch, cudaStream_t s) {
-  DI_CUDA_REQUIRE(E > 0 && E <= kMoeSortMaxExperts && k >= 1 && kt >= k && e_routed + (kt - k) <= E);
+  const int64_t E = e_routed + (kt - k);  // routed, then shared experts
+  DI_CUDA_REQUIRE(k >= 1 && kt >= k && e_routed > 0 && E <= kMoeSortMaxExperts);
   DI_CUDA_REQUIRE(tile_rows > 0 && n_active >= 0 && n_active <= E && R >= 0 && R < (int64_t{1} << 31));
   if (R == 0) return;
   const int64_t n_chunks = chunks_for(R);
