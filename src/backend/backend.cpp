@@ -82,14 +82,22 @@ void Backend::mla_rope_kv_write(Tensor& q, int64_t q_offset, Tensor& kv, const T
   mla_kv_write(kv, norm, eps, positions, rope, slots, cache);
 }
 
+void Backend::add_rms_norm_quantized(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps,
+                                     Tensor& out, QuantizedRows& xq) {
+  DI_CHECK(!xq.defined() && "this backend makes no quantized rows (quantized_rows)");
+  add_rms_norm(residual, delta, weight, eps, out);
+}
+
 void Backend::matmul_parts(const Tensor& x, const std::vector<const LinearWeight*>& w,
-                           const std::vector<Tensor*>& out) {
+                           const std::vector<Tensor*>& out, const QuantizedRows* xq) {
+  (void)xq;  // the backend's own rows, never made here
   DI_CHECK_EQ(w.size(), out.size());
   for (size_t i = 0; i < w.size(); ++i) matmul(x, 0, *w[i], *out[i]);
 }
 
 void Backend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
-                      const SharedExperts& shared, Tensor& out) {
+                      const SharedExperts& shared, Tensor& out, const QuantizedRows* xq) {
+  (void)xq;
   moe_experts(x, ids, weights, experts, out);
   if (shared.mlp == nullptr) return;
   Tensor s = empty(DType::kF32, {x.size(0), out.size(1)});  // [T, D]

@@ -39,6 +39,19 @@ struct SampleExtras {
   Tensor top_logprobs;    // [R, n_top] F32: their log-softmax values of the raw row
 };
 
+// Rows of an activation in a backend's own quantized form for its FP8 linears — the CUDA
+// backend: each row rounded to bf16, then e4m3 codes per 1×128 group with fp32 scales, the bits
+// its W8A8 GEMMs would make of those rows themselves. The model asks for them
+// (Backend::quantized_rows) where a producer op can write them beside its fp32 output
+// (add_rms_norm_quantized) and passes them to the consumers of the same rows (matmul_parts,
+// moe_ffn), which then read them instead of quantizing again: one pass over memory and one
+// launch fewer per consumer. Empty (codes undefined): the backend has no use for them.
+struct QuantizedRows {
+  Tensor codes;   // [T, D] U8 (e4m3 codes)
+  Tensor scales;  // [T, D / 128] F32
+  bool defined() const { return codes.defined(); }
+};
+
 // Device time spent in one kind of op (Backend::take_op_times).
 struct OpTime {
   std::string op;  // e.g. "matmul 2048x2048" (N×K), "mla_attention absorbed", "moe_experts"
@@ -159,15 +172,30 @@ class Backend {
   // residual += delta; out = rms_norm(residual). residual, delta, out [T, D] F32.
   virtual void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) = 0;
 
+  // Buffers for the quantized form of T rows of width D that the linears `consumers` will all
+  // read (QuantizedRows): allocated (step memory, like `empty`) where this backend would quantize
+  // those rows for at least one of them at this size, else empty. Default: empty.
+  virtual QuantizedRows quantized_rows(int64_t T, int64_t D, const std::vector<const LinearWeight*>& consumers) {
+    (void)T, (void)D, (void)consumers;
+    return {};
+  }
+
+  // add_rms_norm, and xq (from quantized_rows for out's shape, or empty) filled with out's rows
+  // quantized. Default: add_rms_norm; xq must be empty (the default quantized_rows).
+  virtual void add_rms_norm_quantized(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps,
+                                      Tensor& out, QuantizedRows& xq);
+
   // out[M, N] = x[M, K] · Wᵀ (fp32 accumulation). x F32 with row stride `x_stride` (0 = K).
   virtual void matmul(const Tensor& x, int64_t x_stride, const LinearWeight& w, Tensor& out) = 0;
 
   // out[i][M, N_i] = x[M, K] · w[i]ᵀ for linears that read the same x (q_proj or q_a_proj, and
   // kv_a_proj_with_mqa). A backend may run them as one GEMM where the placement stacked their
   // rows in one buffer (deepseek_placement.h); the values are matmul's up to rounding order.
-  // Default: one matmul each. x F32 [M, K] contiguous; out[i] F32 [M, N_i].
+  // Default: one matmul each. x F32 [M, K] contiguous; out[i] F32 [M, N_i]. xq: null, or x's
+  // rows quantized (add_rms_norm_quantized wrote them with x; may be empty), for a backend to
+  // read instead of quantizing x again — the same values either way.
   virtual void matmul_parts(const Tensor& x, const std::vector<const LinearWeight*>& w,
-                            const std::vector<Tensor*>& out);
+                            const std::vector<Tensor*>& out, const QuantizedRows* xq = nullptr);
 
   // Rotates channels [offset, offset + rope.dim()) of every head in place.
   // x [T, n_heads, head_stride] F32; positions [T] I32, a step input copied from the host (as
@@ -214,8 +242,9 @@ class Backend {
   // shared weights cut into experts of the routed width, stacked right after `experts` (device
   // placements, see deepseek_placement.h): a backend may run them in the routed experts' launch
   // as extra slots of weight 1 (the same sum up to rounding order). Default: the three ops.
+  // xq: as matmul_parts's (x's rows quantized, or null).
   virtual void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
-                       const SharedExperts& shared, Tensor& out);
+                       const SharedExperts& shared, Tensor& out, const QuantizedRows* xq = nullptr);
 
   // out = down(silu(gate(x)) * up(x)). x [T, D] F32; out [T, D] F32.
   virtual void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) = 0;

@@ -978,6 +978,95 @@ TEST_F(CudaOps, MatmulPartsW8a8EqualsTheSeparateMatmuls) {
     cuda.set_w8a8_stack(true);
   }
 }
+
+// QuantizedRows: add_rms_norm_quantized writes the norm's rows quantized in its own launch —
+// bitwise the residual and output of add_rms_norm, and the codes and scales that
+// quantize_fp8_rows_bf16 makes of that output (the one-launch kernel at D % 128 == 0 up to 8,192;
+// 8,320 takes the norm and the quantizer) — and the W8A8 consumers given them (matmul_parts,
+// moe_ffn) produce the bits they produce quantizing x themselves, default and batch-invariant.
+TEST_F(CudaOps, NormQuantizedRowsFeedTheW8a8Consumers) {
+  if (!cuda::fp8_wgmma_available()) GTEST_SKIP() << "the W8A8 form needs an sm_90 GPU";
+  for (const int64_t D : {256, 2048, 7168, 8320})
+    for (const int64_t T : {1, 3, 70}) {
+      const Tensor res = randn({T, D}, 3.0f), delta = randn({T, D}), w = randn({D}, 0.3f);
+      const Tensor d_w = gpu_->place_tensor(w), d_delta = up(delta);
+      Tensor r1 = up(res), o1 = dev_empty(DType::kF32, {T, D});
+      gpu_->add_rms_norm(r1, d_delta, d_w, 1e-6f, o1);
+      Tensor q1 = dev_empty(DType::kU8, {T, D}), s1 = dev_empty(DType::kF32, {T, D / 128});
+      cuda::quantize_fp8_rows_bf16(o1.data<float>(), D, nullptr, 1, T, D, q1.data<uint8_t>(), s1.data<float>(),
+                                   static_cast<cudaStream_t>(dynamic_cast<CudaBackend&>(*gpu_).stream()));
+      Tensor r2 = up(res), o2 = dev_empty(DType::kF32, {T, D});
+      QuantizedRows xq{dev_empty(DType::kU8, {T, D}), dev_empty(DType::kF32, {T, D / 128})};
+      gpu_->add_rms_norm_quantized(r2, d_delta, d_w, 1e-6f, o2, xq);
+      const std::pair<Tensor, Tensor> same[] = {{r1, r2}, {o1, o2}, {q1, xq.codes}, {s1, xq.scales}};
+      const char* names[] = {"residual", "out", "codes", "scales"};
+      for (int i = 0; i < 4; ++i) {
+        const Tensor a = down(same[i].first), b = down(same[i].second);
+        EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.n_bytes()), 0) << names[i] << " D=" << D << " T=" << T;
+      }
+    }
+
+  // The consumers, with the norm's rows against without: V2-Lite-like q | kv_a stack and MoE.
+  const int64_t D = 256, I = 128, E = 6, k = 3, S = 1;
+  const LinearWeight h0 = host_linear(256, D, DType::kF8E4M3), h1 = host_linear(72, D, DType::kF8E4M3);
+  const LinearWeight all = gpu_->place_linear({&h0, &h1});
+  const LinearWeight w0 = all.rows(0, 256), w1 = all.rows(256, 72);
+  std::vector<MlpWeights> hx = host_experts(E, D, I, DType::kF8E4M3);
+  MlpWeights shared;
+  shared.gate_proj = host_linear(S * I, D, DType::kF8E4M3);
+  shared.up_proj = host_linear(S * I, D, DType::kF8E4M3);
+  shared.down_proj = host_linear(D, S * I, DType::kF8E4M3);
+  hx.push_back({shared.gate_proj, shared.up_proj, shared.down_proj});
+  const std::vector<MlpWeights> d_all = place_experts(*gpu_, hx);
+  const std::vector<MlpWeights> d_routed(d_all.begin(), d_all.begin() + E), d_slices(d_all.begin() + E, d_all.end());
+  MlpWeights d_shared;
+  const LinearWeight gu = gpu_->place_linear({&shared.gate_proj, &shared.up_proj});
+  d_shared.gate_proj = gu.rows(0, S * I);
+  d_shared.up_proj = gu.rows(S * I, S * I);
+  d_shared.down_proj = gpu_->place_linear({&shared.down_proj});
+  SharedExperts d_sh;
+  d_sh.mlp = &d_shared;
+  d_sh.slices = &d_slices;
+  for (bool invariant : {false, true}) {
+    gpu_->set_batch_invariant(invariant);
+    for (const int64_t T : {1, 3, 40, 300}) {
+      QuantizedRows xq = gpu_->quantized_rows(T, D, {&w0, &d_routed[0].gate_proj});
+      EXPECT_EQ(xq.defined(), invariant || T > 2) << "T=" << T << " invariant " << invariant;
+      if (!xq.defined()) continue;
+      Tensor res = up(randn({T, D})), x = dev_empty(DType::kF32, {T, D});
+      const Tensor d_delta = up(randn({T, D})), d_w = gpu_->place_tensor(randn({D}, 0.3f));
+      gpu_->add_rms_norm_quantized(res, d_delta, d_w, 1e-6f, x, xq);
+      Tensor a0 = dev_empty(DType::kF32, {T, 256}), a1 = dev_empty(DType::kF32, {T, 72});
+      Tensor b0 = dev_empty(DType::kF32, {T, 256}), b1 = dev_empty(DType::kF32, {T, 72});
+      if (T == 1) {  // the invariant one-row form wants the parts' outputs back to back
+        const Tensor ra = dev_empty(DType::kF32, {328}), rb = dev_empty(DType::kF32, {328});
+        a0 = ra.slice_rows(0, 256).reshape({1, 256}), a1 = ra.slice_rows(256, 328).reshape({1, 72});
+        b0 = rb.slice_rows(0, 256).reshape({1, 256}), b1 = rb.slice_rows(256, 328).reshape({1, 72});
+      }
+      gpu_->matmul_parts(x, {&w0, &w1}, {&a0, &a1}, &xq);
+      gpu_->matmul_parts(x, {&w0, &w1}, {&b0, &b1});
+      std::vector<int32_t> ids;
+      Tensor rw = Tensor::empty_host(DType::kF32, {T, k});
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < k; ++j) {
+          ids.push_back(static_cast<int32_t>((t * 5 + j * 2) % E));
+          rw.data<float>()[t * k + j] = 0.1f + 0.3f * static_cast<float>(j);
+        }
+      const Tensor d_ids = up(i32(ids).reshape({T, k})), d_rw = up(rw);
+      Tensor m0 = dev_empty(DType::kF32, {T, D}), m1 = dev_empty(DType::kF32, {T, D});
+      gpu_->moe_ffn(x, d_ids, d_rw, d_routed, d_sh, m0, &xq);
+      gpu_->moe_ffn(x, d_ids, d_rw, d_routed, d_sh, m1);
+      const std::pair<Tensor, Tensor> same[] = {{a0, b0}, {a1, b1}, {m0, m1}};
+      const char* names[] = {"q part", "kv part", "moe_ffn"};
+      for (int i = 0; i < 3; ++i) {
+        const Tensor a = down(same[i].first), b = down(same[i].second);
+        EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.n_bytes()), 0)
+            << names[i] << " T=" << T << " invariant " << invariant;
+      }
+    }
+  }
+  gpu_->set_batch_invariant(false);
+}
 #endif
 
 // Random paged layout for sequences (q_len, kv_len): pages shuffled over the pool.

@@ -709,6 +709,47 @@ void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tens
                      dptr<float>(out), residual.size(0), s_->stream);
 }
 
+QuantizedRows CudaBackend::quantized_rows(int64_t T, int64_t D, const std::vector<const LinearWeight*>& consumers) {
+  bool used = false;
+  for (const LinearWeight* w : consumers)
+    used = used || (w != nullptr && w->dtype() == DType::kF8E4M3 && w->n_in() == D && dense_w8a8_fits(T, *w));
+  if (!used || T == 0 || D % cuda::kFp8GroupK != 0) return {};
+  QuantizedRows q;
+  q.codes = empty(DType::kU8, {T, D});                        // [T, D] e4m3
+  q.scales = empty(DType::kF32, {T, D / cuda::kFp8GroupK});  // [T, D / 128]
+  return q;
+}
+
+void CudaBackend::add_rms_norm_quantized(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps,
+                                         Tensor& out, QuantizedRows& xq) {
+  if (!xq.defined()) {
+    add_rms_norm(residual, delta, weight, eps, out);
+    return;
+  }
+  OpTimer timer(*this, "add_rms_norm");
+  const int64_t T = residual.size(0), d = residual.size(1);
+  DI_CHECK_EQ(weight.numel(), d);
+  DI_CHECK(xq.codes.size(0) == T && xq.codes.size(1) == d && xq.scales.size(0) == T &&
+           xq.scales.size(1) == d / cuda::kFp8GroupK);
+  if (cuda::add_rms_norm_quantized(dptr<float>(residual), cdptr<float>(delta), dptr(weight), elem_of(weight.dtype()), d,
+                                   eps, dptr<float>(out), dptr<uint8_t>(xq.codes), dptr<float>(xq.scales), T,
+                                   s_->stream))
+    return;
+  // Shapes the fused kernel does not take: the norm, then the quantizer (the same bits).
+  cuda::add_rms_norm(dptr<float>(residual), cdptr<float>(delta), dptr(weight), elem_of(weight.dtype()), d, eps,
+                     dptr<float>(out), T, s_->stream);
+  cuda::quantize_fp8_rows_bf16(cdptr<float>(out), d, nullptr, 1, T, d, dptr<uint8_t>(xq.codes), dptr<float>(xq.scales),
+                               s_->stream);
+}
+
+// xq's codes and scales when given, defined and of x's shape [M, K] (K % 128 == 0), else null.
+std::pair<const uint8_t*, const float*> CudaBackend::quantized_of(const QuantizedRows* xq, int64_t M, int64_t K) const {
+  if (xq == nullptr || !xq->defined()) return {nullptr, nullptr};
+  DI_CHECK(xq->codes.size(0) == M && xq->codes.size(1) == K && K % cuda::kFp8GroupK == 0 &&
+           xq->scales.size(1) == K / cuda::kFp8GroupK && "QuantizedRows of another shape than x");
+  return {cdptr<uint8_t>(xq->codes), cdptr<float>(xq->scales)};
+}
+
 const void* CudaBackend::bf16_weight(const LinearWeight& w) {
   if (w.dtype() == DType::kBF16) return dptr(w.weight);
   DI_CHECK(w.dtype() == DType::kF8E4M3);
@@ -1185,9 +1226,9 @@ bool stacked(const std::vector<const LinearWeight*>& parts) {
 }  // namespace
 
 void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWeight*>& w,
-                               const std::vector<Tensor*>& out) {
+                               const std::vector<Tensor*>& out, const QuantizedRows* xq) {
   DI_CHECK_EQ(w.size(), out.size());
-  if (s_->batch_invariant && invariant_parts_one_row(x, w, out)) return;
+  if (s_->batch_invariant && invariant_parts_one_row(x, w, out, xq)) return;
   // Decode sizes, two parts stacked by the placement: one GEMV over both, its output split.
   const bool two = w.size() == 2 && out[0]->size(0) == out[1]->size(0) && w[0]->dtype() == w[1]->dtype() &&
                    w[0]->n_in() == w[1]->n_in() && w[0]->dtype() != DType::kF32 && stacked(w);
@@ -1205,8 +1246,15 @@ void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWe
       return;
     }
     ScratchScope scope(*this);
-    Tensor q = empty(DType::kU8, {M, K});                        // [M, K] e4m3
-    Tensor sq = empty(DType::kF32, {M, K / cuda::kFp8GroupK});  // [M, K / 128]
+    // x's rows quantized: by the norm that wrote x (xq), else here, once for all parts.
+    auto [q, sq] = quantized_of(xq, M, K);
+    Tensor q_own, sq_own;
+    const bool quantize = q == nullptr;
+    if (quantize) {
+      q_own = empty(DType::kU8, {M, K});                        // [M, K] e4m3
+      sq_own = empty(DType::kF32, {M, K / cuda::kFp8GroupK});  // [M, K / 128]
+      q = cdptr<uint8_t>(q_own), sq = cdptr<float>(sq_own);
+    }
     // Two parts stacked by the placement, the first a whole number of 128-row tiles: one GEMM
     // over the stack, each part's columns into its own output (Fp8GemmArgs::c2; the same bits).
     // V2-Lite's kv_a_proj (576 rows, 4.5 column tiles) ran as a second launch of 5 blocks per
@@ -1214,19 +1262,20 @@ void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWe
     if (w.size() == 2 && stacked(w) && w[0]->n_out() % cuda::kFp8GroupK == 0 && s_->w8a8_stack) {
       const int64_t n0 = w[0]->n_out(), n1 = w[1]->n_out();
       OpTimer timer(*this, "matmul", n0 + n1, K);
-      cuda::quantize_fp8_rows_bf16(cdptr<float>(x), K, nullptr, 1, M, K, dptr<uint8_t>(q), dptr<float>(sq),
-                                   s_->stream);
-      fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), M, *w[0], n0 + n1,
+      if (quantize)
+        cuda::quantize_fp8_rows_bf16(cdptr<float>(x), K, nullptr, 1, M, K, dptr<uint8_t>(q_own), dptr<float>(sq_own),
+                                     s_->stream);
+      fp8_gemm_w8a8(q, sq, M, *w[0], n0 + n1,
                     w[0]->uniform_row_blocks && w[1]->uniform_row_blocks, dptr<float>(*out[0]), n0,
                     dptr<float>(*out[1]), n1, n0);
       return;
     }
     for (size_t i = 0; i < w.size(); ++i) {
       OpTimer timer(*this, "matmul", w[i]->n_out(), K);  // the first part's time holds the quantizer
-      if (i == 0)
-        cuda::quantize_fp8_rows_bf16(cdptr<float>(x), K, nullptr, 1, M, K, dptr<uint8_t>(q), dptr<float>(sq),
+      if (i == 0 && quantize)
+        cuda::quantize_fp8_rows_bf16(cdptr<float>(x), K, nullptr, 1, M, K, dptr<uint8_t>(q_own), dptr<float>(sq_own),
                                      s_->stream);
-      fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), M, *w[i], w[i]->n_out(), w[i]->uniform_row_blocks,
+      fp8_gemm_w8a8(q, sq, M, *w[i], w[i]->n_out(), w[i]->uniform_row_blocks,
                     dptr<float>(*out[i]), w[i]->n_out());
     }
     return;
@@ -1246,7 +1295,7 @@ void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWe
 // B = 1 (run s15-7). FP8 parts on the W8A8 form likewise: one quantizer, one wgmma GEMM. Returns
 // false (nothing run) where the conditions do not hold.
 bool CudaBackend::invariant_parts_one_row(const Tensor& x, const std::vector<const LinearWeight*>& w,
-                                          const std::vector<Tensor*>& out) {
+                                          const std::vector<Tensor*>& out, const QuantizedRows* xq) {
   if (w.size() < 2 || x.dtype() != DType::kF32 || x.size(0) != 1 || !stacked(w)) return false;
   const int64_t K = w[0]->n_in();
   if (x.size(1) != K) return false;
@@ -1275,10 +1324,16 @@ bool CudaBackend::invariant_parts_one_row(const Tensor& x, const std::vector<con
   OpTimer timer(*this, "matmul", N, K);
   ScratchScope scope(*this);
   if (w8a8 != 0) {
-    Tensor q = empty(DType::kU8, {1, K});                        // [1, K] e4m3
-    Tensor sq = empty(DType::kF32, {1, K / cuda::kFp8GroupK});  // [1, K / 128]
-    cuda::quantize_fp8_rows_bf16(cdptr<float>(x), K, nullptr, 1, 1, K, dptr<uint8_t>(q), dptr<float>(sq), s_->stream);
-    fp8_gemm_w8a8(dptr<uint8_t>(q), dptr<float>(sq), 1, *w[0], N, uniform, dptr<float>(*out[0]), N);
+    auto [q, sq] = quantized_of(xq, 1, K);  // the norm's, or made here
+    Tensor q_own, sq_own;
+    if (q == nullptr) {
+      q_own = empty(DType::kU8, {1, K});                        // [1, K] e4m3
+      sq_own = empty(DType::kF32, {1, K / cuda::kFp8GroupK});  // [1, K / 128]
+      cuda::quantize_fp8_rows_bf16(cdptr<float>(x), K, nullptr, 1, 1, K, dptr<uint8_t>(q_own), dptr<float>(sq_own),
+                                   s_->stream);
+      q = cdptr<uint8_t>(q_own), sq = cdptr<float>(sq_own);
+    }
+    fp8_gemm_w8a8(q, sq, 1, *w[0], N, uniform, dptr<float>(*out[0]), N);
     return true;
   }
   Tensor xb = empty(DType::kBF16, {1, K});
@@ -1311,7 +1366,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
 }
 
 void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                          const std::vector<MlpWeights>& experts, const SharedExperts& shared, Tensor& out) {
+                          const std::vector<MlpWeights>& experts, const SharedExperts& shared, Tensor& out,
+                          const QuantizedRows* xq_in) {
   const int64_t S = shared.mlp != nullptr && shared.slices != nullptr ? static_cast<int64_t>(shared.slices->size()) : 0;
   // The shared slices as extra experts of the routed launch (combined after each token's routed
   // slots) at decode sizes (kMoeFusedSharedMaxTokens), where the separate shared MLP is ~6
@@ -1328,13 +1384,19 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   const bool rule = x.size(0) <= kMoeFusedSharedMaxTokens ||
                     (fp8 && x.size(0) * (ids.size(1) + S) <= kMoeDecodeMaxRows) || wgmma_prefill;
   const bool fuse = s_->batch_invariant || (s_->shared_fuse < 0 ? rule : s_->shared_fuse == 1);
+  // x's rows as the norm that wrote them quantized them (xq_in), for the W8A8 forms below.
+  RowsFp8Once given;
+  if (auto [q, sq] = quantized_of(xq_in, x.size(0), x.size(1)); q != nullptr)
+    given = RowsFp8Once{cdptr<float>(x), x.size(0), x.size(1), const_cast<uint8_t*>(q), const_cast<float*>(sq), true};
+  RowsFp8Once* ready = given.q != nullptr ? &given : nullptr;
   if (S > 0 && fuse) {
     OpTimer timer(*this, "moe_experts+shared");
-    run_moe(x, ids, weights, experts, shared.slices, out);
+    run_moe(x, ids, weights, experts, shared.slices, out, nullptr, ready);
     return;
   }
   if (shared.mlp == nullptr) {
-    moe_experts(x, ids, weights, experts, out);
+    OpTimer timer(*this, "moe_experts");
+    run_moe(x, ids, weights, experts, nullptr, out, nullptr, ready);
     return;
   }
   // The shared MLP first, then the routed experts, whose combine adds its output (the add op's
@@ -1344,9 +1406,9 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   // tokens, run s15-8).
   ScratchScope scope(*this);
   Tensor s = empty(DType::kF32, {x.size(0), out.size(1)});  // [T, D]
-  RowsFp8Once xq;
+  RowsFp8Once xq = given;
   Tensor q, sq;
-  if (fp8 && x.size(1) % cuda::kFp8GroupK == 0) {
+  if (ready == nullptr && fp8 && x.size(1) % cuda::kFp8GroupK == 0) {
     q = empty(DType::kU8, {x.size(0), x.size(1)});                         // [T, D] e4m3
     sq = empty(DType::kF32, {x.size(0), x.size(1) / cuda::kFp8GroupK});  // [T, D / 128]
     xq = RowsFp8Once{cdptr<float>(x), x.size(0), x.size(1), dptr<uint8_t>(q), dptr<float>(sq), false};

@@ -56,10 +56,16 @@ class CudaBackend : public Backend {
   void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override;
   void rms_norm(const Tensor& x, int64_t x_stride, const Tensor& weight, float eps, Tensor& out) override;
   void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) override;
+  // Buffers where some consumer is an FP8 linear that takes the W8A8 form at T rows
+  // (w8a8_consumer) and D % 128 == 0; the norm then writes them in its own launch.
+  QuantizedRows quantized_rows(int64_t T, int64_t D, const std::vector<const LinearWeight*>& consumers) override;
+  void add_rms_norm_quantized(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out,
+                              QuantizedRows& xq) override;
   void matmul(const Tensor& x, int64_t x_stride, const LinearWeight& w, Tensor& out) override;
-  // Two row-stacked linears at GEMV sizes: one GEMV launch writing the two outputs.
-  void matmul_parts(const Tensor& x, const std::vector<const LinearWeight*>& w,
-                    const std::vector<Tensor*>& out) override;
+  // Two row-stacked linears at GEMV sizes: one GEMV launch writing the two outputs. The W8A8
+  // forms read xq (when given and defined) instead of quantizing x.
+  void matmul_parts(const Tensor& x, const std::vector<const LinearWeight*>& w, const std::vector<Tensor*>& out,
+                    const QuantizedRows* xq = nullptr) override;
   void rope(Tensor& x, int64_t offset, const Tensor& positions, const RopeParams& rope) override;
   void silu_mul(const Tensor& gate_up, Tensor& out) override;
   void kv_write(const Tensor& latent, const Tensor& slots, Tensor& cache) override;
@@ -74,8 +80,9 @@ class CudaBackend : public Backend {
   void moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const std::vector<MlpWeights>& experts, Tensor& out) override;
+  // The W8A8 forms (the shared MLP's, the routed experts' form 5) read xq when given and defined.
   void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
-               const SharedExperts& shared, Tensor& out) override;
+               const SharedExperts& shared, Tensor& out, const QuantizedRows* xq = nullptr) override;
   void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void add(Tensor& out, const Tensor& x) override;
@@ -195,7 +202,9 @@ class CudaBackend : public Backend {
   // matmul_parts in the batch-invariant mode at one row, as one GEMM where the parts' outputs
   // are adjacent (cuda_backend.cpp); false: not taken.
   bool invariant_parts_one_row(const Tensor& x, const std::vector<const LinearWeight*>& w,
-                               const std::vector<Tensor*>& out);
+                               const std::vector<Tensor*>& out, const QuantizedRows* xq);
+  // xq's codes and scales when xq is non-null and defined (checked to be [M, K]), else nulls.
+  std::pair<const uint8_t*, const float*> quantized_of(const QuantizedRows* xq, int64_t M, int64_t K) const;
   // mlp, its W8A8 form taking x's quantized rows from xq (non-null).
   void mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, RowsFp8Once* xq);
   // Weight w as a bf16 [n_out, n_in] device pointer: the weight itself, or (FP8) a step-memory

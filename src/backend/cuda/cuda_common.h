@@ -80,6 +80,11 @@ void rms_norm(const float* x, int64_t x_stride, const void* w, Elem w_elem, int6
               int64_t out_stride, int64_t T, cudaStream_t s);
 void add_rms_norm(float* residual, const float* delta, const void* w, Elem w_elem, int64_t D, float eps, float* out,
                   int64_t T, cudaStream_t s);
+// add_rms_norm that also writes out's rows as quantize_fp8_rows_bf16 would quantize them, bit
+// for bit: q [T, D] e4m3 (4-byte aligned), sq [T, D / 128] fp32. Returns false, launching
+// nothing, unless D % 128 == 0, D ≤ 8,192 and residual, delta, out are 16-byte aligned.
+bool add_rms_norm_quantized(float* residual, const float* delta, const void* w, Elem w_elem, int64_t D, float eps,
+                            float* out, uint8_t* q, float* sq, int64_t T, cudaStream_t s);
 void to_bf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, bf16* out, cudaStream_t s);
 // out[n, k] = bf16(q[n, k] · scale[n / block_n, k / block_k]) (scale grid [ceil(N/bn), n_kb]).
 void dequant_fp8(const uint8_t* q, const float* scale, int64_t N, int64_t K, int64_t block_n, int64_t block_k,

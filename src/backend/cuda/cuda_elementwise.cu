@@ -2,6 +2,7 @@
 // reductions (RMSNorm), grid-stride loops elsewhere. All fp32 math; bf16 only in storage.
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_fp8_quant.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 
 #include <cuda_fp8.h>
@@ -46,13 +47,20 @@ __device__ void rope_table(const RopeArgs& a, int32_t pos, float* cs) {
   __syncthreads();
 }
 
-// Rotates pair i of the head at v (pairs (2i, 2i+1) interleaved, else (i, i + half)).
-__device__ __forceinline__ void rope_pair(const RopeArgs& a, const float* cs, float* v, int64_t i) {
+// Pair (x0, x1) rotated by table entry i: (x0·c − x1·s, x1·c + x0·s), each one fma after one
+// multiply, spelled out so that every kernel rotating a pair rounds it the same way.
+__device__ __forceinline__ void rotate(const float* cs, int64_t i, float x0, float x1, float& y0, float& y1) {
   const float c = cs[i], s = cs[kRopeMaxHalf + i];
-  const int64_t ia = a.interleave ? 2 * i : i, ib = a.interleave ? 2 * i + 1 : i + a.half;
-  const float x0 = v[ia], x1 = v[ib];
-  v[ia] = x0 * c - x1 * s;
-  v[ib] = x1 * c + x0 * s;
+  y0 = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
+  y1 = __fmaf_rn(x1, c, __fmul_rn(x0, s));
+}
+// The two channels of pair i of a head: (2i, 2i+1) interleaved, else (i, i + half).
+__device__ __forceinline__ int64_t pair_a(const RopeArgs& a, int64_t i) { return a.interleave ? 2 * i : i; }
+__device__ __forceinline__ int64_t pair_b(const RopeArgs& a, int64_t i) { return a.interleave ? 2 * i + 1 : i + a.half; }
+// Rotates pair i of the head at v.
+__device__ __forceinline__ void rope_pair(const RopeArgs& a, const float* cs, float* v, int64_t i) {
+  const int64_t ia = pair_a(a, i), ib = pair_b(a, i);
+  rotate(cs, i, v[ia], v[ib], v[ia], v[ib]);
 }
 
 __global__ void embedding_kernel(const void* table, Elem e, const int32_t* ids, int64_t D, float* out) {
@@ -70,7 +78,7 @@ __global__ void rms_norm_kernel(const float* x, int64_t x_stride, const void* w,
   const int64_t t = blockIdx.x;
   const float* xr = x + t * x_stride;
   float ss = 0;
-  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) ss += xr[j] * xr[j];
+  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) ss = __fmaf_rn(xr[j], xr[j], ss);
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(D) + eps);
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) out[t * out_stride + j] = load(w, we, j) * (xr[j] * inv);
 }
@@ -146,7 +154,11 @@ __global__ void rope_kernel(float* x, int64_t heads, int64_t stride, int64_t off
 // Token t's latent: rms_norm_kernel's arithmetic on kv[t, :r] (launched with the block size
 // rms_norm would use, so block_sum adds the same partials), rope_kernel's on kv[t, r:] (one
 // head), then kv_write_kernel's store of the whole row; with q.q, rope_kernel's on the token's
-// query heads too, from the same table.
+// query heads too, from the same table. Every load is issued before the first barrier and every
+// value is stored from the registers that computed it (the row is not read back): one global
+// round trip per block, not four (28 µs per V2-Lite layer at 4,096 tokens, run s21-3, for ~14 MB).
+// Needs r ≤ kKvPerThread · blockDim.x and a.half ≤ blockDim.x.
+constexpr int kKvPerThread = 4;
 __global__ void mla_kv_write_kernel(float* kv, int64_t width, int64_t r, const void* w, Elem we, float eps,
                                     const int32_t* positions, RopeArgs a, const int32_t* slots, void* cache,
                                     Elem ce, MlaQRope q) {
@@ -158,21 +170,43 @@ __global__ void mla_kv_write_kernel(float* kv, int64_t width, int64_t r, const v
   pdl_wait();
   pdl_trigger();
   float* x = kv + t * width;
+  float v[kKvPerThread];
   float ss = 0;
-  for (int64_t j = threadIdx.x; j < r; j += blockDim.x) ss += x[j] * x[j];
-  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(r) + eps);
-  for (int64_t j = threadIdx.x; j < r; j += blockDim.x) x[j] = load(w, we, j) * (x[j] * inv);
-  for (int i = threadIdx.x; i < a.half; i += blockDim.x) rope_pair(a, cs, x + r, i);
-  if (q.q != nullptr)
+#pragma unroll
+  for (int u = 0; u < kKvPerThread; ++u) {
+    const int64_t j = threadIdx.x + int64_t{u} * blockDim.x;
+    v[u] = j < r ? x[j] : 0.0f;
+  }
+  const bool pe = threadIdx.x < a.half;  // this thread rotates k_pe's pair threadIdx.x
+  const int64_t ia = pair_a(a, threadIdx.x), ib = pair_b(a, threadIdx.x);
+  float p0 = 0, p1 = 0;
+  if (pe) p0 = x[r + ia], p1 = x[r + ib];
+  if (q.q != nullptr)  // the queries' pairs, independent of the norm
     for (int64_t k = threadIdx.x; k < q.heads * a.half; k += blockDim.x)
       rope_pair(a, cs, q.q + (t * q.heads + k / a.half) * q.stride + q.offset, k % a.half);
-  __syncthreads();  // the finished row, written by other threads, before it is cached
+#pragma unroll
+  for (int u = 0; u < kKvPerThread; ++u)
+    if (threadIdx.x + int64_t{u} * blockDim.x < r) ss = __fmaf_rn(v[u], v[u], ss);
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(r) + eps);
   const int64_t slot = slots[t];
-  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
-    const float v = x[j];
-    if (ce == Elem::kBF16) static_cast<bf16*>(cache)[slot * width + j] = __float2bfloat16(v);
-    else static_cast<float*>(cache)[slot * width + j] = v;
+  auto put = [&](int64_t j, float val) {
+    x[j] = val;
+    if (ce == Elem::kBF16) static_cast<bf16*>(cache)[slot * width + j] = __float2bfloat16(val);
+    else static_cast<float*>(cache)[slot * width + j] = val;
+  };
+#pragma unroll
+  for (int u = 0; u < kKvPerThread; ++u) {
+    const int64_t j = threadIdx.x + int64_t{u} * blockDim.x;
+    if (j < r) put(j, load(w, we, j) * (v[u] * inv));
   }
+  if (pe) {
+    float y0, y1;
+    rotate(cs, threadIdx.x, p0, p1, y0, y1);
+    put(r + ia, y0);
+    put(r + ib, y1);
+  }
+  // Channels past r + 2·half (none at DeepSeek's shapes) are cached as they are.
+  for (int64_t j = r + 2 * a.half + threadIdx.x; j < width; j += blockDim.x) put(j, x[j]);
 }
 
 __global__ void silu_mul_kernel(const float* g, int64_t T, int64_t I, void* out, Elem oe) {
@@ -246,10 +280,15 @@ __global__ void resolve_tokens_kernel(int32_t* ids, int64_t n, const int32_t* pe
 // (x < kVec) of its row, kept in registers between the sum of squares and the scaling, so the
 // row is read once and written twice (residual, out) with 16-byte accesses. Same formula as
 // add_rms_norm_kernel; only the order of the sum of squares differs.
+// kQuant (D % 128 == 0): out's row also rounded to bf16 and quantized per 1×128 group into
+// q [T, D] e4m3 and sq [T, D / 128] — a warp's 32 chunks are one group, so its amax is a warp
+// reduction — with cuda_fp8_quant.cuh's recipe on the same bf16 values as
+// quantize_fp8_rows_bf16: the same codes and scales (a maximum is exact in any order).
 constexpr int kNormThreads = 256;
-template <int kVec>
-__global__ void __launch_bounds__(kNormThreads) add_rms_norm_vec_kernel(float* res, const float* delta, const void* w,
-                                                                        Elem we, int64_t D, float eps, float* out) {
+template <int kVec, bool kQuant>
+__global__ void __launch_bounds__(kNormThreads)
+    add_rms_norm_vec_kernel(float* res, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,
+                            uint8_t* q, float* sq) {
   pdl_wait();
   pdl_trigger();
   const int64_t t = blockIdx.x;
@@ -272,10 +311,22 @@ __global__ void __launch_bounds__(kNormThreads) add_rms_norm_vec_kernel(float* r
 #pragma unroll
   for (int x = 0; x < kVec; ++x) {
     const int j = threadIdx.x + kNormThreads * x;
-    if (j >= n4) break;
+    if (j >= n4) break;  // (kQuant: n4 % 32 == 0, so whole warps leave together)
     const int64_t c = 4 * static_cast<int64_t>(j);
-    o4[j] = make_float4(load(w, we, c) * (v[x].x * inv), load(w, we, c + 1) * (v[x].y * inv),
-                        load(w, we, c + 2) * (v[x].z * inv), load(w, we, c + 3) * (v[x].w * inv));
+    const float4 o = make_float4(load(w, we, c) * (v[x].x * inv), load(w, we, c + 1) * (v[x].y * inv),
+                                 load(w, we, c + 2) * (v[x].z * inv), load(w, we, c + 3) * (v[x].w * inv));
+    o4[j] = o;
+    if constexpr (kQuant) {
+      const float b[4] = {__bfloat162float(__float2bfloat16(o.x)), __bfloat162float(__float2bfloat16(o.y)),
+                          __bfloat162float(__float2bfloat16(o.z)), __bfloat162float(__float2bfloat16(o.w))};
+      float amax = fmaxf(fmaxf(fabsf(b[0]), fabsf(b[1])), fmaxf(fabsf(b[2]), fabsf(b[3])));
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      const float sc = fp8_group_scale(amax);
+      const uint32_t lo = fp8_codes2(b[0], b[1], sc), hi = fp8_codes2(b[2], b[3], sc);
+      reinterpret_cast<uint32_t*>(q + t * D)[j] = lo | (hi << 16);
+      if (threadIdx.x % 32 == 0) sq[t * (D / kFp8GroupK) + j / 32] = sc;
+    }
   }
 }
 
@@ -304,16 +355,35 @@ void add_rms_norm(float* residual, const float* delta, const void* w, Elem we, i
   if (T == 0) return;
   const bool vec = D % 4 == 0 && reinterpret_cast<uintptr_t>(residual) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(delta) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  uint8_t* no_q = nullptr;
+  float* no_sq = nullptr;
   if (vec && D <= 4 * kNormThreads * 2)
-    launch_pdl(add_rms_norm_vec_kernel<2>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we, D, eps,
-               out);
+    launch_pdl(add_rms_norm_vec_kernel<2, false>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
+               D, eps, out, no_q, no_sq);
   else if (vec && D <= 4 * kNormThreads * 8)
-    launch_pdl(add_rms_norm_vec_kernel<8>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we, D, eps,
-               out);
+    launch_pdl(add_rms_norm_vec_kernel<8, false>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
+               D, eps, out, no_q, no_sq);
   else
     launch_pdl(add_rms_norm_kernel, static_cast<unsigned>(T), row_threads(D), 0, s, residual, delta, w, we, D, eps,
                out);
   DI_CUDA_LAUNCHED();
+}
+
+bool add_rms_norm_quantized(float* residual, const float* delta, const void* w, Elem we, int64_t D, float eps,
+                            float* out, uint8_t* q, float* sq, int64_t T, cudaStream_t s) {
+  const bool vec = D % kFp8GroupK == 0 && reinterpret_cast<uintptr_t>(residual) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(delta) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(q) % 4 == 0;
+  if (!vec || D > 4 * kNormThreads * 8) return false;
+  if (T == 0) return true;
+  if (D <= 4 * kNormThreads * 2)
+    launch_pdl(add_rms_norm_vec_kernel<2, true>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
+               D, eps, out, q, sq);
+  else
+    launch_pdl(add_rms_norm_vec_kernel<8, true>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
+               D, eps, out, q, sq);
+  DI_CUDA_LAUNCHED();
+  return true;
 }
 
 void to_bf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, bf16* out, cudaStream_t s) {
@@ -346,8 +416,11 @@ void mla_kv_write(float* kv, int64_t T, int64_t width, int64_t r, const void* w,
                   const int32_t* positions, const RopeArgs& args, const int32_t* slots, void* cache, Elem ce,
                   const MlaQRope& q, cudaStream_t s) {
   if (T == 0) return;
-  launch_pdl(mla_kv_write_kernel, static_cast<unsigned>(T), row_threads(r), 0, s, kv, width, r, w, we, eps, positions,
-             args, slots, cache, ce, q);
+  const unsigned threads = row_threads(r);
+  DI_CUDA_REQUIRE_MSG(r <= kKvPerThread * int64_t{threads} && args.half <= static_cast<int>(threads),
+                      "mla_kv_write: the latent is too wide for one block");
+  launch_pdl(mla_kv_write_kernel, static_cast<unsigned>(T), threads, 0, s, kv, width, r, w, we, eps, positions, args,
+             slots, cache, ce, q);
   DI_CUDA_LAUNCHED();
 }
 

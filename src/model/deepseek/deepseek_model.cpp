@@ -108,9 +108,9 @@ std::vector<KvLayerSpec> DeepseekModel::kv_layers() const {
                                   KvLayerSpec{KvKind::kMlaLatent, config_.kv_latent_dim()});
 }
 
-void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, const Tensor& positions,
-                              const Tensor& slots, const AttentionBatch& decode, const AttentionBatch& prefill,
-                              Tensor& cache_layer, Tensor& attn_out) const {
+void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, const QuantizedRows& xq,
+                              const Tensor& positions, const Tensor& slots, const AttentionBatch& decode,
+                              const AttentionBatch& prefill, Tensor& cache_layer, Tensor& attn_out) const {
   const DeepseekConfig& c = config_;
   const DeepseekLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
   const int64_t T = x.size(0), H = c.num_attention_heads, dqk = c.qk_head_dim();
@@ -126,9 +126,9 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
   if (c.q_lora_rank != 0) qa = backend.empty(DType::kF32, {T, c.q_lora_rank});
   Tensor kv = backend.empty(DType::kF32, {T, width});  // [T, r + dr] = [c_kv | k_pe]
   if (c.q_lora_rank == 0) {
-    backend.matmul_parts(x, {&w.q_proj, &w.kv_a_proj_with_mqa}, {&q, &kv});
+    backend.matmul_parts(x, {&w.q_proj, &w.kv_a_proj_with_mqa}, {&q, &kv}, &xq);
   } else {
-    backend.matmul_parts(x, {&w.q_a_proj, &w.kv_a_proj_with_mqa}, {&qa, &kv});
+    backend.matmul_parts(x, {&w.q_a_proj, &w.kv_a_proj_with_mqa}, {&qa, &kv}, &xq);
     backend.rms_norm(qa, 0, w.q_a_layernorm, eps, qa);
     backend.matmul(qa, 0, w.q_b_proj, q);
   }
@@ -145,7 +145,8 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
   backend.matmul(o.reshape({T, H * c.v_head_dim}), 0, w.o_proj, attn_out);
 }
 
-void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, const Tensor& x, Tensor& out) const {
+void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, const Tensor& x, const QuantizedRows& xq,
+                        Tensor& out) const {
   const DeepseekConfig& c = config_;
   if (!w.is_moe) {
     backend.mlp(x, w.mlp, out);
@@ -177,7 +178,7 @@ void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, const T
     shared.mlp = &w.shared_experts;
     shared.slices = &w.shared_slices;
   }
-  backend.moe_ffn(x, ids, weights, w.experts, shared, out);
+  backend.moe_ffn(x, ids, weights, w.experts, shared, out, &xq);
 }
 
 Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, PagedKvCache& cache, MlaPolicy policy,
@@ -287,17 +288,29 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
     Tensor h = backend.empty(DType::kF32, {T, D});       // [T, hidden] residual stream
     Tensor x = backend.empty(DType::kF32, {T, D});       // [T, hidden] normalized input of a sublayer
     Tensor delta = backend.empty(DType::kF32, {T, D});   // [T, hidden] sublayer output
+    // x's rows quantized for its FP8 consumers by the norms that write x (empty where the backend
+    // has no use for them): one buffer, as x, for every sublayer's input.
+    std::vector<const LinearWeight*> consumers;
+    for (const DeepseekLayerWeights& w : weights_.layers)
+      for (const LinearWeight* p : {&w.q_proj, &w.q_a_proj, &w.kv_a_proj_with_mqa, &w.mlp.gate_proj,
+                                    &w.shared_experts.gate_proj})
+        if (p->weight.defined()) consumers.push_back(p);
+    for (const DeepseekLayerWeights& w : weights_.layers)
+      if (!w.experts.empty()) consumers.push_back(&w.experts[0].gate_proj);
+    QuantizedRows xq_buf = backend.quantized_rows(T, D, consumers);
+    const QuantizedRows no_xq;
     backend.embedding(weights_.embed_tokens, ids, h);
     backend.rms_norm(h, 0, weights_.layers[0].input_layernorm, eps, x);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const DeepseekLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
       const int64_t layer_mark = backend.step_mark();  // the layer's temporaries die with it
-      attention(backend, l, x, positions, slots, decode, prefill, cache.layer(l), delta);
-      backend.add_rms_norm(h, delta, w.post_attention_layernorm, eps, x);
-      ffn(backend, w, x, delta);
-      const Tensor& next_norm =
-          l + 1 < c.num_hidden_layers ? weights_.layers[static_cast<size_t>(l) + 1].input_layernorm : weights_.norm;
-      backend.add_rms_norm(h, delta, next_norm, eps, x);  // x = final-normed h after the last layer
+      attention(backend, l, x, l == 0 ? no_xq : xq_buf, positions, slots, decode, prefill, cache.layer(l), delta);
+      backend.add_rms_norm_quantized(h, delta, w.post_attention_layernorm, eps, x, xq_buf);
+      ffn(backend, w, x, xq_buf, delta);
+      const bool last = l + 1 == c.num_hidden_layers;
+      const Tensor& next_norm = last ? weights_.norm : weights_.layers[static_cast<size_t>(l) + 1].input_layernorm;
+      QuantizedRows none;
+      backend.add_rms_norm_quantized(h, delta, next_norm, eps, x, last ? none : xq_buf);  // x = final-normed h at the end
       backend.step_release(layer_mark);
     }
     Tensor last = backend.empty(DType::kF32, {R, D});

@@ -116,12 +116,14 @@ class DeepseekModel {
                  MlaPolicy policy = MlaPolicy::kAuto, DecodeGraphs* graphs = nullptr) const;
 
  private:
-  // attn_out [T, hidden] = MLA(x [T, hidden]) for layer l; writes the layer's KV.
-  void attention(Backend& backend, int64_t l, const Tensor& x, const Tensor& positions, const Tensor& slots,
-                 const AttentionBatch& decode, const AttentionBatch& prefill, Tensor& cache_layer,
+  // attn_out [T, hidden] = MLA(x [T, hidden]) for layer l; writes the layer's KV. xq: x's rows
+  // quantized by the norm that wrote x (QuantizedRows, backend.h; may be empty).
+  void attention(Backend& backend, int64_t l, const Tensor& x, const QuantizedRows& xq, const Tensor& positions,
+                 const Tensor& slots, const AttentionBatch& decode, const AttentionBatch& prefill, Tensor& cache_layer,
                  Tensor& attn_out) const;
-  // ffn_out [T, hidden] = dense MLP or MoE (+ shared experts) of x.
-  void ffn(Backend& backend, const DeepseekLayerWeights& w, const Tensor& x, Tensor& ffn_out) const;
+  // ffn_out [T, hidden] = dense MLP or MoE (+ shared experts) of x; xq as attention's.
+  void ffn(Backend& backend, const DeepseekLayerWeights& w, const Tensor& x, const QuantizedRows& xq,
+           Tensor& ffn_out) const;
 
   DeepseekConfig config_;
   DeepseekWeights weights_;
