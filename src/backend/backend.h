@@ -39,16 +39,17 @@ struct SampleExtras {
   Tensor top_logprobs;    // [R, n_top] F32: their log-softmax values of the raw row
 };
 
-// Rows of an activation in a backend's own quantized form for its FP8 linears — the CUDA
-// backend: each row rounded to bf16, then e4m3 codes per 1×128 group with fp32 scales, the bits
-// its W8A8 GEMMs would make of those rows themselves. The model asks for them
+// Rows of an activation in a backend's own low-precision form for its linears — the CUDA
+// backend: for FP8 linears each row rounded to bf16, then e4m3 codes per 1×128 group with fp32
+// scales, the bits its W8A8 GEMMs would make of those rows themselves; for bf16 linears the rows
+// rounded to bf16, as its GEMMs convert them. The model asks for them
 // (Backend::quantized_rows) where a producer op can write them beside its fp32 output
 // (add_rms_norm_quantized) and passes them to the consumers of the same rows (matmul_parts,
 // moe_ffn), which then read them instead of quantizing again: one pass over memory and one
 // launch fewer per consumer. Empty (codes undefined): the backend has no use for them.
 struct QuantizedRows {
-  Tensor codes;   // [T, D] U8 (e4m3 codes)
-  Tensor scales;  // [T, D / 128] F32
+  Tensor codes;   // [T, D] U8 (e4m3 codes), or BF16 (the rows rounded)
+  Tensor scales;  // [T, D / 128] F32 (U8 codes), or undefined (BF16)
   bool defined() const { return codes.defined(); }
 };
 

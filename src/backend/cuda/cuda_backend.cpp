@@ -103,6 +103,8 @@ struct CudaState {
   std::vector<int64_t> free_events;    // released fence ids
   std::vector<cudaGraphExec_t> graphs;
   void* blas_workspace = nullptr;      // fixed cuBLAS workspace (graph capture needs one)
+  // small_m_gemm's split-sum counters (cuda::kSmallMArrivals, zeroed; every launch leaves them so).
+  unsigned* split_arrivals = nullptr;
   struct L2Window {                    // the stream's L2-persisting window (keep_step_memory_in_l2)
     bool configured = false;
     size_t bytes = 0;                  // the set-aside (0: off)
@@ -246,6 +248,8 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   constexpr size_t kWorkspace = size_t{64} << 20;
   DI_CUDA_CHECK(cudaMalloc(&s_->blas_workspace, kWorkspace));
   DI_CUBLAS_CHECK(cublasSetWorkspace(s_->blas, s_->blas_workspace, kWorkspace));
+  DI_CUDA_CHECK(cudaMalloc(&s_->split_arrivals, sizeof(unsigned) * cuda::kSmallMArrivals));
+  DI_CUDA_CHECK(cudaMemset(s_->split_arrivals, 0, sizeof(unsigned) * cuda::kSmallMArrivals));
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_FP8_W8A8", on)) s_->dense_w8a8 = on ? 1 : 0;
   read_env_switch("DEEPINFER_CUDA_MLA_WGMMA", s_->mla_wgmma);
   s_->dense_w8a8_rows = kGemvMaxRows;
@@ -279,6 +283,7 @@ CudaBackend::~CudaBackend() {
   for (cudaGraphExec_t g : s_->graphs) cudaGraphExecDestroy(g);
   for (auto& st : s_->staging) cudaFreeHost(st.data);
   cudaFree(s_->blas_workspace);
+  cudaFree(s_->split_arrivals);
   cublasDestroy(s_->blas);
   cudaStreamDestroy(s_->stream);
 }
@@ -710,13 +715,21 @@ void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tens
 }
 
 QuantizedRows CudaBackend::quantized_rows(int64_t T, int64_t D, const std::vector<const LinearWeight*>& consumers) {
-  bool used = false;
-  for (const LinearWeight* w : consumers)
-    used = used || (w != nullptr && w->dtype() == DType::kF8E4M3 && w->n_in() == D && dense_w8a8_fits(T, *w));
-  if (!used || T == 0 || D % cuda::kFp8GroupK != 0) return {};
+  if (T == 0) return {};
+  bool fp8 = false, bf16_rows = false;
+  for (const LinearWeight* w : consumers) {
+    if (w == nullptr || w->n_in() != D) continue;
+    fp8 = fp8 || (w->dtype() == DType::kF8E4M3 && dense_w8a8_fits(T, *w));
+    // bf16 linears convert x to bf16 past the GEMV's rows (cuBLAS), or always (invariant mode).
+    bf16_rows = bf16_rows || (w->dtype() == DType::kBF16 && (s_->batch_invariant || T > kGemvMaxRows));
+  }
   QuantizedRows q;
-  q.codes = empty(DType::kU8, {T, D});                        // [T, D] e4m3
-  q.scales = empty(DType::kF32, {T, D / cuda::kFp8GroupK});  // [T, D / 128]
+  if (fp8 && D % cuda::kFp8GroupK == 0) {
+    q.codes = empty(DType::kU8, {T, D});                        // [T, D] e4m3
+    q.scales = empty(DType::kF32, {T, D / cuda::kFp8GroupK});  // [T, D / 128]
+  } else if (!fp8 && bf16_rows && D % 4 == 0) {
+    q.codes = empty(DType::kBF16, {T, D});  // [T, D] bf16
+  }
   return q;
 }
 
@@ -729,25 +742,41 @@ void CudaBackend::add_rms_norm_quantized(Tensor& residual, const Tensor& delta, 
   OpTimer timer(*this, "add_rms_norm");
   const int64_t T = residual.size(0), d = residual.size(1);
   DI_CHECK_EQ(weight.numel(), d);
-  DI_CHECK(xq.codes.size(0) == T && xq.codes.size(1) == d && xq.scales.size(0) == T &&
-           xq.scales.size(1) == d / cuda::kFp8GroupK);
-  if (cuda::add_rms_norm_quantized(dptr<float>(residual), cdptr<float>(delta), dptr(weight), elem_of(weight.dtype()), d,
-                                   eps, dptr<float>(out), dptr<uint8_t>(xq.codes), dptr<float>(xq.scales), T,
-                                   s_->stream))
+  DI_CHECK(xq.codes.size(0) == T && xq.codes.size(1) == d);
+  const auto we = elem_of(weight.dtype());
+  if (xq.codes.dtype() == DType::kBF16) {
+    if (cuda::add_rms_norm_bf16(dptr<float>(residual), cdptr<float>(delta), dptr(weight), we, d, eps, dptr<float>(out),
+                                dptr<bf16>(xq.codes), T, s_->stream))
+      return;
+    cuda::add_rms_norm(dptr<float>(residual), cdptr<float>(delta), dptr(weight), we, d, eps, dptr<float>(out), T,
+                       s_->stream);
+    cuda::to_bf16(cdptr<float>(out), d, T, d, dptr<bf16>(xq.codes), s_->stream);
+    return;
+  }
+  DI_CHECK(xq.codes.dtype() == DType::kU8 && xq.scales.size(0) == T && xq.scales.size(1) == d / cuda::kFp8GroupK);
+  if (cuda::add_rms_norm_quantized(dptr<float>(residual), cdptr<float>(delta), dptr(weight), we, d, eps,
+                                   dptr<float>(out), dptr<uint8_t>(xq.codes), dptr<float>(xq.scales), T, s_->stream))
     return;
   // Shapes the fused kernel does not take: the norm, then the quantizer (the same bits).
-  cuda::add_rms_norm(dptr<float>(residual), cdptr<float>(delta), dptr(weight), elem_of(weight.dtype()), d, eps,
-                     dptr<float>(out), T, s_->stream);
+  cuda::add_rms_norm(dptr<float>(residual), cdptr<float>(delta), dptr(weight), we, d, eps, dptr<float>(out), T,
+                     s_->stream);
   cuda::quantize_fp8_rows_bf16(cdptr<float>(out), d, nullptr, 1, T, d, dptr<uint8_t>(xq.codes), dptr<float>(xq.scales),
                                s_->stream);
 }
 
-// xq's codes and scales when given, defined and of x's shape [M, K] (K % 128 == 0), else null.
+// xq's codes and scales when given, defined, e4m3 and of x's shape [M, K] (K % 128 == 0), else null.
 std::pair<const uint8_t*, const float*> CudaBackend::quantized_of(const QuantizedRows* xq, int64_t M, int64_t K) const {
-  if (xq == nullptr || !xq->defined()) return {nullptr, nullptr};
+  if (xq == nullptr || !xq->defined() || xq->codes.dtype() != DType::kU8) return {nullptr, nullptr};
   DI_CHECK(xq->codes.size(0) == M && xq->codes.size(1) == K && K % cuda::kFp8GroupK == 0 &&
            xq->scales.size(1) == K / cuda::kFp8GroupK && "QuantizedRows of another shape than x");
   return {cdptr<uint8_t>(xq->codes), cdptr<float>(xq->scales)};
+}
+
+// xq's bf16 rows when given, defined, bf16 and of x's shape [M, K], else null.
+const void* CudaBackend::bf16_rows_of(const QuantizedRows* xq, int64_t M, int64_t K) const {
+  if (xq == nullptr || !xq->defined() || xq->codes.dtype() != DType::kBF16) return nullptr;
+  DI_CHECK(xq->codes.size(0) == M && xq->codes.size(1) == K && "QuantizedRows of another shape than x");
+  return xq->codes.raw_data();
 }
 
 const void* CudaBackend::bf16_weight(const LinearWeight& w) {
@@ -874,7 +903,8 @@ void CudaBackend::invariant_gemm(const void* xb, int64_t M, const void* w, const
     const int64_t splits = cuda::invariant_k_splits(K);
     ScratchScope scope(*this);
     float* part = splits > 1 ? dptr<float>(empty(DType::kF32, {splits, M, N})) : nullptr;
-    cuda::small_m_gemm(a, K, w, scale, fp8, block_k, N, nullptr, nullptr, 1, M, M, out, ldc, part, s_->stream);
+    cuda::small_m_gemm(a, K, w, scale, fp8, block_k, N, nullptr, nullptr, 1, M, M, out, ldc, part, s_->stream, true,
+                       s_->split_arrivals);
   } else if (cuda::bf16_wgmma_invariant_ok(K) &&
              (!fp8 || (cuda::widen_fp8_weights_ok(N, K, block_k) && 2 * N * K <= cuda::kMoeWidenMaxBytes))) {
     // The same bits on wgmma; FP8 weights widened to bf16 first, as the small-M kernels widen them.
@@ -1242,7 +1272,22 @@ void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWe
       w8a8 = w[i]->n_in() == K && out[i]->size(0) == M && out[i]->size(1) == w[i]->n_out() &&
              w8a8_from_f32(x, K, M, *w[i]);
     if (!w8a8) {
-      Backend::matmul_parts(x, w, out);
+      // bf16 parts past the GEMV's rows: each part's GEMM on the norm's bf16 rows (matmul's
+      // conversion, made once), else one matmul each.
+      const void* xb = bf16_rows_of(xq, M, K);
+      for (size_t i = 0; xb != nullptr && i < w.size(); ++i)
+        if (w[i]->dtype() != DType::kBF16 || w[i]->n_in() != K || out[i]->size(0) != M ||
+            out[i]->size(1) != w[i]->n_out() || gemv_fits(x.raw_data(), Elem::kF32, K, M, *w[i]))
+          xb = nullptr;
+      if (xb == nullptr) {
+        Backend::matmul_parts(x, w, out);
+        return;
+      }
+      for (size_t i = 0; i < w.size(); ++i) {
+        OpTimer timer(*this, "matmul", w[i]->n_out(), K);
+        ScratchScope scope(*this);
+        linear(xb, M, *w[i], dptr<float>(*out[i]), w[i]->n_out());
+      }
       return;
     }
     ScratchScope scope(*this);
@@ -1336,10 +1381,14 @@ bool CudaBackend::invariant_parts_one_row(const Tensor& x, const std::vector<con
     fp8_gemm_w8a8(q, sq, 1, *w[0], N, uniform, dptr<float>(*out[0]), N);
     return true;
   }
-  Tensor xb = empty(DType::kBF16, {1, K});
-  cuda::to_bf16(cdptr<float>(x), K, 1, K, dptr<bf16>(xb), s_->stream);
-  invariant_gemm(dptr(xb), 1, w[0]->weight.raw_data(), fp8 ? cdptr<float>(w[0]->scale_inv) : nullptr, fp8,
-                 w[0]->block_k, N, K, dptr<float>(*out[0]), N);
+  const void* xb = bf16_rows_of(xq, 1, K);  // the norm's, or made here
+  if (xb == nullptr) {
+    Tensor own = empty(DType::kBF16, {1, K});
+    cuda::to_bf16(cdptr<float>(x), K, 1, K, dptr<bf16>(own), s_->stream);
+    xb = dptr(own);
+  }
+  invariant_gemm(xb, 1, w[0]->weight.raw_data(), fp8 ? cdptr<float>(w[0]->scale_inv) : nullptr, fp8, w[0]->block_k, N,
+                 K, dptr<float>(*out[0]), N);
   return true;
 }
 

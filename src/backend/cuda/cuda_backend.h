@@ -56,8 +56,9 @@ class CudaBackend : public Backend {
   void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override;
   void rms_norm(const Tensor& x, int64_t x_stride, const Tensor& weight, float eps, Tensor& out) override;
   void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) override;
-  // Buffers where some consumer is an FP8 linear that takes the W8A8 form at T rows
-  // (w8a8_consumer) and D % 128 == 0; the norm then writes them in its own launch.
+  // e4m3 rows where some consumer is an FP8 linear that takes the W8A8 form at T rows and
+  // D % 128 == 0; else bf16 rows where some consumer is a bf16 linear past the GEMV's rows (or
+  // any, in the batch-invariant mode); the norm then writes them in its own launch.
   QuantizedRows quantized_rows(int64_t T, int64_t D, const std::vector<const LinearWeight*>& consumers) override;
   void add_rms_norm_quantized(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out,
                               QuantizedRows& xq) override;
@@ -205,6 +206,8 @@ class CudaBackend : public Backend {
                                const std::vector<Tensor*>& out, const QuantizedRows* xq);
   // xq's codes and scales when xq is non-null and defined (checked to be [M, K]), else nulls.
   std::pair<const uint8_t*, const float*> quantized_of(const QuantizedRows* xq, int64_t M, int64_t K) const;
+  // xq's bf16 rows when xq is non-null, defined and bf16 (checked to be [M, K]), else null.
+  const void* bf16_rows_of(const QuantizedRows* xq, int64_t M, int64_t K) const;
   // mlp, its W8A8 form taking x's quantized rows from xq (non-null).
   void mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, RowsFp8Once* xq);
   // Weight w as a bf16 [n_out, n_in] device pointer: the weight itself, or (FP8) a step-memory

@@ -85,6 +85,11 @@ void add_rms_norm(float* residual, const float* delta, const void* w, Elem w_ele
 // nothing, unless D % 128 == 0, D ≤ 8,192 and residual, delta, out are 16-byte aligned.
 bool add_rms_norm_quantized(float* residual, const float* delta, const void* w, Elem w_elem, int64_t D, float eps,
                             float* out, uint8_t* q, float* sq, int64_t T, cudaStream_t s);
+// add_rms_norm that also writes out rounded to bf16 (to_bf16's bits) into xb [T, D] (8-byte
+// aligned). Returns false, launching nothing, unless D % 4 == 0, D ≤ 8,192 and residual, delta,
+// out are 16-byte aligned.
+bool add_rms_norm_bf16(float* residual, const float* delta, const void* w, Elem w_elem, int64_t D, float eps,
+                       float* out, bf16* xb, int64_t T, cudaStream_t s);
 void to_bf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, bf16* out, cudaStream_t s);
 // out[n, k] = bf16(q[n, k] · scale[n / block_n, k / block_k]) (scale grid [ceil(N/bn), n_kb]).
 void dequant_fp8(const uint8_t* q, const float* scale, int64_t N, int64_t K, int64_t block_n, int64_t block_k,
@@ -574,12 +579,17 @@ bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k);
 // take small_m_fp8_few_rows instead. With more than one K split, `partials` holds
 // [invariant_k_splits(K), rows, N] fp32 (else unused); C null then leaves them for the caller to
 // add in split order (a fused consumer: the first term as is, then + each next), else a second
-// launch adds them into C. k_splits false: all of K in one split (bf16 weights only; the tiled
-// GEMMs' arithmetic without split_k). Graph-safe, no sync.
+// launch adds them into C — or, dense with `arrivals` (kSmallMArrivals zeroed counters owned by
+// the caller, used by one launch at a time on the stream; each launch leaves them zeroed), the
+// last split block of each column block adds them in the GEMM's own launch (the same bits, one
+// launch fewer). k_splits false: all of K in one split (bf16 weights only; the tiled GEMMs'
+// arithmetic without split_k). Graph-safe, no sync.
 constexpr int64_t kSmallMFewRows = 4;
+constexpr int64_t kSmallMArrivals = 4096;  // column blocks of 64 the in-kernel sum serves (N ≤ 262,144)
 void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
                   const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, int64_t max_rows,
-                  float* C, int64_t ldc, float* partials, cudaStream_t s, bool k_splits = true);
+                  float* C, int64_t ldc, float* partials, cudaStream_t s, bool k_splits = true,
+                  unsigned* arrivals = nullptr);
 // ---- cuda_small_m_fp8.cu ----
 // small_m_gemm's arithmetic (the same bits) for FP8 weights (K, block_k % 16 == 0) when no
 // expert has more than max_rows ≤ kSmallMFewRows rows, as a persistent grid of warps streaming

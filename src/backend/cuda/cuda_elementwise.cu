@@ -35,24 +35,30 @@ __device__ float block_sum(float v) {
   return t;
 }
 
-// A token's RoPE table at position pos: cs[i] = cos(pos · inv_freq[i]) · attention_factor,
-// cs[kRopeMaxHalf + i] the sine — fp32 angle like transformers, cos/sin in double like the
-// reference backend. Block-wide; ends with a barrier.
+// Entry i of a token's RoPE table at position pos: (cos, sin) of the fp32 angle pos · inv_freq[i]
+// (like transformers), in double (like the reference backend), times attention_factor.
+__device__ __forceinline__ void rope_entry(const RopeArgs& a, int32_t pos, int i, float& c, float& s) {
+  const float angle = static_cast<float>(pos) * a.inv_freq[i];
+  c = static_cast<float>(cos(static_cast<double>(angle))) * a.attention_factor;
+  s = static_cast<float>(sin(static_cast<double>(angle))) * a.attention_factor;
+}
+
+// A token's RoPE table at position pos: cs[i], cs[kRopeMaxHalf + i] = rope_entry i. Block-wide;
+// ends with a barrier.
 __device__ void rope_table(const RopeArgs& a, int32_t pos, float* cs) {
-  for (int i = threadIdx.x; i < a.half; i += blockDim.x) {
-    const float angle = static_cast<float>(pos) * a.inv_freq[i];
-    cs[i] = static_cast<float>(cos(static_cast<double>(angle))) * a.attention_factor;
-    cs[kRopeMaxHalf + i] = static_cast<float>(sin(static_cast<double>(angle))) * a.attention_factor;
-  }
+  for (int i = threadIdx.x; i < a.half; i += blockDim.x) rope_entry(a, pos, i, cs[i], cs[kRopeMaxHalf + i]);
   __syncthreads();
 }
 
-// Pair (x0, x1) rotated by table entry i: (x0·c − x1·s, x1·c + x0·s), each one fma after one
-// multiply, spelled out so that every kernel rotating a pair rounds it the same way.
-__device__ __forceinline__ void rotate(const float* cs, int64_t i, float x0, float x1, float& y0, float& y1) {
-  const float c = cs[i], s = cs[kRopeMaxHalf + i];
+// Pair (x0, x1) rotated by (c, s): (x0·c − x1·s, x1·c + x0·s), each one fma after one multiply,
+// spelled out so that every kernel rotating a pair rounds it the same way.
+__device__ __forceinline__ void rotate_by(float c, float s, float x0, float x1, float& y0, float& y1) {
   y0 = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
   y1 = __fmaf_rn(x1, c, __fmul_rn(x0, s));
+}
+// The same by table entry i.
+__device__ __forceinline__ void rotate(const float* cs, int64_t i, float x0, float x1, float& y0, float& y1) {
+  rotate_by(cs[i], cs[kRopeMaxHalf + i], x0, x1, y0, y1);
 }
 // The two channels of pair i of a head: (2i, 2i+1) interleaved, else (i, i + half).
 __device__ __forceinline__ int64_t pair_a(const RopeArgs& a, int64_t i) { return a.interleave ? 2 * i : i; }
@@ -151,43 +157,61 @@ __global__ void rope_kernel(float* x, int64_t heads, int64_t stride, int64_t off
     rope_pair(a, cs, x + (t * heads + k / a.half) * stride + offset, k % a.half);
 }
 
-// Token t's latent: rms_norm_kernel's arithmetic on kv[t, :r] (launched with the block size
-// rms_norm would use, so block_sum adds the same partials), rope_kernel's on kv[t, r:] (one
-// head), then kv_write_kernel's store of the whole row; with q.q, rope_kernel's on the token's
-// query heads too, from the same table. Every load is issued before the first barrier and every
-// value is stored from the registers that computed it (the row is not read back): one global
-// round trip per block, not four (28 µs per V2-Lite layer at 4,096 tokens, run s21-3, for ~14 MB).
-// Needs r ≤ kKvPerThread · blockDim.x and a.half ≤ blockDim.x.
-constexpr int kKvPerThread = 4;
-__global__ void mla_kv_write_kernel(float* kv, int64_t width, int64_t r, const void* w, Elem we, float eps,
-                                    const int32_t* positions, RopeArgs a, const int32_t* slots, void* cache,
-                                    Elem ce, MlaQRope q) {
-  __shared__ float cs[2 * kRopeMaxHalf];
-  const int64_t t = blockIdx.x;
-  // The rotation table first, before the wait for the previous kernel: it reads only the step's
-  // positions (an input, never written by a kernel), so its trigonometry overlaps that kernel.
-  rope_table(a, positions[t], cs);
+// A warp per token (kKvTokens per block): token t's latent kv[t, :r] RMS-normed with w, its k_pe
+// kv[t, r:] rotated (one head), both in place and stored to the cache row slots[t]; with q.q, the
+// token's query heads rotated too. Lane l owns c_kv channels l + 32·u, the RoPE table's entries
+// l and l + 32 (pairs l, l + 32 of every head: no shared memory, no barrier). The block-per-token
+// form (a block-wide sum, three barriers, a shared table) ran 27 µs per V2-Lite layer at 4,096
+// tokens for ~57 MB (run s22-1): 8 resident 256-thread blocks per SM, each a chain of dependent
+// steps; here the whole step's tokens are resident at once. The same formulas as rms_norm_kernel
+// and rope_kernel (the sum of squares in another order: ~1 ulp of the norm).
+// Needs r ≤ 32·kKvPerLane and a.half ≤ 64 (kRopeMaxHalf).
+constexpr int kKvTokens = 8, kKvPerLane = 32;
+__global__ void __launch_bounds__(32 * kKvTokens)
+    mla_kv_write_kernel(float* kv, int64_t T, int64_t width, int64_t r, const void* w, Elem we, float eps,
+                        const int32_t* positions, RopeArgs a, const int32_t* slots, void* cache, Elem ce, MlaQRope q) {
+  const int64_t t = int64_t{blockIdx.x} * kKvTokens + threadIdx.x / 32;
+  if (t >= T) return;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  // The table before the wait for the previous kernel: it reads only the step's positions (an
+  // input, never written by a kernel), so its trigonometry overlaps that kernel.
+  const int32_t pos = positions[t];
+  float c[2] = {}, sn[2] = {};
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (lane + 32 * h < a.half) rope_entry(a, pos, lane + 32 * h, c[h], sn[h]);
   pdl_wait();
   pdl_trigger();
   float* x = kv + t * width;
-  float v[kKvPerThread];
+  float v[kKvPerLane];
   float ss = 0;
 #pragma unroll
-  for (int u = 0; u < kKvPerThread; ++u) {
-    const int64_t j = threadIdx.x + int64_t{u} * blockDim.x;
+  for (int u = 0; u < kKvPerLane; ++u) {
+    const int64_t j = lane + 32 * u;
     v[u] = j < r ? x[j] : 0.0f;
   }
-  const bool pe = threadIdx.x < a.half;  // this thread rotates k_pe's pair threadIdx.x
-  const int64_t ia = pair_a(a, threadIdx.x), ib = pair_b(a, threadIdx.x);
-  float p0 = 0, p1 = 0;
-  if (pe) p0 = x[r + ia], p1 = x[r + ib];
-  if (q.q != nullptr)  // the queries' pairs, independent of the norm
-    for (int64_t k = threadIdx.x; k < q.heads * a.half; k += blockDim.x)
-      rope_pair(a, cs, q.q + (t * q.heads + k / a.half) * q.stride + q.offset, k % a.half);
+  float p0[2], p1[2];
 #pragma unroll
-  for (int u = 0; u < kKvPerThread; ++u)
-    if (threadIdx.x + int64_t{u} * blockDim.x < r) ss = __fmaf_rn(v[u], v[u], ss);
-  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(r) + eps);
+  for (int h = 0; h < 2; ++h) {
+    const int i = lane + 32 * h;
+    if (i < a.half) p0[h] = x[r + pair_a(a, i)], p1[h] = x[r + pair_b(a, i)];
+  }
+  if (q.q != nullptr)  // the queries' pairs, independent of the norm
+    for (int64_t hd = 0; hd < q.heads; ++hd) {
+      float* qh = q.q + (t * q.heads + hd) * q.stride + q.offset;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = lane + 32 * h;
+        if (i >= a.half) continue;
+        const int64_t ia = pair_a(a, i), ib = pair_b(a, i);
+        rotate_by(c[h], sn[h], qh[ia], qh[ib], qh[ia], qh[ib]);
+      }
+    }
+#pragma unroll
+  for (int u = 0; u < kKvPerLane; ++u) ss = __fmaf_rn(v[u], v[u], ss);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float inv = rsqrtf(ss / static_cast<float>(r) + eps);
   const int64_t slot = slots[t];
   auto put = [&](int64_t j, float val) {
     x[j] = val;
@@ -195,18 +219,21 @@ __global__ void mla_kv_write_kernel(float* kv, int64_t width, int64_t r, const v
     else static_cast<float*>(cache)[slot * width + j] = val;
   };
 #pragma unroll
-  for (int u = 0; u < kKvPerThread; ++u) {
-    const int64_t j = threadIdx.x + int64_t{u} * blockDim.x;
+  for (int u = 0; u < kKvPerLane; ++u) {
+    const int64_t j = lane + 32 * u;
     if (j < r) put(j, load(w, we, j) * (v[u] * inv));
   }
-  if (pe) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = lane + 32 * h;
+    if (i >= a.half) continue;
     float y0, y1;
-    rotate(cs, threadIdx.x, p0, p1, y0, y1);
-    put(r + ia, y0);
-    put(r + ib, y1);
+    rotate_by(c[h], sn[h], p0[h], p1[h], y0, y1);
+    put(r + pair_a(a, i), y0);
+    put(r + pair_b(a, i), y1);
   }
   // Channels past r + 2·half (none at DeepSeek's shapes) are cached as they are.
-  for (int64_t j = r + 2 * a.half + threadIdx.x; j < width; j += blockDim.x) put(j, x[j]);
+  for (int64_t j = r + 2 * a.half + lane; j < width; j += 32) put(j, x[j]);
 }
 
 __global__ void silu_mul_kernel(const float* g, int64_t T, int64_t I, void* out, Elem oe) {
@@ -280,12 +307,13 @@ __global__ void resolve_tokens_kernel(int32_t* ids, int64_t n, const int32_t* pe
 // (x < kVec) of its row, kept in registers between the sum of squares and the scaling, so the
 // row is read once and written twice (residual, out) with 16-byte accesses. Same formula as
 // add_rms_norm_kernel; only the order of the sum of squares differs.
-// kQuant (D % 128 == 0): out's row also rounded to bf16 and quantized per 1×128 group into
+// kRows 1 (D % 128 == 0): out's row also rounded to bf16 and quantized per 1×128 group into
 // q [T, D] e4m3 and sq [T, D / 128] — a warp's 32 chunks are one group, so its amax is a warp
 // reduction — with cuda_fp8_quant.cuh's recipe on the same bf16 values as
-// quantize_fp8_rows_bf16: the same codes and scales (a maximum is exact in any order).
+// quantize_fp8_rows_bf16: the same codes and scales (a maximum is exact in any order). kRows 2:
+// out's row rounded to bf16 into q [T, D] bf16 (to_bf16's rounding).
 constexpr int kNormThreads = 256;
-template <int kVec, bool kQuant>
+template <int kVec, int kRows>
 __global__ void __launch_bounds__(kNormThreads)
     add_rms_norm_vec_kernel(float* res, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,
                             uint8_t* q, float* sq) {
@@ -311,12 +339,19 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
   for (int x = 0; x < kVec; ++x) {
     const int j = threadIdx.x + kNormThreads * x;
-    if (j >= n4) break;  // (kQuant: n4 % 32 == 0, so whole warps leave together)
+    if (j >= n4) break;  // (kRows 1: n4 % 32 == 0, so whole warps leave together)
     const int64_t c = 4 * static_cast<int64_t>(j);
     const float4 o = make_float4(load(w, we, c) * (v[x].x * inv), load(w, we, c + 1) * (v[x].y * inv),
                                  load(w, we, c + 2) * (v[x].z * inv), load(w, we, c + 3) * (v[x].w * inv));
     o4[j] = o;
-    if constexpr (kQuant) {
+    if constexpr (kRows == 2) {
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(o.x, o.y), hi = __floats2bfloat162_rn(o.z, o.w);
+      uint2 packed;
+      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+      reinterpret_cast<uint2*>(q + t * D * 2)[j] = packed;
+    }
+    if constexpr (kRows == 1) {
       const float b[4] = {__bfloat162float(__float2bfloat16(o.x)), __bfloat162float(__float2bfloat16(o.y)),
                           __bfloat162float(__float2bfloat16(o.z)), __bfloat162float(__float2bfloat16(o.w))};
       float amax = fmaxf(fmaxf(fabsf(b[0]), fabsf(b[1])), fmaxf(fabsf(b[2]), fabsf(b[3])));
@@ -358,10 +393,10 @@ void add_rms_norm(float* residual, const float* delta, const void* w, Elem we, i
   uint8_t* no_q = nullptr;
   float* no_sq = nullptr;
   if (vec && D <= 4 * kNormThreads * 2)
-    launch_pdl(add_rms_norm_vec_kernel<2, false>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
+    launch_pdl(add_rms_norm_vec_kernel<2, 0>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
                D, eps, out, no_q, no_sq);
   else if (vec && D <= 4 * kNormThreads * 8)
-    launch_pdl(add_rms_norm_vec_kernel<8, false>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
+    launch_pdl(add_rms_norm_vec_kernel<8, 0>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
                D, eps, out, no_q, no_sq);
   else
     launch_pdl(add_rms_norm_kernel, static_cast<unsigned>(T), row_threads(D), 0, s, residual, delta, w, we, D, eps,
@@ -377,11 +412,30 @@ bool add_rms_norm_quantized(float* residual, const float* delta, const void* w, 
   if (!vec || D > 4 * kNormThreads * 8) return false;
   if (T == 0) return true;
   if (D <= 4 * kNormThreads * 2)
-    launch_pdl(add_rms_norm_vec_kernel<2, true>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
+    launch_pdl(add_rms_norm_vec_kernel<2, 1>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
                D, eps, out, q, sq);
   else
-    launch_pdl(add_rms_norm_vec_kernel<8, true>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
+    launch_pdl(add_rms_norm_vec_kernel<8, 1>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
                D, eps, out, q, sq);
+  DI_CUDA_LAUNCHED();
+  return true;
+}
+
+bool add_rms_norm_bf16(float* residual, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,
+                       bf16* xb, int64_t T, cudaStream_t s) {
+  const bool vec = D % 4 == 0 && reinterpret_cast<uintptr_t>(residual) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(delta) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(xb) % 8 == 0;
+  if (!vec || D > 4 * kNormThreads * 8) return false;
+  if (T == 0) return true;
+  auto* q = reinterpret_cast<uint8_t*>(xb);
+  float* no_sq = nullptr;
+  if (D <= 4 * kNormThreads * 2)
+    launch_pdl(add_rms_norm_vec_kernel<2, 2>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we, D,
+               eps, out, q, no_sq);
+  else
+    launch_pdl(add_rms_norm_vec_kernel<8, 2>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we, D,
+               eps, out, q, no_sq);
   DI_CUDA_LAUNCHED();
   return true;
 }
@@ -416,11 +470,11 @@ void mla_kv_write(float* kv, int64_t T, int64_t width, int64_t r, const void* w,
                   const int32_t* positions, const RopeArgs& args, const int32_t* slots, void* cache, Elem ce,
                   const MlaQRope& q, cudaStream_t s) {
   if (T == 0) return;
-  const unsigned threads = row_threads(r);
-  DI_CUDA_REQUIRE_MSG(r <= kKvPerThread * int64_t{threads} && args.half <= static_cast<int>(threads),
-                      "mla_kv_write: the latent is too wide for one block");
-  launch_pdl(mla_kv_write_kernel, static_cast<unsigned>(T), threads, 0, s, kv, width, r, w, we, eps, positions, args,
-             slots, cache, ce, q);
+  DI_CUDA_REQUIRE_MSG(r <= 32 * kKvPerLane && args.half <= kRopeMaxHalf,
+                      "mla_kv_write: the latent (kv_lora_rank) is wider than 1,024 channels");
+  DI_CUDA_REQUIRE(T < (int64_t{1} << 34));
+  launch_pdl(mla_kv_write_kernel, static_cast<unsigned>((T + kKvTokens - 1) / kKvTokens), 32 * kKvTokens, 0, s, kv, T,
+             width, r, w, we, eps, positions, args, slots, cache, ce, q);
   DI_CUDA_LAUNCHED();
 }
 
