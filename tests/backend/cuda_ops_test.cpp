@@ -225,11 +225,8 @@ TEST_F(CudaOps, RopeBothLayouts) {
 }
 
 // The fused latent write (one kernel: c_kv's RMSNorm, k_pe's RoPE, the cache store) against the
-// three ops it replaces on the same backend — k_pe bitwise (the same table and rotation), c_kv
-// within 1e-6 relative (its sum of squares is a warp's, rms_norm's a block's: ~1 ulp of the
-// norm) and in the cache within one bf16 step (2^-8 relative: a value next to a rounding
-// boundary may round the other way) — and against the reference (1e-5: fp32 sums in another
-// order). r = 512 (V2/V3) and 100, both pair layouts.
+// three ops it replaces on the same backend — bitwise, kv and cache alike — and against the
+// reference (1e-5: fp32 sums in another order). r = 512 (V2/V3) and 100, both pair layouts.
 TEST_F(CudaOps, MlaKvWriteEqualsNormRopeWrite) {
   for (const int64_t r : {512, 100})
     for (bool interleave : {true, false})
@@ -255,29 +252,9 @@ TEST_F(CudaOps, MlaKvWriteEqualsNormRopeWrite) {
           outs[fused][0] = down(d_kv);
           outs[fused][1] = down(cache);
         }
-        for (int64_t t = 0; t < T; ++t) {
-          const float* a = outs[0][0].data<float>() + t * width;
-          const float* b = outs[1][0].data<float>() + t * width;
-          const int64_t slot = slots[static_cast<size_t>(t)];
-          const auto* ca = static_cast<const uint16_t*>(outs[0][1].raw_data()) + slot * width;
-          const auto* cb = static_cast<const uint16_t*>(outs[1][1].raw_data()) + slot * width;
-          auto bf = [](uint16_t h) {
-            const uint32_t u = static_cast<uint32_t>(h) << 16;
-            float f;
-            std::memcpy(&f, &u, 4);
-            return f;
-          };
-          for (int64_t j = 0; j < width; ++j) {
-            if (j < r) {
-              EXPECT_LE(std::fabs(a[j] - b[j]), 1e-6f * std::fabs(b[j]) + 1e-30f) << "c_kv t=" << t << " j=" << j;
-              EXPECT_LE(std::fabs(bf(ca[j]) - bf(cb[j])), std::ldexp(std::fabs(bf(cb[j])), -8) + 1e-30f)
-                  << "cached c_kv t=" << t << " j=" << j;
-            } else {
-              EXPECT_EQ(a[j], b[j]) << "k_pe t=" << t << " j=" << j << " r=" << r << " interleave=" << interleave;
-              EXPECT_EQ(ca[j], cb[j]) << "cached k_pe t=" << t << " j=" << j;
-            }
-          }
-        }
+        for (int k = 0; k < 2; ++k)
+          EXPECT_EQ(std::memcmp(outs[0][k].raw_data(), outs[1][k].raw_data(), outs[0][k].n_bytes()), 0)
+              << (k == 0 ? "kv" : "cache") << " r=" << r << " T=" << T << " interleave=" << interleave;
         Tensor ref_kv = Tensor::empty_host(DType::kF32, {T, width});
         std::copy(kv.data<float>(), kv.data<float>() + kv.numel(), ref_kv.data<float>());
         Tensor ref_cache = Tensor::empty_host(DType::kF32, {n_blocks, bs, width});

@@ -103,8 +103,6 @@ struct CudaState {
   std::vector<int64_t> free_events;    // released fence ids
   std::vector<cudaGraphExec_t> graphs;
   void* blas_workspace = nullptr;      // fixed cuBLAS workspace (graph capture needs one)
-  // small_m_gemm's split-sum counters (cuda::kSmallMArrivals, zeroed; every launch leaves them so).
-  unsigned* split_arrivals = nullptr;
   struct L2Window {                    // the stream's L2-persisting window (keep_step_memory_in_l2)
     bool configured = false;
     size_t bytes = 0;                  // the set-aside (0: off)
@@ -149,6 +147,9 @@ struct CudaState {
   // Two stacked FP8 linears of one input on the W8A8 form in one GEMM (matmul_parts; the same
   // bits); DEEPINFER_CUDA_W8A8_STACK=0|1, a lab knob.
   bool w8a8_stack = true;
+  // The norms' rows for their consumers (quantized_rows; the same bits either way);
+  // DEEPINFER_CUDA_NORM_ROWS=0|1, a lab knob.
+  bool norm_rows = true;
   // The dense FP8 GEMV's tensor-core form from this many 8-row units (GemvArgs::tc_min_units; 0:
   // its own bound); DEEPINFER_CUDA_GEMV_TC_MIN_UNITS=n, a lab knob.
   int64_t gemv_tc_min_units = 0;
@@ -248,8 +249,6 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   constexpr size_t kWorkspace = size_t{64} << 20;
   DI_CUDA_CHECK(cudaMalloc(&s_->blas_workspace, kWorkspace));
   DI_CUBLAS_CHECK(cublasSetWorkspace(s_->blas, s_->blas_workspace, kWorkspace));
-  DI_CUDA_CHECK(cudaMalloc(&s_->split_arrivals, sizeof(unsigned) * cuda::kSmallMArrivals));
-  DI_CUDA_CHECK(cudaMemset(s_->split_arrivals, 0, sizeof(unsigned) * cuda::kSmallMArrivals));
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_FP8_W8A8", on)) s_->dense_w8a8 = on ? 1 : 0;
   read_env_switch("DEEPINFER_CUDA_MLA_WGMMA", s_->mla_wgmma);
   s_->dense_w8a8_rows = kGemvMaxRows;
@@ -267,6 +266,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_FP8_STAGGER", s_->fp8_stagger);
   if (int64_t n = 0; read_env_int("DEEPINFER_CUDA_FP8_CLUSTER", 0, 2, 1, n)) s_->fp8_cluster = static_cast<int>(n);
   read_env_switch("DEEPINFER_CUDA_W8A8_STACK", s_->w8a8_stack);
+  read_env_switch("DEEPINFER_CUDA_NORM_ROWS", s_->norm_rows);
   read_env_int("DEEPINFER_CUDA_GEMV_TC_MIN_UNITS", 1, int64_t{1} << 30, 1, s_->gemv_tc_min_units);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_NAIVE", s_->invariant_naive);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER", s_->invariant_fused_router);
@@ -283,7 +283,6 @@ CudaBackend::~CudaBackend() {
   for (cudaGraphExec_t g : s_->graphs) cudaGraphExecDestroy(g);
   for (auto& st : s_->staging) cudaFreeHost(st.data);
   cudaFree(s_->blas_workspace);
-  cudaFree(s_->split_arrivals);
   cublasDestroy(s_->blas);
   cudaStreamDestroy(s_->stream);
 }
@@ -715,7 +714,7 @@ void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tens
 }
 
 QuantizedRows CudaBackend::quantized_rows(int64_t T, int64_t D, const std::vector<const LinearWeight*>& consumers) {
-  if (T == 0) return {};
+  if (T == 0 || !s_->norm_rows) return {};
   bool fp8 = false, bf16_rows = false;
   for (const LinearWeight* w : consumers) {
     if (w == nullptr || w->n_in() != D) continue;
@@ -903,8 +902,7 @@ void CudaBackend::invariant_gemm(const void* xb, int64_t M, const void* w, const
     const int64_t splits = cuda::invariant_k_splits(K);
     ScratchScope scope(*this);
     float* part = splits > 1 ? dptr<float>(empty(DType::kF32, {splits, M, N})) : nullptr;
-    cuda::small_m_gemm(a, K, w, scale, fp8, block_k, N, nullptr, nullptr, 1, M, M, out, ldc, part, s_->stream, true,
-                       s_->split_arrivals);
+    cuda::small_m_gemm(a, K, w, scale, fp8, block_k, N, nullptr, nullptr, 1, M, M, out, ldc, part, s_->stream);
   } else if (cuda::bf16_wgmma_invariant_ok(K) &&
              (!fp8 || (cuda::widen_fp8_weights_ok(N, K, block_k) && 2 * N * K <= cuda::kMoeWidenMaxBytes))) {
     // The same bits on wgmma; FP8 weights widened to bf16 first, as the small-M kernels widen them.

@@ -579,17 +579,12 @@ bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k);
 // take small_m_fp8_few_rows instead. With more than one K split, `partials` holds
 // [invariant_k_splits(K), rows, N] fp32 (else unused); C null then leaves them for the caller to
 // add in split order (a fused consumer: the first term as is, then + each next), else a second
-// launch adds them into C — or, dense with `arrivals` (kSmallMArrivals zeroed counters owned by
-// the caller, used by one launch at a time on the stream; each launch leaves them zeroed), the
-// last split block of each column block adds them in the GEMM's own launch (the same bits, one
-// launch fewer). k_splits false: all of K in one split (bf16 weights only; the tiled GEMMs'
-// arithmetic without split_k). Graph-safe, no sync.
+// launch adds them into C. k_splits false: all of K in one split (bf16 weights only; the tiled
+// GEMMs' arithmetic without split_k). Graph-safe, no sync.
 constexpr int64_t kSmallMFewRows = 4;
-constexpr int64_t kSmallMArrivals = 4096;  // column blocks of 64 the in-kernel sum serves (N ≤ 262,144)
 void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
                   const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, int64_t max_rows,
-                  float* C, int64_t ldc, float* partials, cudaStream_t s, bool k_splits = true,
-                  unsigned* arrivals = nullptr);
+                  float* C, int64_t ldc, float* partials, cudaStream_t s, bool k_splits = true);
 // ---- cuda_small_m_fp8.cu ----
 // small_m_gemm's arithmetic (the same bits) for FP8 weights (K, block_k % 16 == 0) when no
 // expert has more than max_rows ≤ kSmallMFewRows rows, as a persistent grid of warps streaming

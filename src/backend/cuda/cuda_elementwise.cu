@@ -157,61 +157,43 @@ __global__ void rope_kernel(float* x, int64_t heads, int64_t stride, int64_t off
     rope_pair(a, cs, x + (t * heads + k / a.half) * stride + offset, k % a.half);
 }
 
-// A warp per token (kKvTokens per block): token t's latent kv[t, :r] RMS-normed with w, its k_pe
-// kv[t, r:] rotated (one head), both in place and stored to the cache row slots[t]; with q.q, the
-// token's query heads rotated too. Lane l owns c_kv channels l + 32·u, the RoPE table's entries
-// l and l + 32 (pairs l, l + 32 of every head: no shared memory, no barrier). The block-per-token
-// form (a block-wide sum, three barriers, a shared table) ran 27 µs per V2-Lite layer at 4,096
-// tokens for ~57 MB (run s22-1): 8 resident 256-thread blocks per SM, each a chain of dependent
-// steps; here the whole step's tokens are resident at once. The same formulas as rms_norm_kernel
-// and rope_kernel (the sum of squares in another order: ~1 ulp of the norm).
-// Needs r ≤ 32·kKvPerLane and a.half ≤ 64 (kRopeMaxHalf).
-constexpr int kKvTokens = 8, kKvPerLane = 32;
-__global__ void __launch_bounds__(32 * kKvTokens)
-    mla_kv_write_kernel(float* kv, int64_t T, int64_t width, int64_t r, const void* w, Elem we, float eps,
-                        const int32_t* positions, RopeArgs a, const int32_t* slots, void* cache, Elem ce, MlaQRope q) {
-  const int64_t t = int64_t{blockIdx.x} * kKvTokens + threadIdx.x / 32;
-  if (t >= T) return;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  // The table before the wait for the previous kernel: it reads only the step's positions (an
-  // input, never written by a kernel), so its trigonometry overlaps that kernel.
-  const int32_t pos = positions[t];
-  float c[2] = {}, sn[2] = {};
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-    if (lane + 32 * h < a.half) rope_entry(a, pos, lane + 32 * h, c[h], sn[h]);
+// Token t's latent: rms_norm_kernel's arithmetic on kv[t, :r] (launched with the block size
+// rms_norm would use, so block_sum adds the same partials), rope_kernel's on kv[t, r:] (one
+// head), then kv_write_kernel's store of the whole row; with q.q, rope_kernel's on the token's
+// query heads too, from the same table. Every load is issued before the first barrier and every
+// value is stored from the registers that computed it (the row is not read back): one global
+// round trip per block, not four (28 µs per V2-Lite layer at 4,096 tokens, run s21-3, for ~14 MB).
+// Needs r ≤ kKvPerThread · blockDim.x and a.half ≤ blockDim.x.
+constexpr int kKvPerThread = 4;
+__global__ void mla_kv_write_kernel(float* kv, int64_t width, int64_t r, const void* w, Elem we, float eps,
+                                    const int32_t* positions, RopeArgs a, const int32_t* slots, void* cache,
+                                    Elem ce, MlaQRope q) {
+  __shared__ float cs[2 * kRopeMaxHalf];
+  const int64_t t = blockIdx.x;
+  // The rotation table first, before the wait for the previous kernel: it reads only the step's
+  // positions (an input, never written by a kernel), so its trigonometry overlaps that kernel.
+  rope_table(a, positions[t], cs);
   pdl_wait();
   pdl_trigger();
   float* x = kv + t * width;
-  float v[kKvPerLane];
+  float v[kKvPerThread];
   float ss = 0;
 #pragma unroll
-  for (int u = 0; u < kKvPerLane; ++u) {
-    const int64_t j = lane + 32 * u;
+  for (int u = 0; u < kKvPerThread; ++u) {
+    const int64_t j = threadIdx.x + int64_t{u} * blockDim.x;
     v[u] = j < r ? x[j] : 0.0f;
   }
-  float p0[2], p1[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int i = lane + 32 * h;
-    if (i < a.half) p0[h] = x[r + pair_a(a, i)], p1[h] = x[r + pair_b(a, i)];
-  }
+  const bool pe = threadIdx.x < a.half;  // this thread rotates k_pe's pair threadIdx.x
+  const int64_t ia = pair_a(a, threadIdx.x), ib = pair_b(a, threadIdx.x);
+  float p0 = 0, p1 = 0;
+  if (pe) p0 = x[r + ia], p1 = x[r + ib];
   if (q.q != nullptr)  // the queries' pairs, independent of the norm
-    for (int64_t hd = 0; hd < q.heads; ++hd) {
-      float* qh = q.q + (t * q.heads + hd) * q.stride + q.offset;
+    for (int64_t k = threadIdx.x; k < q.heads * a.half; k += blockDim.x)
+      rope_pair(a, cs, q.q + (t * q.heads + k / a.half) * q.stride + q.offset, k % a.half);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int i = lane + 32 * h;
-        if (i >= a.half) continue;
-        const int64_t ia = pair_a(a, i), ib = pair_b(a, i);
-        rotate_by(c[h], sn[h], qh[ia], qh[ib], qh[ia], qh[ib]);
-      }
-    }
-#pragma unroll
-  for (int u = 0; u < kKvPerLane; ++u) ss = __fmaf_rn(v[u], v[u], ss);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  const float inv = rsqrtf(ss / static_cast<float>(r) + eps);
+  for (int u = 0; u < kKvPerThread; ++u)
+    if (threadIdx.x + int64_t{u} * blockDim.x < r) ss = __fmaf_rn(v[u], v[u], ss);
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(r) + eps);
   const int64_t slot = slots[t];
   auto put = [&](int64_t j, float val) {
     x[j] = val;
@@ -219,21 +201,18 @@ __global__ void __launch_bounds__(32 * kKvTokens)
     else static_cast<float*>(cache)[slot * width + j] = val;
   };
 #pragma unroll
-  for (int u = 0; u < kKvPerLane; ++u) {
-    const int64_t j = lane + 32 * u;
+  for (int u = 0; u < kKvPerThread; ++u) {
+    const int64_t j = threadIdx.x + int64_t{u} * blockDim.x;
     if (j < r) put(j, load(w, we, j) * (v[u] * inv));
   }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int i = lane + 32 * h;
-    if (i >= a.half) continue;
+  if (pe) {
     float y0, y1;
-    rotate_by(c[h], sn[h], p0[h], p1[h], y0, y1);
-    put(r + pair_a(a, i), y0);
-    put(r + pair_b(a, i), y1);
+    rotate(cs, threadIdx.x, p0, p1, y0, y1);
+    put(r + ia, y0);
+    put(r + ib, y1);
   }
   // Channels past r + 2·half (none at DeepSeek's shapes) are cached as they are.
-  for (int64_t j = r + 2 * a.half + lane; j < width; j += 32) put(j, x[j]);
+  for (int64_t j = r + 2 * a.half + threadIdx.x; j < width; j += blockDim.x) put(j, x[j]);
 }
 
 __global__ void silu_mul_kernel(const float* g, int64_t T, int64_t I, void* out, Elem oe) {
@@ -470,11 +449,11 @@ void mla_kv_write(float* kv, int64_t T, int64_t width, int64_t r, const void* w,
                   const int32_t* positions, const RopeArgs& args, const int32_t* slots, void* cache, Elem ce,
                   const MlaQRope& q, cudaStream_t s) {
   if (T == 0) return;
-  DI_CUDA_REQUIRE_MSG(r <= 32 * kKvPerLane && args.half <= kRopeMaxHalf,
-                      "mla_kv_write: the latent (kv_lora_rank) is wider than 1,024 channels");
-  DI_CUDA_REQUIRE(T < (int64_t{1} << 34));
-  launch_pdl(mla_kv_write_kernel, static_cast<unsigned>((T + kKvTokens - 1) / kKvTokens), 32 * kKvTokens, 0, s, kv, T,
-             width, r, w, we, eps, positions, args, slots, cache, ce, q);
+  const unsigned threads = row_threads(r);
+  DI_CUDA_REQUIRE_MSG(r <= kKvPerThread * int64_t{threads} && args.half <= static_cast<int>(threads),
+                      "mla_kv_write: the latent is too wide for one block");
+  launch_pdl(mla_kv_write_kernel, static_cast<unsigned>(T), threads, 0, s, kv, width, r, w, we, eps, positions, args,
+             slots, cache, ce, q);
   DI_CUDA_LAUNCHED();
 }
 

@@ -57,8 +57,7 @@ __global__ void __launch_bounds__(kSmThreads) small_m_gemm_kernel(const bf16* A,
                                                                   const float* wscale, int64_t n_kb, int64_t block_k,
                                                                   int64_t N, const int32_t* offsets,
                                                                   const int32_t* active, int64_t dense_rows, float* C,
-                                                                  int64_t ldc, float* part, int64_t part_rows,
-                                                                  unsigned* arrivals) {
+                                                                  int64_t ldc, float* part, int64_t part_rows) {
   // Dense (active == null): the first pass's weight stages go out before the wait for the previous
   // kernel (weights are never written by a kernel, cuda_launch.cuh); the grouped form's experts
   // come from the previous kernel's output, so it waits first.
@@ -202,27 +201,6 @@ __global__ void __launch_bounds__(kSmThreads) small_m_gemm_kernel(const bf16* A,
     __syncthreads();  // the next pass refills the stages
   }
   if (early && n_rows == 0) pdl_wait();  // every thread waits once (no pass ran)
-  if (arrivals == nullptr) return;
-  // Dense with K splits and the sum here (arrivals non-null): the last of column block x's
-  // gridDim.z split blocks to arrive adds their partials into C in split order (sum_splits'
-  // arithmetic: the first term as is, then + each next), then rearms the counter for the next
-  // launch. The partials are read from L2 (__ldcg): other blocks wrote them.
-  __shared__ bool s_last;
-  __threadfence();  // this block's partials, before its arrival
-  __syncthreads();
-  if (t == 0) s_last = atomicAdd(&arrivals[blockIdx.x], 1u) == gridDim.z - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-  for (int64_t idx = t; idx < dense_rows * kSmCols; idx += kSmThreads) {
-    const int64_t r = idx / kSmCols, n = n0 + idx % kSmCols;
-    if (n >= N) continue;
-    const float* p0 = part + r * N + n;
-    float v = __ldcg(p0);
-    for (unsigned z = 1; z < gridDim.z; ++z) v = v + __ldcg(p0 + static_cast<int64_t>(z) * part_rows * N);
-    C[r * ldc + n] = v;
-  }
-  if (t == 0) arrivals[blockIdx.x] = 0;
 }
 
 // C[r, n] = Σ_s part[s, r, n] in split order (the first term as is, then + each next).
@@ -446,7 +424,7 @@ bool small_m_gemm_ok(int64_t K, bool fp8, int64_t block_k) {
 
 void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, bool fp8, int64_t block_k, int64_t N,
                   const int32_t* offsets, const int32_t* active, int64_t n_active, int64_t rows, int64_t max_rows,
-                  float* C, int64_t ldc, float* partials, cudaStream_t s, bool k_splits, unsigned* arrivals) {
+                  float* C, int64_t ldc, float* partials, cudaStream_t s, bool k_splits) {
   DI_CUDA_REQUIRE(small_m_gemm_ok(K, fp8, block_k));
   DI_CUDA_REQUIRE(K <= INT32_MAX && block_k <= INT32_MAX);  // 32-bit scale-block division
   DI_CUDA_REQUIRE(n_active >= 1 && n_active <= 65535 && (active != nullptr || n_active == 1));
@@ -463,19 +441,13 @@ void small_m_gemm(const bf16* A, int64_t K, const void* W, const float* scale, b
     const dim3 grid(grid_for(N, kSmCols), static_cast<unsigned>(n_active), static_cast<unsigned>(n_splits));
     const int64_t n_kb = fp8 ? (K + block_k - 1) / block_k : 0;
     const int64_t dense_rows = active == nullptr ? rows : 0;
-    // The split sum in the GEMM's last blocks (dense, a counter per column block).
-    unsigned* in_kernel = n_splits > 1 && C != nullptr && active == nullptr && arrivals != nullptr &&
-                                  grid.x <= static_cast<unsigned>(kSmallMArrivals)
-                              ? arrivals
-                              : nullptr;
     if (fp8)
       launch_pdl(small_m_gemm_kernel<true>, grid, kSmThreads, 0, s, A, K, W, scale, n_kb, block_k, N, offsets, active,
-                 dense_rows, C, ldc, partials, rows, in_kernel);
+                 dense_rows, C, ldc, partials, rows);
     else
       launch_pdl(small_m_gemm_kernel<false>, grid, kSmThreads, 0, s, A, K, W, scale, n_kb, block_k, N, offsets,
-                 active, dense_rows, C, ldc, partials, rows, in_kernel);
+                 active, dense_rows, C, ldc, partials, rows);
     DI_CUDA_LAUNCHED();
-    if (in_kernel != nullptr) return;
   }
   if (n_splits > 1 && C != nullptr) {
     launch_pdl(sum_splits_kernel, grid_for(rows * N, 256), 256, 0, s, partials, n_splits, rows, N, C, ldc);
