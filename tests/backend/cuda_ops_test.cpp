@@ -472,6 +472,36 @@ std::vector<MlpWeights> place_experts(Backend& b, const std::vector<MlpWeights>&
   return out;
 }
 
+// A MoE block's experts as place_deepseek_weights lays them out on b: the routed experts with the
+// shared MLP's I-wide slices stacked after them (`slices`), and the shared MLP whole (`shared`,
+// gate | up stacked). shared_experts() views them for moe_ffn (valid while this lives).
+struct PlacedMoe {
+  std::vector<MlpWeights> routed, slices;
+  MlpWeights shared;
+  SharedExperts shared_experts() const {
+    SharedExperts s;
+    s.mlp = &shared;
+    s.slices = &slices;
+    return s;
+  }
+};
+PlacedMoe place_moe(Backend& b, const std::vector<MlpWeights>& routed, const MlpWeights& shared, int64_t I) {
+  std::vector<MlpWeights> all = routed;
+  for (int64_t s = 0; s * I < shared.gate_proj.n_out(); ++s)
+    all.push_back({shared.gate_proj.rows(s * I, I), shared.up_proj.rows(s * I, I), shared.down_proj.columns(s * I, I)});
+  const std::vector<MlpWeights> placed = place_experts(b, all);
+  PlacedMoe m;
+  const auto E = static_cast<std::ptrdiff_t>(routed.size());
+  m.routed.assign(placed.begin(), placed.begin() + E);
+  m.slices.assign(placed.begin() + E, placed.end());
+  const int64_t SI = shared.gate_proj.n_out();
+  const LinearWeight gu = b.place_linear({&shared.gate_proj, &shared.up_proj});
+  m.shared.gate_proj = gu.rows(0, SI);
+  m.shared.up_proj = gu.rows(SI, SI);
+  m.shared.down_proj = b.place_linear({&shared.down_proj});
+  return m;
+}
+
 // MoE experts through the grouped-GEMM forms (tiled; the decode GEMV, where experts with more than
 // 4 rows take several passes: every 4th token crowds experts 0..2; one cuBLAS GEMM per expert;
 // small_m_gemm: FP8 steps of ≤ 4 tokens through its persistent kernel, in passes of 4 rows),
@@ -569,21 +599,14 @@ TEST_F(CudaOps, DecodeGemvMoeBothModes) {
 TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
   const int64_t D = 256, I = 128, E = 9, k = 3, S = 2;
   for (DType dt : {DType::kF32, DType::kF8E4M3}) {
-    std::vector<MlpWeights> all = host_experts(E, D, I, dt);
-    const std::vector<MlpWeights> experts(all.begin(), all.end());
+    const std::vector<MlpWeights> experts = host_experts(E, D, I, dt);
     MlpWeights shared;
     shared.gate_proj = host_linear(S * I, D, dt);
     shared.up_proj = host_linear(S * I, D, dt);
     shared.down_proj = host_linear(D, S * I, dt);
-    for (int64_t s = 0; s < S; ++s)
-      all.push_back({shared.gate_proj.rows(s * I, I), shared.up_proj.rows(s * I, I), shared.down_proj.columns(s * I, I)});
-    const std::vector<MlpWeights> d_all = place_experts(*gpu_, all);
-    const std::vector<MlpWeights> d_routed(d_all.begin(), d_all.begin() + E), d_slices(d_all.begin() + E, d_all.end());
-    MlpWeights d_shared;
-    const LinearWeight gu = gpu_->place_linear({&shared.gate_proj, &shared.up_proj});
-    d_shared.gate_proj = gu.rows(0, S * I);
-    d_shared.up_proj = gu.rows(S * I, S * I);
-    d_shared.down_proj = gpu_->place_linear({&shared.down_proj});
+    const PlacedMoe moe = place_moe(*gpu_, experts, shared, I);
+    const std::vector<MlpWeights>& d_routed = moe.routed;
+    const MlpWeights& d_shared = moe.shared;
     for (bool invariant : {false, true}) {
       gpu_->set_batch_invariant(invariant);
       for (int64_t T : {1, 2, 31, 130, 200}) {
@@ -600,9 +623,7 @@ TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
         SharedExperts ref_shared;
         ref_shared.mlp = &shared;
         ref_.moe_ffn(x, t_ids, w, experts, ref_shared, ref_o);
-        SharedExperts d_sh;
-        d_sh.mlp = &d_shared;
-        d_sh.slices = &d_slices;
+        const SharedExperts d_sh = moe.shared_experts();
         Tensor d_x = up(x), d_ids = up(t_ids), d_w = up(w), d_o = dev_empty(DType::kF32, {T, D});
         gpu_->set_op_timing(true);
         gpu_->moe_ffn(d_x, d_ids, d_w, d_routed, d_sh, d_o);
@@ -1060,22 +1081,13 @@ TEST_F(CudaOps, NormQuantizedRowsFeedTheW8a8Consumers) {
   const LinearWeight h0 = host_linear(256, D, DType::kF8E4M3), h1 = host_linear(72, D, DType::kF8E4M3);
   const LinearWeight all = gpu_->place_linear({&h0, &h1});
   const LinearWeight w0 = all.rows(0, 256), w1 = all.rows(256, 72);
-  std::vector<MlpWeights> hx = host_experts(E, D, I, DType::kF8E4M3);
   MlpWeights shared;
   shared.gate_proj = host_linear(S * I, D, DType::kF8E4M3);
   shared.up_proj = host_linear(S * I, D, DType::kF8E4M3);
   shared.down_proj = host_linear(D, S * I, DType::kF8E4M3);
-  hx.push_back({shared.gate_proj, shared.up_proj, shared.down_proj});
-  const std::vector<MlpWeights> d_all = place_experts(*gpu_, hx);
-  const std::vector<MlpWeights> d_routed(d_all.begin(), d_all.begin() + E), d_slices(d_all.begin() + E, d_all.end());
-  MlpWeights d_shared;
-  const LinearWeight gu = gpu_->place_linear({&shared.gate_proj, &shared.up_proj});
-  d_shared.gate_proj = gu.rows(0, S * I);
-  d_shared.up_proj = gu.rows(S * I, S * I);
-  d_shared.down_proj = gpu_->place_linear({&shared.down_proj});
-  SharedExperts d_sh;
-  d_sh.mlp = &d_shared;
-  d_sh.slices = &d_slices;
+  const PlacedMoe moe = place_moe(*gpu_, host_experts(E, D, I, DType::kF8E4M3), shared, I);
+  const std::vector<MlpWeights>& d_routed = moe.routed;
+  const SharedExperts d_sh = moe.shared_experts();
   for (bool invariant : {false, true}) {
     gpu_->set_batch_invariant(invariant);
     for (const int64_t T : {1, 3, 40, 300}) {
