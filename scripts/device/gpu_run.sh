@@ -2,6 +2,8 @@
 # One device call: scripts/device/gpu_check.sh, then the chosen benchmark parts, then every log
 # packed into $OUT/logs.tgz (a call brings back at most 8 files).
 # Usage: bash scripts/device/gpu_run.sh [deepinfer|peer|serve|profile|invariant|all|none]
+# It packs and then deletes everything under $OUT, the caller's own files too: a caller that logs
+# its output writes it outside $OUT (e.g. > /tmp/run.txt) and prints it afterwards.
 OUT=${OUT:-/tmp/out}
 bash scripts/device/gpu_check.sh
 rc=$?
