@@ -16,7 +16,6 @@
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_sm90.cuh"
-#include "core/env_switch.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -79,7 +78,6 @@ struct WgmmaParams {
   bool w_early;  // dense, cluster 1, W never written by a kernel: the first tile's W before the PDL wait
   bool idle_skip;  // grouped: a warpgroup with none of a tile's rows issues no MMAs (Fp8GemmArgs::idle_skip)
   bool stagger;    // grouped: warpgroup 1 takes each tile's first K block alone (Fp8GemmArgs::stagger)
-  bool quads;      // K blocks in fours (compute_tiles; DEEPINFER_CUDA_FP8_QUADS, a lab knob)
   const int32_t* offsets;  // grouped: [E + 1]
   int64_t E;
 };
@@ -358,27 +356,6 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
       wgmma_wait<0>();
       promote(part0, s0, sc0);
       kb = 1;
-    }
-    // p.quads: four blocks per iteration, the next block issued right after each promotion, so
-    // one block is in flight during every promotion but the last of the four (the pairs leave
-    // none in flight during every second one). The same bits.
-    for (; kPairs && p.quads && kb + 3 < kbs; kb += 4) {
-      const int s0 = s;
-      issue(part0, kb, sc0);
-      const int s1 = s;
-      issue(part1, kb + 1, sc1);
-      wgmma_wait<1>();
-      promote(part0, s0, sc0);
-      const int s2 = s;
-      issue(part0, kb + 2, sc0);
-      wgmma_wait<1>();
-      promote(part1, s1, sc1);
-      const int s3 = s;
-      issue(part1, kb + 3, sc1);
-      wgmma_wait<1>();
-      promote(part0, s2, sc0);
-      wgmma_wait<0>();
-      promote(part1, s3, sc1);
     }
     for (; kPairs && kb + 1 < kbs; kb += 2) {
       const int s0 = s;
@@ -839,12 +816,6 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   p.w_early = a.w_stable && !grouped && (a.cluster == 0 ? kDefaultCluster : a.cluster) == 1;
   p.idle_skip = a.idle_skip;
   p.stagger = a.stagger;
-  static const bool quads = [] {
-    bool on = false;
-    read_env_switch("DEEPINFER_CUDA_FP8_QUADS", on);
-    return on;
-  }();
-  p.quads = quads;
   const int64_t w_rows = p.E * a.N;
   DI_CUDA_REQUIRE_MSG(a.M < (int64_t{1} << 31) && w_rows < (int64_t{1} << 31), "fp8 wgmma GEMM: too many rows");
   const int cluster = a.cluster > 0 ? a.cluster : kDefaultCluster;
