@@ -778,6 +778,33 @@ const void* CudaBackend::bf16_rows_of(const QuantizedRows* xq, int64_t M, int64_
   return xq->codes.raw_data();
 }
 
+// x [T, D] fp32 rounded to bf16 and quantized per 1×128 group (quantize_fp8_rows_bf16), once,
+// for the W8A8 consumers of one x (matmul_parts' parts; the shared MLP and the routed experts'
+// form 5 in moe_ffn): made by the norm that wrote x (ready), or into buffers of the caller's
+// step-memory scope that the first consumer's ensure() fills (rows_fp8).
+struct CudaBackend::RowsFp8Once {
+  const float* x = nullptr;  // [T, D] fp32, row pitch D
+  int64_t T = 0, D = 0;
+  uint8_t* q = nullptr;      // [T, D] e4m3
+  float* scale = nullptr;    // [T, D / 128] fp32
+  bool ready = false;
+  void ensure(cudaStream_t s) {
+    if (ready) return;
+    cuda::quantize_fp8_rows_bf16(x, D, nullptr, 1, T, D, q, scale, s);
+    ready = true;
+  }
+};
+
+CudaBackend::RowsFp8Once CudaBackend::rows_fp8(const Tensor& x, const QuantizedRows* xq) {
+  const int64_t T = x.size(0), D = x.size(1);
+  if (auto [q, sq] = quantized_of(xq, T, D); q != nullptr)
+    return RowsFp8Once{cdptr<float>(x), T, D, const_cast<uint8_t*>(q), const_cast<float*>(sq), true};
+  DI_CHECK_EQ(D % cuda::kFp8GroupK, 0);
+  Tensor q = empty(DType::kU8, {T, D});                        // [T, D] e4m3
+  Tensor sq = empty(DType::kF32, {T, D / cuda::kFp8GroupK});  // [T, D / 128]
+  return RowsFp8Once{cdptr<float>(x), T, D, dptr<uint8_t>(q), dptr<float>(sq), false};
+}
+
 const void* CudaBackend::bf16_weight(const LinearWeight& w) {
   if (w.dtype() == DType::kBF16) return dptr(w.weight);
   DI_CHECK(w.dtype() == DType::kF8E4M3);
@@ -1289,15 +1316,7 @@ void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWe
       return;
     }
     ScratchScope scope(*this);
-    // x's rows quantized: by the norm that wrote x (xq), else here, once for all parts.
-    auto [q, sq] = quantized_of(xq, M, K);
-    Tensor q_own, sq_own;
-    const bool quantize = q == nullptr;
-    if (quantize) {
-      q_own = empty(DType::kU8, {M, K});                        // [M, K] e4m3
-      sq_own = empty(DType::kF32, {M, K / cuda::kFp8GroupK});  // [M, K / 128]
-      q = cdptr<uint8_t>(q_own), sq = cdptr<float>(sq_own);
-    }
+    RowsFp8Once rows = rows_fp8(x, xq);  // x's rows quantized: by the norm, else here once for all parts
     // Two parts stacked by the placement, the first a whole number of 128-row tiles: one GEMM
     // over the stack, each part's columns into its own output (Fp8GemmArgs::c2; the same bits).
     // V2-Lite's kv_a_proj (576 rows, 4.5 column tiles) ran as a second launch of 5 blocks per
@@ -1305,20 +1324,16 @@ void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWe
     if (w.size() == 2 && stacked(w) && w[0]->n_out() % cuda::kFp8GroupK == 0 && s_->w8a8_stack) {
       const int64_t n0 = w[0]->n_out(), n1 = w[1]->n_out();
       OpTimer timer(*this, "matmul", n0 + n1, K);
-      if (quantize)
-        cuda::quantize_fp8_rows_bf16(cdptr<float>(x), K, nullptr, 1, M, K, dptr<uint8_t>(q_own), dptr<float>(sq_own),
-                                     s_->stream);
-      fp8_gemm_w8a8(q, sq, M, *w[0], n0 + n1,
+      rows.ensure(s_->stream);
+      fp8_gemm_w8a8(rows.q, rows.scale, M, *w[0], n0 + n1,
                     w[0]->uniform_row_blocks && w[1]->uniform_row_blocks, dptr<float>(*out[0]), n0,
                     dptr<float>(*out[1]), n1, n0);
       return;
     }
     for (size_t i = 0; i < w.size(); ++i) {
       OpTimer timer(*this, "matmul", w[i]->n_out(), K);  // the first part's time holds the quantizer
-      if (i == 0 && quantize)
-        cuda::quantize_fp8_rows_bf16(cdptr<float>(x), K, nullptr, 1, M, K, dptr<uint8_t>(q_own), dptr<float>(sq_own),
-                                     s_->stream);
-      fp8_gemm_w8a8(q, sq, M, *w[i], w[i]->n_out(), w[i]->uniform_row_blocks,
+      rows.ensure(s_->stream);
+      fp8_gemm_w8a8(rows.q, rows.scale, M, *w[i], w[i]->n_out(), w[i]->uniform_row_blocks,
                     dptr<float>(*out[i]), w[i]->n_out());
     }
     return;
@@ -1367,16 +1382,9 @@ bool CudaBackend::invariant_parts_one_row(const Tensor& x, const std::vector<con
   OpTimer timer(*this, "matmul", N, K);
   ScratchScope scope(*this);
   if (w8a8 != 0) {
-    auto [q, sq] = quantized_of(xq, 1, K);  // the norm's, or made here
-    Tensor q_own, sq_own;
-    if (q == nullptr) {
-      q_own = empty(DType::kU8, {1, K});                        // [1, K] e4m3
-      sq_own = empty(DType::kF32, {1, K / cuda::kFp8GroupK});  // [1, K / 128]
-      cuda::quantize_fp8_rows_bf16(cdptr<float>(x), K, nullptr, 1, 1, K, dptr<uint8_t>(q_own), dptr<float>(sq_own),
-                                   s_->stream);
-      q = cdptr<uint8_t>(q_own), sq = cdptr<float>(sq_own);
-    }
-    fp8_gemm_w8a8(q, sq, 1, *w[0], N, uniform, dptr<float>(*out[0]), N);
+    RowsFp8Once rows = rows_fp8(x, xq);  // the norm's, or made here
+    rows.ensure(s_->stream);
+    fp8_gemm_w8a8(rows.q, rows.scale, 1, *w[0], N, uniform, dptr<float>(*out[0]), N);
     return true;
   }
   const void* xb = bf16_rows_of(xq, 1, K);  // the norm's, or made here
@@ -1389,22 +1397,6 @@ bool CudaBackend::invariant_parts_one_row(const Tensor& x, const std::vector<con
                  K, dptr<float>(*out[0]), N);
   return true;
 }
-
-// x [T, D] fp32 rounded to bf16 and quantized per 1×128 group (quantize_fp8_rows_bf16), once,
-// for the W8A8 consumers of one x — the shared MLP and the routed experts' form 5 (moe_ffn) —
-// into buffers its owner allocates; the first consumer's ensure() runs the quantizer.
-struct CudaBackend::RowsFp8Once {
-  const float* x = nullptr;  // [T, D] fp32, row pitch D
-  int64_t T = 0, D = 0;
-  uint8_t* q = nullptr;      // [T, D] e4m3
-  float* scale = nullptr;    // [T, D / 128] fp32
-  bool ready = false;
-  void ensure(cudaStream_t s) {
-    if (ready) return;
-    cuda::quantize_fp8_rows_bf16(x, D, nullptr, 1, T, D, q, scale, s);
-    ready = true;
-  }
-};
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                               const std::vector<MlpWeights>& experts, Tensor& out) {
@@ -1433,9 +1425,8 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   const bool fuse = s_->batch_invariant || (s_->shared_fuse < 0 ? rule : s_->shared_fuse == 1);
   // x's rows as the norm that wrote them quantized them (xq_in), for the W8A8 forms below.
   RowsFp8Once given;
-  if (auto [q, sq] = quantized_of(xq_in, x.size(0), x.size(1)); q != nullptr)
-    given = RowsFp8Once{cdptr<float>(x), x.size(0), x.size(1), const_cast<uint8_t*>(q), const_cast<float*>(sq), true};
-  RowsFp8Once* ready = given.q != nullptr ? &given : nullptr;
+  if (quantized_of(xq_in, x.size(0), x.size(1)).first != nullptr) given = rows_fp8(x, xq_in);
+  RowsFp8Once* ready = given.ready ? &given : nullptr;
   if (S > 0 && fuse) {
     OpTimer timer(*this, "moe_experts+shared");
     run_moe(x, ids, weights, experts, shared.slices, out, nullptr, ready);
@@ -1454,12 +1445,7 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   ScratchScope scope(*this);
   Tensor s = empty(DType::kF32, {x.size(0), out.size(1)});  // [T, D]
   RowsFp8Once xq = given;
-  Tensor q, sq;
-  if (ready == nullptr && fp8 && x.size(1) % cuda::kFp8GroupK == 0) {
-    q = empty(DType::kU8, {x.size(0), x.size(1)});                         // [T, D] e4m3
-    sq = empty(DType::kF32, {x.size(0), x.size(1) / cuda::kFp8GroupK});  // [T, D / 128]
-    xq = RowsFp8Once{cdptr<float>(x), x.size(0), x.size(1), dptr<uint8_t>(q), dptr<float>(sq), false};
-  }
+  if (ready == nullptr && fp8 && x.size(1) % cuda::kFp8GroupK == 0) xq = rows_fp8(x, nullptr);
   mlp_impl(x, *shared.mlp, s, xq.q != nullptr ? &xq : nullptr);
   OpTimer timer(*this, "moe_experts");
   run_moe(x, ids, weights, experts, nullptr, out, &s, xq.q != nullptr ? &xq : nullptr);

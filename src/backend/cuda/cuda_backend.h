@@ -193,6 +193,9 @@ class CudaBackend : public Backend {
  private:
   // x's rows quantized once for several W8A8 consumers (defined in cuda_backend.cpp).
   struct RowsFp8Once;
+  // x's rows quantized once (x [T, D] fp32, D % 128 == 0): xq's when it holds them (ready), else
+  // buffers in the caller's step-memory scope for the first ensure() to fill.
+  RowsFp8Once rows_fp8(const Tensor& x, const QuantizedRows* xq);
   // moe_experts over `experts`, plus (non-null) the shared slices stacked after them as extra
   // experts of weight 1 in every token's last slots (cuda::MoeArgs::n_shared); addend (non-null,
   // [T, D] fp32) is added to every token's combined row (cuda::MoeArgs::addend); xq (non-null):

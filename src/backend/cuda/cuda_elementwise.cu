@@ -35,30 +35,24 @@ __device__ float block_sum(float v) {
   return t;
 }
 
-// Entry i of a token's RoPE table at position pos: (cos, sin) of the fp32 angle pos · inv_freq[i]
-// (like transformers), in double (like the reference backend), times attention_factor.
-__device__ __forceinline__ void rope_entry(const RopeArgs& a, int32_t pos, int i, float& c, float& s) {
-  const float angle = static_cast<float>(pos) * a.inv_freq[i];
-  c = static_cast<float>(cos(static_cast<double>(angle))) * a.attention_factor;
-  s = static_cast<float>(sin(static_cast<double>(angle))) * a.attention_factor;
-}
-
-// A token's RoPE table at position pos: cs[i], cs[kRopeMaxHalf + i] = rope_entry i. Block-wide;
-// ends with a barrier.
+// A token's RoPE table at position pos: cs[i] = cos(pos · inv_freq[i]) · attention_factor,
+// cs[kRopeMaxHalf + i] the sine — fp32 angle like transformers, cos/sin in double like the
+// reference backend. Block-wide; ends with a barrier.
 __device__ void rope_table(const RopeArgs& a, int32_t pos, float* cs) {
-  for (int i = threadIdx.x; i < a.half; i += blockDim.x) rope_entry(a, pos, i, cs[i], cs[kRopeMaxHalf + i]);
+  for (int i = threadIdx.x; i < a.half; i += blockDim.x) {
+    const float angle = static_cast<float>(pos) * a.inv_freq[i];
+    cs[i] = static_cast<float>(cos(static_cast<double>(angle))) * a.attention_factor;
+    cs[kRopeMaxHalf + i] = static_cast<float>(sin(static_cast<double>(angle))) * a.attention_factor;
+  }
   __syncthreads();
 }
 
-// Pair (x0, x1) rotated by (c, s): (x0·c − x1·s, x1·c + x0·s), each one fma after one multiply,
-// spelled out so that every kernel rotating a pair rounds it the same way.
-__device__ __forceinline__ void rotate_by(float c, float s, float x0, float x1, float& y0, float& y1) {
+// Pair (x0, x1) rotated by table entry i: (x0·c − x1·s, x1·c + x0·s), each one fma after one
+// multiply, spelled out so that every kernel rotating a pair rounds it the same way.
+__device__ __forceinline__ void rotate(const float* cs, int64_t i, float x0, float x1, float& y0, float& y1) {
+  const float c = cs[i], s = cs[kRopeMaxHalf + i];
   y0 = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
   y1 = __fmaf_rn(x1, c, __fmul_rn(x0, s));
-}
-// The same by table entry i.
-__device__ __forceinline__ void rotate(const float* cs, int64_t i, float x0, float x1, float& y0, float& y1) {
-  rotate_by(cs[i], cs[kRopeMaxHalf + i], x0, x1, y0, y1);
 }
 // The two channels of pair i of a head: (2i, 2i+1) interleaved, else (i, i + half).
 __device__ __forceinline__ int64_t pair_a(const RopeArgs& a, int64_t i) { return a.interleave ? 2 * i : i; }

@@ -288,8 +288,9 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
     Tensor h = backend.empty(DType::kF32, {T, D});       // [T, hidden] residual stream
     Tensor x = backend.empty(DType::kF32, {T, D});       // [T, hidden] normalized input of a sublayer
     Tensor delta = backend.empty(DType::kF32, {T, D});   // [T, hidden] sublayer output
-    // x's rows quantized for its FP8 consumers by the norms that write x (empty where the backend
-    // has no use for them): one buffer, as x, for every sublayer's input.
+    // x's rows in the backend's form for its linears (QuantizedRows: FP8 codes or bf16 rows),
+    // written by the norms that write x (empty where the backend has no use for them): one
+    // buffer, as x, for every sublayer's input; none for layer 0's (rms_norm) or the final norm.
     std::vector<const LinearWeight*> consumers;
     for (const DeepseekLayerWeights& w : weights_.layers)
       for (const LinearWeight* p : {&w.q_proj, &w.q_a_proj, &w.kv_a_proj_with_mqa, &w.mlp.gate_proj,
@@ -297,19 +298,17 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
         if (p->weight.defined()) consumers.push_back(p);
     for (const DeepseekLayerWeights& w : weights_.layers)
       if (!w.experts.empty()) consumers.push_back(&w.experts[0].gate_proj);
-    QuantizedRows xq_buf = backend.quantized_rows(T, D, consumers);
-    const QuantizedRows no_xq;
+    QuantizedRows xq_buf = backend.quantized_rows(T, D, consumers), none;
     backend.embedding(weights_.embed_tokens, ids, h);
     backend.rms_norm(h, 0, weights_.layers[0].input_layernorm, eps, x);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const DeepseekLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
       const int64_t layer_mark = backend.step_mark();  // the layer's temporaries die with it
-      attention(backend, l, x, l == 0 ? no_xq : xq_buf, positions, slots, decode, prefill, cache.layer(l), delta);
+      attention(backend, l, x, l == 0 ? none : xq_buf, positions, slots, decode, prefill, cache.layer(l), delta);
       backend.add_rms_norm_quantized(h, delta, w.post_attention_layernorm, eps, x, xq_buf);
       ffn(backend, w, x, xq_buf, delta);
       const bool last = l + 1 == c.num_hidden_layers;
       const Tensor& next_norm = last ? weights_.norm : weights_.layers[static_cast<size_t>(l) + 1].input_layernorm;
-      QuantizedRows none;
       backend.add_rms_norm_quantized(h, delta, next_norm, eps, x, last ? none : xq_buf);  // x = final-normed h at the end
       backend.step_release(layer_mark);
     }
