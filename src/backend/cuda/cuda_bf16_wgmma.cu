@@ -119,7 +119,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* empty = full + kStages;                                            // [kStages]
   auto* table = reinterpret_cast<int32_t*>(empty + kStages);                  // grouped: build_tile_table
 
-  const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
+  // wg through a shuffle from lane 0: warp-uniform to ptxas, so the stage descriptors stay in the
+  // uniform datapath (cuda_fp8_wgmma.cu's compute_tiles; docs/perf.md version 21).
+  const int t = threadIdx.x, wg = __shfl_sync(0xffffffffu, t / 128, 0), warp = t / 32, lane = t % 32;
   if (t == 0) init_ring(full, empty, kStages, 1, kMathGroups * 4);  // one release per math warp
   if (p.offsets != nullptr && warp == 0) build_tile_table(p.offsets, p.E, kBM, lane, table);
   __syncthreads();
@@ -134,6 +136,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   uint32_t it = 0;  // K blocks this warp has consumed
+  const uint64_t da0 = sw128_desc(ring + wg * 64 * 128), db0 = sw128_desc(ring + S::kABytes);  // stage 0's
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
     TileView v;
     if (!resolve_tile<kBM, kOutN>(tile, p.n_row_tiles, n_col_tiles, tiles, p.E, p.M, &v)) continue;
@@ -156,8 +159,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       mbar_wait(&full[s], (it / kStages) & 1u);
-      const uint8_t* stage = ring + s * S::kStageBytes;
-      const uint64_t da = sw128_desc(stage + wg * 64 * 128), db = sw128_desc(stage + S::kABytes);
+      const auto off = static_cast<uint32_t>(s * (S::kStageBytes >> 4));  // the ring lies below 256 KB
+      const uint64_t da = desc_advance(da0, off), db = desc_advance(db0, off);
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) fence_operand(acc[i]);
       wgmma_fence();

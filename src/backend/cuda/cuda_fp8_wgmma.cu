@@ -230,13 +230,22 @@ __device__ __forceinline__ void store_tile_tma(const CUtensorMap& map_c, uint8_t
   }
 }
 
+// The descriptors of warpgroup wg's A rows and of the W tile in stage 0 (ring_descs); stage s's
+// are s·kStageBytes further (desc_advance: the start-address field holds the ring's < 256 KB).
+struct RingDescs {
+  uint64_t a, w;
+};
+__device__ __forceinline__ RingDescs ring_descs(const uint8_t* ring, int wg) {
+  return {sw128_desc(ring + wg * 64 * kBK), sw128_desc(ring + kTileBytes)};
+}
+
 // A math warpgroup's MMAs of the K block in stage s into `part` (the first overwriting it), once
 // full[s] has completed (parity `phase`); then s and phase move on to the next stage.
-__device__ __forceinline__ void issue_k_block(float (&part)[64], const uint8_t* ring, uint64_t* full, int wg, int& s,
+__device__ __forceinline__ void issue_k_block(float (&part)[64], const RingDescs& d0, uint64_t* full, int& s,
                                               uint32_t& phase) {
   mbar_wait(&full[s], phase);
-  const uint8_t* stage = ring + s * kStageBytes;
-  const uint64_t da = sw128_desc(stage + wg * 64 * kBK), db = sw128_desc(stage + kTileBytes);
+  const auto off = static_cast<uint32_t>(s * (kStageBytes >> 4));
+  const uint64_t da = desc_advance(d0.a, off), db = desc_advance(d0.w, off);
 #pragma unroll
   for (int i = 0; i < 64; ++i) fence_operand(part[i]);
   wgmma_fence();
@@ -262,6 +271,7 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
   const int rank = static_cast<int>(blockIdx.x % kCluster);
   int s = 0;           // the stage of the next K block (the it-th this warp consumes: s = it % kStages)
   uint32_t phase = 0;  // full[s]'s parity for it: (it / kStages) & 1
+  const RingDescs descs = ring_descs(ring, wg);
   OutT* c = static_cast<OutT*>(p.c);
   for (int64_t tile = blockIdx.x / kCluster; tile < n_tiles; tile += gridDim.x / kCluster) {
     TileView v;
@@ -307,7 +317,7 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
         sc.a1 = sa1[kb];
         sc.w = swp[kb];
       }
-      issue_k_block(part, ring, full, wg, s, phase);
+      issue_k_block(part, descs, full, s, phase);
     };
     // The finished K block in `part` (its MMAs waited for) from stage sr: released, then promoted.
     auto promote = [&](float (&part)[64], int sr, const Scales& sc) {
@@ -447,6 +457,7 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
   const int tw = threadIdx.x % 128;  // this thread in its warpgroup
   int s = 0;           // the stage of the next K block (as compute_tiles)
   uint32_t phase = 0;  // full[s]'s parity
+  const RingDescs descs = ring_descs(ring, wg);
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
     TileView v;
     if (!resolve_tile<kBM, kBN>(tile, p.n_row_tiles, n_col_tiles, p.offsets != nullptr ? table : nullptr, p.E, p.M,
@@ -489,7 +500,7 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
         sc.a1 = sa1[kb];
         sc.g = swg[kb];
         sc.u = swg[up_step + kb];
-        issue_k_block(part, ring, full, wg, s, phase);
+        issue_k_block(part, descs, full, s, phase);
       };
       // compute_tiles' block-form promotion, with the gate scale for fragments j < 8 and the up
       // scale for j ≥ 8 (the products a·w as the plain GEMM forms them).
@@ -660,8 +671,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       load_stages<kGrouped, kRowScales, kCluster>(map_a, map_w, p, ring, full, empty, ssw, ssa, table, w_ready, lane);
   } else {
     setmaxnreg_inc<RegSplit<kGrouped, kRowScales>::kMath>();
-    compute_tiles<kGrouped, OutT, kRowScales, kCluster>(p, map_c, map_c2, ring, out + wg * kOutBytes, full, empty, ssw,
-                                                        ssa, table, wg, warp, lane);
+    // Block-form scales: wg through a shuffle from lane 0, which ptxas treats as warp-uniform, so
+    // the stage addresses, descriptors and barrier addresses (functions of the ring's base, the
+    // stage index and wg) stay in the uniform datapath instead of vector registers moved into
+    // uniform ones before every wgmma (ptxas -v: the MoE's grouped form spilled 52 bytes, now
+    // none; measured in docs/perf.md version 21). The per-row-scale forms spill more with it.
+    const int wgu = kRowScales ? wg : __shfl_sync(0xffffffffu, wg, 0);
+    compute_tiles<kGrouped, OutT, kRowScales, kCluster>(p, map_c, map_c2, ring, out + wgu * kOutBytes, full, empty, ssw,
+                                                        ssa, table, wgu, warp, lane);
   }
   if constexpr (kCluster > 1) cluster_sync();  // no block leaves while a peer may still signal or fill it
 #else

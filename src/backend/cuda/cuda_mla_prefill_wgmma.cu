@@ -235,7 +235,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto* bars = reinterpret_cast<uint64_t*>(v_ring + kStages * kVBytes);  // [4][kStages]
   const Rings rg{bars, bars + kStages, bars + 2 * kStages, bars + 3 * kStages};
 
-  const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
+  // wg through a shuffle from lane 0: warp-uniform to ptxas, so the descriptors stay in the
+  // uniform datapath (cuda_fp8_wgmma.cu's compute_tiles; docs/perf.md version 21).
+  const int t = threadIdx.x, wg = __shfl_sync(0xffffffffu, t / 128, 0), warp = t / 32, lane = t % 32;
   if (t == 0) {  // one release per math warp
     init_ring(rg.k_full, rg.k_empty, kStages, 1, kMathGroups * 4);
     init_ring(rg.v_full, rg.v_empty, kStages, 1, kMathGroups * 4);
