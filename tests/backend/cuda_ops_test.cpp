@@ -88,6 +88,7 @@ class CudaOps : public ::testing::Test {
   }
   Tensor up(const Tensor& h) { return gpu_->upload(h); }
   Tensor down(const Tensor& d) { return gpu_->to_host(d); }
+  void mlp_w8a8_case(int64_t D, int64_t I);  // MlpW8a8MatchesQuantizedReference at one shape
   Tensor dev_empty(DType dt, std::vector<int64_t> shape) { return gpu_->empty(dt, shape); }
   static Tensor i32(const std::vector<int32_t>& v) {
     Tensor t = Tensor::empty_host(DType::kI32, {static_cast<int64_t>(v.size())});
@@ -847,13 +848,27 @@ TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
 // flips — 3 rows measured 0.0117, run s19-3). The first 3 rows alone (the fewest the form
 // takes) give those rows' bits: nothing in the form depends on M. And the SiLU·mul-quantize in
 // the gate|up GEMM's epilogue (set_fp8_glu_fused): bitwise the same, since both paths round
-// gate|up to bf16. D = 384, I = 256: 3 and 2 K blocks.
+// gate|up to bf16. D = 384, I = 256: 3 and 2 K blocks; I = 320 (V2-Lite's dense layer has
+// I = 10,944, both ≡ 64 mod 128): gate and up as two GEMMs (their scale blocks do not stack
+// into 128-row blocks), the down GEMM's last K block and its input's last group 64 wide.
 TEST_F(CudaOps, MlpW8a8MatchesQuantizedReference) {
   if (!cuda::fp8_wgmma_available()) GTEST_SKIP() << "the W8A8 form needs an sm_90 GPU";
+  for (int64_t I : {256, 320}) mlp_w8a8_case(384, I);
+}
+void CudaOps::mlp_w8a8_case(int64_t D, int64_t I) {
+  SCOPED_TRACE("I=" + std::to_string(I));
   auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
-  const int64_t D = 384, I = 256;
   const std::vector<MlpWeights> host = host_experts(1, D, I, DType::kF8E4M3);
-  const std::vector<MlpWeights> placed = place_experts(*gpu_, host);  // gate|up stacked, uniform blocks
+  // As place_deepseek_weights lays the MLP out: gate|up stacked, or, with I % 128 != 0, each
+  // weight on its own (stacked, up's scale blocks would start mid-block); uniform blocks either way.
+  std::vector<MlpWeights> placed(1);
+  if (I % 128 == 0) {
+    placed = place_experts(*gpu_, host);
+  } else {
+    placed[0].gate_proj = gpu_->place_linear({&host[0].gate_proj});
+    placed[0].up_proj = gpu_->place_linear({&host[0].up_proj});
+    placed[0].down_proj = gpu_->place_linear({&host[0].down_proj});
+  }
   ASSERT_TRUE(placed[0].gate_proj.uniform_row_blocks && placed[0].up_proj.uniform_row_blocks);
   std::vector<float> w13(static_cast<size_t>(2 * I * D)), w2(static_cast<size_t>(D * I));
   host[0].gate_proj.dequantize(0, I, 0, D, w13.data(), D);

@@ -852,11 +852,11 @@ void CudaBackend::linear(const void* xb, int64_t M, const LinearWeight& w, float
 // arithmetic in the wgmma GEMM (its K blocks' MMAs promoted in K order, its own 1×128 groups)
 // depends neither on M nor on the row's place in its tile, so it needs no invariant K structure,
 // and FP8 weights are no longer widened to bf16 (small_m_gemm, the widened wgmma form).
-bool CudaBackend::dense_w8a8_fits(int64_t M, const LinearWeight& w) const {
+bool CudaBackend::dense_w8a8_fits(int64_t M, const LinearWeight& w, bool partial_k) const {
   const bool on = s_->dense_w8a8 == 1 || (s_->dense_w8a8 == -1 && w.uniform_row_blocks);
   return on && M > (s_->batch_invariant ? 0 : s_->dense_w8a8_rows) && w.block_n == 1 && w.block_k == cuda::kFp8GroupK &&
-         w.n_in() % cuda::kFp8GroupK == 0 && reinterpret_cast<uintptr_t>(w.weight.raw_data()) % 16 == 0 &&
-         cuda::fp8_wgmma_available();
+         w.n_in() % (partial_k ? 16 : cuda::kFp8GroupK) == 0 &&
+         reinterpret_cast<uintptr_t>(w.weight.raw_data()) % 16 == 0 && cuda::fp8_wgmma_available();
 }
 
 // out[M, n_rows] (row pitch ldc) = the rows of xb (bf16 [M, K]) quantized per 1×128 group
@@ -1545,7 +1545,7 @@ void CudaBackend::mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, Ro
   // set_fp8_glu_fused with stacked halves of uniform scale blocks, by that GEMM's epilogue
   // (fp8_wgmma_glu_quantize: the same codes, no [T, 2I] at all).
   const bool w8a8 = !gemv_fits(x.raw_data(), Elem::kF32, D, T, w.gate_proj) && w8a8_from_f32(x, D, T, w.gate_proj) &&
-                    w8a8_from_f32(x, D, T, w.up_proj) && dense_w8a8_fits(T, w.down_proj) && I % 16 == 0;
+                    w8a8_from_f32(x, D, T, w.up_proj) && dense_w8a8_fits(T, w.down_proj, true) && I % 16 == 0;
   const bool uniform = stacked({&w.gate_proj, &w.up_proj}) && w.gate_proj.uniform_row_blocks &&
                        w.up_proj.uniform_row_blocks && I % 128 == 0;
   const bool glu = w8a8 && uniform && s_->fp8_glu && cuda::fp8_wgmma_glu_ok(I, true);
@@ -1557,7 +1557,7 @@ void CudaBackend::mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, Ro
                     ? try_gemv(x.raw_data(), Elem::kF32, D, T, w.gate_proj, 2 * I, dptr<float>(gu), 2 * I)
                     : try_gemv(x.raw_data(), Elem::kF32, D, T, w.gate_proj, I, dptr<float>(gu), 2 * I) &&
                           try_gemv(x.raw_data(), Elem::kF32, D, T, w.up_proj, I, dptr<float>(gu) + I, 2 * I));
-  Tensor q2, sq2;  // W8A8: the down projection's input, [T, I] e4m3 and [T, I / 128]
+  Tensor q2, sq2;  // W8A8: the down projection's input, [T, I] e4m3 and [T, ceil(I / 128)]
   if (w8a8) {
     const uint8_t* q;  // [T, D] e4m3
     const float* sq;   // [T, D / 128]
@@ -1573,7 +1573,7 @@ void CudaBackend::mlp_impl(const Tensor& x, const MlpWeights& w, Tensor& out, Ro
       q = cdptr<uint8_t>(q_own), sq = cdptr<float>(sq_own);
     }
     q2 = empty(DType::kU8, {T, I});
-    sq2 = empty(DType::kF32, {T, I / cuda::kFp8GroupK});
+    sq2 = empty(DType::kF32, {T, (I + cuda::kFp8GroupK - 1) / cuda::kFp8GroupK});
     if (glu) {
       cuda::Fp8GemmArgs g;
       g.a = q, g.a_scale = sq;

@@ -232,8 +232,10 @@ class CudaBackend : public Backend {
   // The dense W8A8 form (set_dense_fp8_w8a8): whether it takes these rows and weights, and
   // out[M, n_rows] (row stride ldc) = xb[M, K] bf16 quantized per 1×128 group · Wᵀ on the FP8
   // GEMM, W the n_rows ≥ w.n_out() rows from w's first (rows stacked after w in its buffer;
-  // uniform: their scales uniform over 128-row blocks).
-  bool dense_w8a8_fits(int64_t M, const LinearWeight& w) const;
+  // uniform: their scales uniform over 128-row blocks). partial_k: K % 16 == 0 suffices (the
+  // input's last 1×128 group and the GEMM's last K block narrower; its quantizer must write
+  // [M, ceil(K / 128)] scales: the gated MLP's down projection), else K % 128 == 0.
+  bool dense_w8a8_fits(int64_t M, const LinearWeight& w, bool partial_k = false) const;
   void linear_w8a8(const void* xb, int64_t M, const LinearWeight& w, int64_t n_rows, bool uniform, float* out,
                    int64_t ldc);
   // Whether a linear of M fp32 rows x (row pitch ldx) takes the W8A8 form straight from fp32.

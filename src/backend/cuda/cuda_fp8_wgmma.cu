@@ -720,7 +720,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (warp == kMathGroups * 4) load_glu_stages(map_a, map_w, p, ring, full, empty, table, lane);
   } else {
     setmaxnreg_inc<kGluMathRegs>();
-    compute_glu_tiles(p, q, q_scale, ring, stash + wg * (kStashBytes / 4), full, empty, table, wg, warp, lane);
+    const int wgu = __shfl_sync(0xffffffffu, wg, 0);  // warp-uniform, as fp8_wgmma_kernel's
+    compute_glu_tiles(p, q, q_scale, ring, stash + wgu * (kStashBytes / 4), full, empty, table, wgu, warp, lane);
   }
 #else
   __trap();  // built for another architecture: fp8_wgmma_available() is false there

@@ -90,10 +90,20 @@ class Placer {
     return parts;
   }
   void mlp(const MlpWeights* h, int64_t inter, MlpWeights* out) {
-    auto gu = stack(h ? std::vector<const LinearWeight*>{&h->gate_proj, &h->up_proj} : std::vector<const LinearWeight*>{},
-                    {inter, inter}, c_.hidden_size);
-    out->gate_proj = gu[0];
-    out->up_proj = gu[1];
+    // FP8 with inter % 128 != 0 (V2-Lite's dense layer, 10,944): stacked, up's scale blocks would
+    // start mid-block, so neither half kept uniform 128-row blocks (LinearWeight::rows) and the
+    // W8A8 GEMM would take its per-row-scale form; each on its own keeps the block form.
+    const bool fp8 = h ? h->gate_proj.dtype() == DType::kF8E4M3 : dtype_ == DType::kF8E4M3;
+    if (fp8 && inter % 128 != 0) {
+      out->gate_proj = one(h ? &h->gate_proj : nullptr, inter, c_.hidden_size, true);
+      out->up_proj = one(h ? &h->up_proj : nullptr, inter, c_.hidden_size, true);
+    } else {
+      auto gu = stack(h ? std::vector<const LinearWeight*>{&h->gate_proj, &h->up_proj}
+                        : std::vector<const LinearWeight*>{},
+                      {inter, inter}, c_.hidden_size);
+      out->gate_proj = gu[0];
+      out->up_proj = gu[1];
+    }
     out->down_proj = one(h ? &h->down_proj : nullptr, c_.hidden_size, inter, true);
   }
   void layer(const DeepseekLayerWeights* h, int64_t index, DeepseekLayerWeights* out) {

@@ -5,7 +5,8 @@
 // Layout on device backends (host backends keep the loaded weights as they are):
 //   - every Linear through Backend::place_linear (CUDA: bf16, or FP8 with per-row scales);
 //   - a dense MLP's gate_proj and up_proj stacked into one [2I, D] weight, the parts kept as
-//     row views, so one GEMM computes [gate | up];
+//     row views, so one GEMM computes [gate | up] (FP8 with I % 128 != 0: each on its own, so
+//     each keeps uniform 128-row scale blocks);
 //   - each MoE layer's routed experts stacked into [E·2I, D] (gate_e ; up_e for e = 0..E-1)
 //     and [E·D, I] (down_e), each expert's MlpWeights a set of row views into them;
 //   - the shared experts (width S·I) also stacked there, after the routed ones, as S experts of
