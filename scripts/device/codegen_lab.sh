@@ -53,7 +53,9 @@ for fn in open(sys.argv[1]).read().split("Function : ")[1:]:
             lo = int(m.group(1), 16)
             body = [o for a, o in ins if lo <= a <= addr]
             g = sum(1 for o in body if "GMMA" in o)
-            if g and len(body) < 800: loops.append(f"{len(body)} ins / {g} wgmma")  # not the tile loops
+            spill = sum(1 for o in body if "LDL" in o or "STL" in o)
+            if g and len(body) < 800:  # not the tile loops
+                loops.append(f"{len(body)} ins / {g} wgmma" + (f" / {spill} LDL+STL" if spill else ""))
     print(f"  {label}\n    {len(ops)} ins, R2UR {count(r'R2UR')}, STL {count(r'STL')}, LDL {count(r'LDL')}, "
           f"loops: {'; '.join(loops)}")
 PY

@@ -419,6 +419,8 @@ TEST_F(CudaFp8Gemm, DenseMatchesReferenceAllVariants) {
       {129, 320, 1408, 128, Elem::kBF16, 2}, {4096, 384, 128, 1, Elem::kF32, 0}, {33, 131, 208, 1, Elem::kF32, 1},
       {17, 130, 2048, 128, Elem::kBF16, 0},  {2, 64, 16, 128, Elem::kF32, 0},    {0, 128, 128, 128, Elem::kF32, 0},
       {300, 576, 2048, 128, Elem::kBF16, 0}, {256, 1024, 400, 128, Elem::kF32, 2},
+      // More tiles than SMs (192, 162): blocks store a tile under the next one's first MMAs.
+      {2048, 1536, 256, 128, Elem::kBF16, 0}, {1100, 2304, 384, 128, Elem::kF32, 0},
   };
   for (const Case& c : cases) {
     Operands o;
@@ -541,6 +543,8 @@ TEST_F(CudaFp8Gemm, GroupedMatchesReferenceWithEmptyExperts) {
   };
   std::vector<int32_t> many(64);
   for (size_t e = 0; e < many.size(); ++e) many[e] = e % 5 == 0 ? 0 : static_cast<int32_t>((e * 37) % 23);
+  std::vector<int32_t> wide(16);  // more tiles than SMs: blocks store a tile under the next one's MMAs
+  for (size_t e = 0; e < wide.size(); ++e) wide[e] = 200 + static_cast<int32_t>((e * 37) % 200);
   std::vector<int32_t> v3_decode(256, 0);  // decode-like: 8 single-row experts out of 256
   for (int e : {3, 17, 64, 65, 128, 200, 254, 255}) v3_decode[static_cast<size_t>(e)] = 1;
   const Case cases[] = {
@@ -549,6 +553,7 @@ TEST_F(CudaFp8Gemm, GroupedMatchesReferenceWithEmptyExperts) {
       {many, 136, 384, 1, Elem::kBF16},
       {v3_decode, 256, 512, 128, Elem::kF32},
       {{0, 0, 0}, 128, 128, 128, Elem::kF32},
+      {wide, 1024, 256, 128, Elem::kBF16},
   };
   for (const Case& c : cases) {
     const int64_t E = static_cast<int64_t>(c.counts.size());

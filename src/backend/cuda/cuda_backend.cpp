@@ -139,8 +139,9 @@ struct CudaState {
   // bits); DEEPINFER_CUDA_FP8_IDLE_SKIP=0|1, a lab knob.
   bool fp8_idle_skip = true;
   // The MoE's grouped FP8 GEMMs with their second warpgroup one K block behind
-  // (Fp8GemmArgs::stagger; the same bits); DEEPINFER_CUDA_FP8_STAGGER=0|1, a lab knob.
-  bool fp8_stagger = false;
+  // (Fp8GemmArgs::stagger; the same bits): −1 from kStaggerMinRows routed rows (measured faster
+  // there, docs/perf.md version 21), 0 never, 1 always; DEEPINFER_CUDA_FP8_STAGGER=-1|0|1.
+  int64_t fp8_stagger = -1;
   // Blocks per cluster of the model's FP8 wgmma GEMMs (Fp8GemmArgs::cluster: 0 the kernel's
   // default, 1 or 2; the same bits); DEEPINFER_CUDA_FP8_CLUSTER=n, a lab knob.
   int fp8_cluster = 0;
@@ -263,7 +264,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_FP8_GLU", s_->fp8_glu);
   read_env_switch("DEEPINFER_CUDA_W8A8_EARLY_W", s_->w8a8_early_w);
   read_env_switch("DEEPINFER_CUDA_FP8_IDLE_SKIP", s_->fp8_idle_skip);
-  read_env_switch("DEEPINFER_CUDA_FP8_STAGGER", s_->fp8_stagger);
+  read_env_int("DEEPINFER_CUDA_FP8_STAGGER", -1, 1, 1, s_->fp8_stagger);
   if (int64_t n = 0; read_env_int("DEEPINFER_CUDA_FP8_CLUSTER", 0, 2, 1, n)) s_->fp8_cluster = static_cast<int>(n);
   read_env_switch("DEEPINFER_CUDA_W8A8_STACK", s_->w8a8_stack);
   read_env_switch("DEEPINFER_CUDA_NORM_ROWS", s_->norm_rows);
@@ -1517,7 +1518,7 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
   a.invariant = s_->batch_invariant && !a.one_chain;
   a.glu_fused = s_->fp8_glu;
   a.idle_skip = s_->fp8_idle_skip;
-  a.stagger = s_->fp8_stagger;
+  a.stagger = s_->fp8_stagger == 1 || (s_->fp8_stagger == -1 && a.T * a.k >= kStaggerMinRows);
   a.fp8_cluster = s_->fp8_cluster;
   if (xq != nullptr && a.form == 5 && a.k > 1) {  // (k = 1 gathers while it quantizes: no copy to save)
     DI_CHECK(xq->x == a.x && xq->T == a.T && xq->D == a.D);
