@@ -427,7 +427,7 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
     // TMA for the warpgroup's 64 rows when they all belong to this tile (a grouped tile's rows
     // past its expert are the next expert's: never written), deferred to the next tile's first
     // MMAs (pend); the stores clip at M and N.
-    if (kDefer && p.c_tma) {
+    if (kDefer && p.c_tma && (!kGrouped || m0 + 64 * (wg + 1) <= m_end)) {
       pend = static_cast<int32_t>(m0 + 64 * wg);  // < M < 2^31 (fp8_wgmma_gemm checks)
       pend_col = static_cast<int32_t>(nc);
       pend_second = second;
