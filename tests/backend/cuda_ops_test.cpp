@@ -451,6 +451,17 @@ TEST_F(CudaOps, MoeRouteAllMethods) {
   }
 }
 
+// Fixed routing for T tokens, k slots each: slot (t, j) to expert (5t + j_step·j) mod E, with
+// weight w0 + 0.3·j. ids [T·k] (appended), w [T, k] host F32.
+void fixed_routing(int64_t T, int64_t k, int64_t E, int64_t j_step, float w0, std::vector<int32_t>* ids, Tensor* w) {
+  *w = Tensor::empty_host(DType::kF32, {T, k});
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      ids->push_back(static_cast<int32_t>((t * 5 + j * j_step) % E));
+      w->data<float>()[t * k + j] = w0 + 0.3f * static_cast<float>(j);
+    }
+}
+
 // Experts stacked the way place_deepseek_weights lays them out on device backends.
 std::vector<MlpWeights> place_experts(Backend& b, const std::vector<MlpWeights>& host) {
   std::vector<const LinearWeight*> gu, dn;
@@ -613,12 +624,8 @@ TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
       for (int64_t T : {1, 2, 31, 130, 200}) {
         Tensor x = randn({T, D});
         std::vector<int32_t> ids;
-        Tensor w = Tensor::empty_host(DType::kF32, {T, k});
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t j = 0; j < k; ++j) {
-            ids.push_back(static_cast<int32_t>((t * 5 + j * 3) % E));
-            w.data<float>()[t * k + j] = 0.2f + 0.3f * static_cast<float>(j);
-          }
+        Tensor w;
+        fixed_routing(T, k, E, 3, 0.2f, &ids, &w);
         Tensor t_ids = i32(ids).reshape({T, k});
         Tensor ref_o = Tensor::empty_host(DType::kF32, {T, D});
         SharedExperts ref_shared;
@@ -1122,12 +1129,8 @@ TEST_F(CudaOps, NormQuantizedRowsFeedTheW8a8Consumers) {
       gpu_->matmul_parts(x, {&w0, &w1}, {&a0, &a1}, &xq);
       gpu_->matmul_parts(x, {&w0, &w1}, {&b0, &b1});
       std::vector<int32_t> ids;
-      Tensor rw = Tensor::empty_host(DType::kF32, {T, k});
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < k; ++j) {
-          ids.push_back(static_cast<int32_t>((t * 5 + j * 2) % E));
-          rw.data<float>()[t * k + j] = 0.1f + 0.3f * static_cast<float>(j);
-        }
+      Tensor rw;
+      fixed_routing(T, k, E, 2, 0.1f, &ids, &rw);
       const Tensor d_ids = up(i32(ids).reshape({T, k})), d_rw = up(rw);
       Tensor m0 = dev_empty(DType::kF32, {T, D}), m1 = dev_empty(DType::kF32, {T, D});
       gpu_->moe_ffn(x, d_ids, d_rw, d_routed, d_sh, m0, &xq);
