@@ -1,6 +1,6 @@
 // Timing helpers of the CUDA micro-benchmarks (bench/*_bench.cpp): device buffers, the median
-// of CUDA-graph replays of a batch of launches, the device-to-device copy rate they are compared
-// against, the L2 size (to rotate operands that would otherwise stay cached), and their
+// of CUDA-graph replays of a batch of launches, the bf16 GEMM and device-to-device copy rates
+// they are compared against, the L2 size (to rotate operands that would otherwise stay cached), and their
 // list-valued command-line options.
 #pragma once
 
@@ -68,6 +68,22 @@ double time_launches(F&& launch, int reps, cudaStream_t s) {
   DI_CUDA_CHECK(cudaEventDestroy(e0));
   DI_CUDA_CHECK(cudaEventDestroy(e1));
   return median(per_call);
+}
+
+// bf16 cuBLAS GEMM rate (FLOP/s) at 8192³ on random operands: the matrix-rate ceiling compute-bound
+// kernels are compared to.
+inline double bf16_gemm_rate(cublasHandle_t blas, cudaStream_t s) {
+  const int64_t n = 8192;
+  Dev a(static_cast<size_t>(n * n) * 2), b(static_cast<size_t>(n * n) * 2), c(static_cast<size_t>(n * n) * 2);
+  cuda::fill_random(a.p, cuda::Elem::kBF16, n * n, 11, true, 1.0f, 0.0f, s);
+  cuda::fill_random(b.p, cuda::Elem::kBF16, n * n, 12, true, 1.0f, 0.0f, s);
+  const double t = time_launches(
+      [&](int) {
+        cuda::gemm(blas, n, n, n, static_cast<const cuda::bf16*>(a.p), n, 0, static_cast<const cuda::bf16*>(b.p), n, 0,
+                   true, c.p, cuda::Elem::kBF16, n, 0, 1);
+      },
+      9, s);
+  return 2.0 * static_cast<double>(n * n * n) / t;
 }
 
 // Device-to-device copy rate, bytes read + written per second (1 GiB, median of 10), timed

@@ -4,7 +4,10 @@
 // `context` cached positions in its own pages (shuffled over the pool, 64 tokens each). Figure:
 // bytes touched per call — each row's latents (context × 576 × 2 bytes), kv_b (H × 256 × 512 × 2),
 // q and out — per second, against a device-to-device copy rate measured in the same run (issue 7,
-// point 1: ≥ 0.8 of it at long context). Timing as bench/fp8_gemm_bench (cuda_timing.h): CUDA
+// point 1: ≥ 0.8 of it at long context); and the attention's FLOPs — per row, head and key
+// 2·(576 + 512), the scores and P·V over the latents — per second, against a bf16 cuBLAS GEMM
+// (8192³) of the same run: at H = 128 a key's 278.5 KFLOP outweigh its 1,152 bytes (242 FLOP/B,
+// above the H200's ~185 FLOP/B ridge), so the matrix rate is that shape's ceiling. Timing as bench/fp8_gemm_bench (cuda_timing.h): CUDA
 // graph replays, the median of --reps; when a case's latents fit twice in L2 they are rotated
 // through copies so every call reads them from HBM. Does not check results (CudaMlaTc tests do).
 // Usage: mla_decode_bench [--heads 16,128] [--cases 1:4096,1:32768,...] [--kernel -1|0|1|2]
@@ -24,6 +27,7 @@
 #include "cuda_timing.h"
 
 using namespace deepinfer::cuda;
+using deepinfer::bench::bf16_gemm_rate;
 using deepinfer::bench::copy_rate;
 using deepinfer::bench::Dev;
 using deepinfer::bench::l2_bytes;
@@ -56,7 +60,7 @@ Dev upload(const std::vector<T>& v, cudaStream_t s) {
 }
 
 void bench_case(int64_t H, int64_t rows, int64_t context, int kernel, int64_t split_keys, int reps, double copy_bps,
-                cudaStream_t s) {
+                double gemm_rate, cudaStream_t s) {
   const int64_t width = kR + kDr, pages_per_seq = (context + kBlock - 1) / kBlock;
   const double latent_bytes = static_cast<double>(rows * context * width * 2);
   const int copies = static_cast<int>(
@@ -112,12 +116,14 @@ void bench_case(int64_t H, int64_t rows, int64_t context, int kernel, int64_t sp
       reps, s);
   const double other_bytes = static_cast<double>(H * (kDn + kDv) * kR * 2 + rows * H * (kDn + kDr + kDv) * 4);
   const double gbps = (latent_bytes + other_bytes) / t * 1e-9;
+  const double flops = 2.0 * static_cast<double>(rows * context * H * (width + kR));
   std::printf(
       "{\"kernel\": \"deepinfer_mla_decode\", \"variant\": %d, \"split_keys\": %ld, \"H\": %ld, \"rows\": %ld, "
-      "\"context\": %ld, \"splits\": %d, \"us\": %.2f, \"latent_mb\": %.1f, \"gbps\": %.1f, \"copy_gbps\": %.1f, "
-      "\"frac_of_copy\": %.3f}\n",
+      "\"context\": %ld, \"us\": %.2f, \"latent_mb\": %.1f, \"gbps\": %.1f, \"copy_gbps\": %.1f, "
+      "\"frac_of_copy\": %.3f, \"tflops\": %.1f, \"gemm_tflops\": %.1f, \"frac_of_gemm\": %.3f}\n",
       kernel, static_cast<long>(split_keys), static_cast<long>(H), static_cast<long>(rows), static_cast<long>(context),
-      mla_decode_splits(rows, H), t * 1e6, latent_bytes * 1e-6, gbps, copy_bps * 1e-9, gbps / (copy_bps * 1e-9));
+      t * 1e6, latent_bytes * 1e-6, gbps, copy_bps * 1e-9, gbps / (copy_bps * 1e-9), flops / t * 1e-12,
+      gemm_rate * 1e-12, flops / t / gemm_rate);
   std::fflush(stdout);
 }
 
@@ -131,8 +137,8 @@ int main(int argc, char** argv) {
   app.add_option("--heads", heads, "query heads, comma-separated");
   app.add_option("--cases", cases, "rows:context pairs, comma-separated");
   app.add_option("--kernel", kernel,
-                 "split kernel: -1 automatic, 0 fp32, 1 tensor cores (warp-specialized where it applies), "
-                 "2 one-row mma.sync");
+                 "split kernel: -1 automatic, 0 fp32, 1 tensor cores (the TMA kernels where they apply: "
+                 "warp-specialized at H < 64, wgmma at H >= 64), 2 one-row mma.sync");
   app.add_option("--split-keys", split_keys, "0: split count by launch size; 256: the batch-invariant rule");
   app.add_option("--reps", reps, "timed batches (median)");
   CLI11_PARSE(app, argc, argv);
@@ -141,6 +147,12 @@ int main(int argc, char** argv) {
   DI_CUDA_CHECK(cudaStreamCreate(&s));
   const double copy_bps = copy_rate(s);
   std::printf("{\"kernel\": \"d2d_copy\", \"copy_gbps\": %.1f}\n", copy_bps * 1e-9);
+  cublasHandle_t blas;
+  DI_CUBLAS_CHECK(cublasCreate(&blas));
+  DI_CUBLAS_CHECK(cublasSetStream(blas, s));
+  const double gemm_rate = bf16_gemm_rate(blas, s);
+  DI_CUBLAS_CHECK(cublasDestroy(blas));
+  std::printf("{\"kernel\": \"cublas_bf16_gemm_8192\", \"tflops\": %.1f}\n", gemm_rate * 1e-12);
   std::stringstream ss(cases);
   std::string c;
   std::vector<std::pair<int64_t, int64_t>> pairs;
@@ -153,7 +165,8 @@ int main(int argc, char** argv) {
     pairs.emplace_back(rc[0], rc[1]);
   }
   for (int64_t H : parse_list(heads))
-    for (const auto& [rows, context] : pairs) bench_case(H, rows, context, kernel, split_keys, reps, copy_bps, s);
+    for (const auto& [rows, context] : pairs)
+      bench_case(H, rows, context, kernel, split_keys, reps, copy_bps, gemm_rate, s);
   DI_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

@@ -22,6 +22,7 @@
 #include "cuda_timing.h"
 
 using namespace deepinfer::cuda;
+using deepinfer::bench::bf16_gemm_rate;
 using deepinfer::bench::Dev;
 using deepinfer::bench::parse_list;
 using deepinfer::bench::time_launches;
@@ -29,21 +30,6 @@ using deepinfer::bench::time_launches;
 namespace {
 
 constexpr int64_t kR = 512, kDr = 64, kDn = 128, kDv = 128;
-
-// bf16 cuBLAS GEMM rate (FLOP/s) at 8192³ on random operands: the ceiling prefill is compared to.
-double bf16_gemm_rate(cublasHandle_t blas, cudaStream_t s) {
-  const int64_t n = 8192;
-  Dev a(static_cast<size_t>(n * n) * 2), b(static_cast<size_t>(n * n) * 2), c(static_cast<size_t>(n * n) * 2);
-  fill_random(a.p, Elem::kBF16, n * n, 11, true, 1.0f, 0.0f, s);
-  fill_random(b.p, Elem::kBF16, n * n, 12, true, 1.0f, 0.0f, s);
-  const double t = time_launches(
-      [&](int) {
-        gemm(blas, n, n, n, static_cast<const bf16*>(a.p), n, 0, static_cast<const bf16*>(b.p), n, 0, true, c.p,
-             Elem::kBF16, n, 0, 1);
-      },
-      9, s);
-  return 2.0 * static_cast<double>(n * n * n) / t;
-}
 
 void bench_case(int64_t H, int64_t seqs, int64_t q_len, int64_t kv_len, const std::vector<int64_t>& kernels, int reps,
                 double gemm_rate, cudaStream_t s) {

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -1491,6 +1492,16 @@ class CudaMlaTc : public CudaOps {
     for (const Seq& s : seqs) add_seq(pb_, s.q_len, s.kv_len, true, bs, pages, next);
     cache_ = randn({n_blocks, bs, r_ + dr_});
     round_to_bf16(cache_);
+    // The page slots past each sequence's keys hold NaN: no kernel may let them into a result
+    // (0 · NaN is NaN: a kernel that weighs them by P = 0 instead of skipping or zeroing them
+    // fails), as the engine's pages hold whatever was last written there.
+    for (size_t b = 0; b < seqs.size(); ++b) {
+      const int64_t kv = pb_.kv_len[b];
+      const int64_t page = pb_.block_ids[static_cast<size_t>(pb_.block_indptr[b + 1] - 1)];
+      for (int64_t pos = kv % bs; pos > 0 && pos < bs; ++pos)
+        std::fill_n(cache_.data<float>() + (page * bs + pos) * (r_ + dr_), r_ + dr_,
+                    std::numeric_limits<float>::quiet_NaN());
+    }
     d_cache_ = device_bf16(cache_);
     q_ = randn({pb_.q_indptr.back(), H, dn_ + dr_});
     d_q_ = up(q_);
@@ -1606,32 +1617,34 @@ class CudaMlaTc : public CudaOps {
 };
 
 // The tensor-core kernels against the reference (and the fp32 kernel at 1e-4 on the same data);
-// under the default split rule both the automatic choice (kernel 1: warp-specialized at H = 16 on
-// sm_90a) and the one-row mma.sync kernel (kernel 2):
+// under the default split rule both the automatic choice (kernel 1 on sm_90a: warp-specialized
+// at H = 16, wgmma at H ≥ 64) and the one-row mma.sync kernel (kernel 2):
 // contexts of 1, 31, 300 and 5000 keys, 3 causal query rows over 300 keys, page-boundary ±1 and
-// a sequence left out; pages of 16 and 64 tokens; both split rules. Selections: all rows (no row
+// a sequence left out; pages of 16, 32 and 64 tokens (the wgmma kernel's TMA box runs); H = 16,
+// 128 and 96 (a partial second 64-head group); both split rules. Selections: all rows (no row
 // map); one sequence not selected; only the 5000-key row (one row: the most splits, a cluster of
-// two CTAs per split where the GPU has ≥ 118 SMs); only the 3-row sequence.
+// two CTAs per split where the GPU has ≥ 118 SMs); only the 3-row sequence. Page slots past a
+// sequence's keys hold NaN (build).
 TEST_F(CudaMlaTc, MatchesReference) {
   const std::vector<Seq> seqs = {{1, 1}, {1, 31}, {1, 300}, {1, 5000}, {3, 300}, {1, 77}, {1, 65}, {1, 63}};
   const std::vector<std::vector<uint8_t>> selections = {
       {}, {1, 1, 1, 1, 1, 0, 1, 1}, {0, 0, 0, 1, 0, 0, 0, 0}, {0, 0, 0, 0, 1, 0, 0, 0}};
-  for (int64_t H : {16, 128})
-    for (int64_t bs : {16, 64}) {
-      build(H, bs, seqs);
-      const Tensor ref = reference();
-      for (size_t sel = 0; sel < selections.size(); ++sel)
-        for (int64_t split_keys : {0, 256}) {
-          SCOPED_TRACE(::testing::Message() << "H " << H << " block_size " << bs << " selection " << sel
-                                            << " split_keys " << split_keys);
-          expect_rows(run(selections[sel], 1, split_keys), ref, selections[sel], 1e-2);
-          if (split_keys == 0)  // the one-row mma.sync kernel where kernel 1 takes the warp-specialized one
-            expect_rows(run(selections[sel], 2, split_keys), ref, selections[sel], 1e-2);
-          if (sel < 2) expect_rows(run(selections[sel], 0, split_keys), ref, selections[sel], 1e-4);
-          if (split_keys > 0)  // the multi-row kernel (H = 128: the one-row kernel, its fallback)
-            expect_rows(run(selections[sel], 1, split_keys, cuda::kMlaMaxSplits, true), ref, selections[sel], 1e-2);
-        }
-    }
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{16, 16}, {16, 64}, {128, 16}, {128, 64}, {96, 32}};
+  for (const auto& [H, bs] : shapes) {
+    build(H, bs, seqs);
+    const Tensor ref = reference();
+    for (size_t sel = 0; sel < selections.size(); ++sel)
+      for (int64_t split_keys : {0, 256}) {
+        SCOPED_TRACE(::testing::Message() << "H " << H << " block_size " << bs << " selection " << sel
+                                          << " split_keys " << split_keys);
+        expect_rows(run(selections[sel], 1, split_keys), ref, selections[sel], 1e-2);
+        if (split_keys == 0)  // the one-row mma.sync kernel where kernel 1 takes the TMA kernels
+          expect_rows(run(selections[sel], 2, split_keys), ref, selections[sel], 1e-2);
+        if (sel < 2) expect_rows(run(selections[sel], 0, split_keys), ref, selections[sel], 1e-4);
+        if (split_keys > 0)  // the multi-row kernel (H ≥ 64: the one-row kernel, its fallback)
+          expect_rows(run(selections[sel], 1, split_keys, cuda::kMlaMaxSplits, true), ref, selections[sel], 1e-2);
+      }
+  }
 }
 
 // Bitwise determinism of the tensor-core kernels: the same launch twice gives identical outputs
@@ -1671,6 +1684,27 @@ TEST_F(CudaMlaTc, IsDeterministicAndBatchInvariant) {
             << "sequence " << s << ": 4 split slots (inline merge) differ from 64 (merge kernel)";
       }
     }
+  }
+}
+
+// A large V3-shaped launch: 130 one-row sequences of 1 to 190 keys at H = 128 (pages of 64), where
+// the default rule takes one split (the wgmma kernel; W_UV merging inline) and W_UV walks its
+// output tiles in one block per (64-row tile, head) — against the reference; and under the
+// batch-invariant rule with 4 split slots (W_UV's inline merge), rows launched alone (the tiled
+// W_UV grid: one row tile × 128 heads is under a block per SM) bitwise equal to the same rows in
+// the full launch (the walking grid).
+TEST_F(CudaMlaTc, ManyRowsAtV3Heads) {
+  std::vector<Seq> seqs;
+  for (int32_t b = 0; b < 130; ++b) seqs.push_back({1, 1 + (37 * b) % 190});
+  build(128, 64, seqs);
+  const Tensor ref = reference();
+  expect_rows(run({}, 1, 0), ref, {}, 1e-2);
+  const Tensor all = run({}, 1, 256, 4);
+  expect_rows(all, ref, {}, 1e-2);
+  for (int64_t b : {0, 1, 64, 129}) {
+    std::vector<uint8_t> alone(seqs.size(), 0);
+    alone[static_cast<size_t>(b)] = 1;
+    EXPECT_TRUE(row_bits_equal(all, run(alone, 1, 256, 4), b)) << "sequence " << b << " alone differs";
   }
 }
 

@@ -16,8 +16,10 @@
 //    For r = 512, dr = 64 (DeepSeek) the split step is by default a tensor-core kernel instead:
 //    the same outputs from bf16 mma.sync tiles (bf16 q̃, q_pe and P; fp32 scores, state and
 //    o_lat) — mla_split_ws_kernel (default split rule, H < 64, sm_90a: a TMA producer warp and
-//    two consumer warp groups over a 5-deep ring of swizzled 32-key tiles) or
-//    mla_split_tc_kernel (16 or 64 heads per block, a cp.async latent pipeline); with them,
+//    two consumer warp groups over a 5-deep ring of swizzled 32-key tiles),
+//    mla_split_wgmma_kernel (default split rule, H ≥ 64, sm_90a: 64 heads per block on wgmma,
+//    two warpgroups sharing each 64-key tile) or mla_split_tc_kernel (16 or 64 heads per block,
+//    a cp.async latent pipeline); with them,
 //    absorb and W_UV are per-head bf16 mma.sync GEMMs (mla_absorb_tc_kernel, mla_apply_tc_kernel)
 //    and more than 4 splits are merged by mla_merge_kernel first (MlaDecodeArgs::kernel forces
 //    a family).
@@ -125,13 +127,16 @@ constexpr int kTcMaxSplits = 64;
 //    so a row's result still depends on the launch only through the split count (B = 1,
 //    H = 16: 59 splits × 2 = 118 CTAs).
 //  - H ≥ 64: 64 heads per block (latents read once per 64 heads), splits by least_waves_splits
-//    over its own head groups, capped at 64 (B = 1, H = 128: 2 head groups × 59 splits = 118
-//    CTAs), no cluster.
+//    over its own head groups, no cluster. Under the default rule on sm_90a (kernel ≠ 2,
+//    n_blocks known, block_size % 16 == 0, dn % 4 == 0, q 16-byte aligned, ≤ 2^31 cache rows)
+//    the wgmma kernel mla_split_wgmma_kernel, up to kMaxSplits splits (B = 1: H = 128 2 head
+//    groups × 60 splits, H = 64 117 splits), else mla_split_tc_kernel<4>, capped at 64 splits
+//    (B = 1, H = 128: 2 × 59 = 118 CTAs).
 //  - batch-invariant rule (split_keys > 0): the launch's max_splits slots, no cluster, never
 //    the warp-specialized kernel (the multi-row kernel is bitwise the one-row kernel).
 struct TcLaunch {
   int mt, n_hg, n_splits, cluster;
-  bool ws;
+  bool ws, wg;  // mla_split_ws_kernel; mla_split_wgmma_kernel
 };
 TcLaunch tc_launch(const MlaDecodeArgs& a) {
   static const bool clusters = [] {
@@ -144,12 +149,16 @@ TcLaunch tc_launch(const MlaDecodeArgs& a) {
   l.mt = a.H >= 64 ? 4 : 1;
   l.n_hg = static_cast<int>((a.H + 16 * l.mt - 1) / (16 * l.mt));
   l.cluster = 1;
-  l.ws = l.mt == 1 && a.split_keys == 0 && a.kernel != 2 && a.n_blocks > 0 && a.block_size % 16 == 0 &&
-         sm90a_device();
+  const bool tma = a.split_keys == 0 && a.kernel != 2 && a.n_blocks > 0 && a.block_size % 16 == 0 && sm90a_device();
+  l.ws = l.mt == 1 && tma;
+  l.wg = l.mt == 4 && tma && a.dn % 4 == 0 && reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
+         a.n_blocks * a.block_size <= INT32_MAX;
   if (a.split_keys > 0) {
     l.n_splits = static_cast<int>(a.max_splits);
   } else if (l.ws) {
     l.n_splits = mla_decode_splits(a.n_rows, a.H);
+  } else if (l.wg) {
+    l.n_splits = least_waves_splits(a.n_rows * l.n_hg);  // up to kMaxSplits (B = 1, H = 128: 60 × 2 CTAs)
   } else {
     l.n_splits = least_waves_splits(a.n_rows * l.n_hg, kTcMaxSplits);
     if (l.mt == 1 && clusters && l.n_splits > kTcMaxSplits / 2) l.cluster = kTcMaxCluster;
@@ -168,6 +177,7 @@ void set_split_smem() {
                                        static_cast<int>(kRowsSmemBytes)));
     DI_CUDA_CHECK(cudaFuncSetAttribute(mla_split_ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(kWsSmemBytes)));
+    set_split_wgmma_smem();
     DI_CUDA_CHECK(cudaFuncSetAttribute(mla_absorb_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(absorb_tc_smem_bytes(kAbsorbTcMaxDn))));
     DI_CUDA_CHECK(cudaFuncSetAttribute(mla_apply_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -178,8 +188,9 @@ void set_split_smem() {
 }
 
 // The latent cache as a [n_blocks·block_size, 576] bf16 TMA map of [box_rows × 64] boxes with the
-// 128-byte swizzle (mla_split_ws_kernel), encoded once per (cache, rows, box_rows): each layer's
-// cache keeps its map, so eager steps make no driver call per layer (graph replays carry theirs).
+// 128-byte swizzle (mla_split_ws_kernel, mla_split_wgmma_kernel), encoded once per (cache, rows,
+// box_rows): each layer's cache keeps its map, so eager steps make no driver call per layer
+// (graph replays carry theirs).
 CUtensorMap cache_map(const MlaDecodeArgs& a, int box_rows) {
   using Key = std::tuple<const void*, int64_t, int>;
   static thread_local std::map<Key, CUtensorMap> maps;
@@ -224,11 +235,12 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
   pl.wq = tile_stride(a.r + a.dr);
   pl.cluster = 1;
   int tc_mt = 0;
-  bool ws = false;
+  bool ws = false, wg = false;
   if (use_tc) {
     const TcLaunch tl = tc_launch(a);
     tc_mt = tl.mt;
     ws = tl.ws;
+    wg = tl.wg;
     pl.n_hg = tl.n_hg;
     pl.n_splits = tl.n_splits;
     pl.cluster = tl.cluster;
@@ -294,6 +306,10 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
     launch_pdl(mla_split_ws_kernel, dim3(static_cast<unsigned>(a.n_rows * pl.n_hg), static_cast<unsigned>(pl.n_splits)),
                kWsThreads, kWsSmemBytes, s, cache_map(a, box_rows), box_rows, pl);
     DI_CUDA_LAUNCHED();
+  } else if (wg) {
+    const int box_rows = a.block_size % 64 == 0 ? 64 : a.block_size % 32 == 0 ? 32 : 16;
+    launch_split_wgmma(pl, cache_map(a, box_rows), box_rows, s);
+    DI_CUDA_LAUNCHED();
   } else if (tc_mt == 1) {
     launch_split_tc(pl, 1, s);
   } else if (tc_mt == 4) {
@@ -316,9 +332,14 @@ void mla_decode(const MlaDecodeArgs& a, void* (*alloc)(void* ctx, size_t bytes),
       }
       DI_CUDA_LAUNCHED();
     }
-    launch_pdl(mla_apply_tc_kernel,
-               dim3(static_cast<unsigned>((a.dv + kApplyTileN - 1) / kApplyTileN), heads, gemm_tiles), kGemmThreads,
-               kApplyTcSmemBytes, s, pl, o_lat);
+    // The output tiles of a (row tile, head) in one block when the launch has a block per SM
+    // without them (H ≥ 64: V3's shapes): the inline merge then runs once per (row tile, head),
+    // not once per output tile — at H = 128 × 128 rows the tiled grid spent ~200 µs (run s24-2)
+    // in four merges of each tile, mostly merge_weights' dependent loads. H < 64 keeps its grid.
+    const unsigned out_tiles = static_cast<unsigned>((a.dv + kApplyTileN - 1) / kApplyTileN);
+    const bool walk = a.H >= 64 && static_cast<int64_t>(gemm_tiles) * a.H >= sm_count();
+    launch_pdl(mla_apply_tc_kernel, dim3(walk ? 1u : out_tiles, heads, gemm_tiles), kGemmThreads, kApplyTcSmemBytes, s,
+               pl, o_lat);
     DI_CUDA_LAUNCHED();
     return;
   }

@@ -1,8 +1,9 @@
 // The absorbed MLA decode's kernels and what they share: launch constants, the plan every kernel
 // reads (DecodePlan), the device helpers of several kernel families, and the kernels' declarations.
 // One family per file: cuda_mla_split.cu (fp32 CUDA cores), cuda_mla_split_tc.cu (mma.sync),
-// cuda_mla_split_ws.cu (warp-specialized, sm_90a), cuda_mla_rows.cu (multi-row, batch-invariant
-// rule), cuda_mla_tc_gemms.cu (absorb / merge / W_UV); cuda_mla.cu picks and launches them.
+// cuda_mla_split_ws.cu (warp-specialized, sm_90a), cuda_mla_split_wgmma.cu (wgmma, H ≥ 64,
+// sm_90a), cuda_mla_rows.cu (multi-row, batch-invariant rule), cuda_mla_tc_gemms.cu (absorb /
+// merge / W_UV); cuda_mla.cu picks and launches them.
 // Internal to those files (namespace mla); the interface is cuda_common.h's mla_decode.
 #pragma once
 
@@ -283,6 +284,27 @@ static_assert(kWsRingBytes >= sizeof(float) * kHeads * kTcXStride, "group 1's o_
 static_assert(sizeof(WsGroupSmem) % 16 == 0 && kWsStageBytes % 1024 == 0, "aligned shared-memory pieces");
 static_assert(kTcWidth % kWsBoxCols == 0 && kTcKeys == 32, "whole boxes per tile");
 
+// ---- wgmma split kernel (default split rule, H ≥ 64, sm_90a; cuda_mla_split_wgmma.cu) ---------
+
+constexpr int kWgHeads = 64;                           // MMA rows: the heads of one block
+constexpr int kWgKeys = 64;                            // keys per ring stage
+constexpr int kWgHalfKeys = kWgKeys / 2;               // keys each math warpgroup scores
+constexpr int kWgStages = 2;                           // ring stages
+constexpr int kWgMath = 2;                             // math warpgroups
+constexpr int kWgThreads = 128 * (kWgMath + 1);        // + the producer warpgroup (one thread issues)
+// Registers after setmaxnreg: the launch reserves 168 per thread (65,536 / 384, rounded down to 8).
+constexpr int kWgProducerRegs = 24, kWgMathRegs = 240;
+static_assert(kWgMath * 128 * kWgMathRegs + 128 * kWgProducerRegs <= kWgThreads * 168, "register budget");
+constexpr int kWgBlocks = kTcWidth / 64;               // 64-channel blocks across a key row (9)
+constexpr int kWgBlockBytes = kWgKeys * 128;           // a stage's channel block: [64 keys][128 B]
+constexpr int kWgStageBytes = kWgBlocks * kWgBlockBytes;  // 73,728
+constexpr int kWgQBytes = kWgBlocks * kWgHeads * 128;  // the q tile: [9][64 heads][128 B]
+constexpr size_t kWgSmemBytes = 1024 /* alignment slack */ + kWgQBytes + static_cast<size_t>(kWgStages) * kWgStageBytes +
+                                16 * kWgMath * 2 * 128 /* P fragments */ + sizeof(float) * kWgMath * kWgHeads +
+                                2 * kWgStages * sizeof(uint64_t);
+static_assert(kWgSmemBytes <= 227 * 1024, "one block per SM within sm_90's shared-memory opt-in limit");
+static_assert(kWgHeads * 128 == kWgBlockBytes, "q and stage channel blocks share their descriptor steps");
+
 // The weights w_s = e^{m_s − M} / Σ_s' e^{m_s' − M} l_s' of (selected row i, head h)'s splits into
 // w[0..n_splits) (M = max m_s over non-empty splits; empty ones weigh 0), by one warp: lane l
 // takes splits l + 32x, Σ as the lane's terms in split order then a butterfly — the one weight
@@ -353,6 +375,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_rows_merged_kernel(DecodePlan
 // cuda_mla_split_ws.cu: the warp-specialized kernel.
 __global__ void __launch_bounds__(kWsThreads, 1)
     mla_split_ws_kernel(const __grid_constant__ CUtensorMap map, int box_rows, DecodePlan pl);
+// cuda_mla_split_wgmma.cu: the wgmma kernel (64 heads per block, H ≥ 64) over the cache's TMA map
+// of [box_rows × 64] boxes, and its dynamic shared-memory limit (eager, before any capture).
+void launch_split_wgmma(const DecodePlan& pl, const CUtensorMap& map, int box_rows, cudaStream_t s);
+void set_split_wgmma_smem();
 // cuda_mla_tc_gemms.cu: absorb, merges and W_UV on mma.sync.
 __global__ void __launch_bounds__(kGemmThreads) mla_absorb_tc_kernel(DecodePlan pl);
 __global__ void __launch_bounds__(kThreads) mla_merge_kernel(DecodePlan pl, bf16* o_lat);

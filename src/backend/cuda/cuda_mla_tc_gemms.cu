@@ -194,7 +194,10 @@ __global__ void __launch_bounds__(kMergeRunThreads) mla_merge_running_kernel(Dec
 }
 
 // out[row(i), h, n0..n0+31] = Σ_c o_lat[i, h, c] · W_UV_h[n, c] for the block's 64 selected rows.
-// Block (32-output tile, head h, 64-row tile), 128 threads. Shared: the o_lat tile [64][520] bf16
+// Block (32-output tile, head h, 64-row tile), 128 threads; a grid of gridDim.x < ceil(dv / 32)
+// output tiles walks tiles x, x + gridDim.x, … in one block with the same o_lat tile, so a large
+// launch merges each (row tile, head) once, not once per output tile (the same arithmetic per
+// output either way). Shared: the o_lat tile [64][520] bf16
 // — copied from o_lat when non-null (mla_merge_kernel's, mla_merge_running_kernel's or
 // mla_rows_merged_kernel's), else merged here from ≤ kMergeInline splits (the merge kernel's
 // arithmetic: one split per lane; batch-invariant rule: merge_coefs / merge_step in split order,
@@ -212,7 +215,9 @@ __global__ void __launch_bounds__(kGemmThreads) mla_apply_tc_kernel(DecodePlan p
   bf16* s_a = reinterpret_cast<bf16*>(gemm_smem);  // [kGemmTileM][kApplyStride]
   bf16* s_b = s_a + kGemmTileM * kApplyStride;      // [kApplyTileN][kApplyStride]
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kApplyTileN, h = blockIdx.y;
+  const int n_tiles = static_cast<int>((a.dv + kApplyTileN - 1) / kApplyTileN);
+  int64_t n0 = static_cast<int64_t>(blockIdx.x) * kApplyTileN;
+  const int64_t h = blockIdx.y;
   const int64_t i0 = static_cast<int64_t>(blockIdx.z) * kGemmTileM;
   const int rows = static_cast<int>(std::min<int64_t>(kGemmTileM, a.n_rows - i0));
   const bf16* w_uv = a.kv_b + (h * (a.dn + a.dv) + a.dn) * kTcRank;  // [dv, r]
@@ -296,34 +301,42 @@ __global__ void __launch_bounds__(kGemmThreads) mla_apply_tc_kernel(DecodePlan p
       *reinterpret_cast<uint2*>(s_a + ii * kApplyStride + c) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
     }
   }
-  cp_async_wait<0>();
-  __syncthreads();
-  if (16 * warp >= rows) return;
-  float acc[kApplyTileN / 8][4] = {};
-  const uint32_t a_addr = smem_u32(s_a + (16 * warp + lane % 16) * kApplyStride + 8 * (lane / 16));
+  for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    if (tile != static_cast<int>(blockIdx.x)) {  // the next output tile's W_UV rows
+      n0 = static_cast<int64_t>(tile) * kApplyTileN;
+      __syncthreads();  // every warp is done reading the previous tile
+      load_w();
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (16 * warp >= rows) continue;
+    float acc[kApplyTileN / 8][4] = {};
+    const uint32_t a_addr = smem_u32(s_a + (16 * warp + lane % 16) * kApplyStride + 8 * (lane / 16));
 #pragma unroll 4
-  for (int kc = 0; kc < kTcRank; kc += 32) {
-    uint32_t af[4], ag[4];
-    ldmatrix_x4(af, a_addr + 2 * kc);
-    ldmatrix_x4(ag, a_addr + 2 * (kc + 16));
+    for (int kc = 0; kc < kTcRank; kc += 32) {
+      uint32_t af[4], ag[4];
+      ldmatrix_x4(af, a_addr + 2 * kc);
+      ldmatrix_x4(ag, a_addr + 2 * (kc + 16));
 #pragma unroll
-    for (int nt = 0; nt < kApplyTileN / 8; ++nt) {
-      uint32_t bf[4];  // b0, b1 of k-steps kc and kc + 16
-      ldmatrix_x4(bf, smem_u32(s_b + (8 * nt + lane % 8) * kApplyStride + kc + 8 * (lane / 8)));
-      mma_bf16_16816(acc[nt], af, bf[0], bf[1]);
-      mma_bf16_16816(acc[nt], ag, bf[2], bf[3]);
+      for (int nt = 0; nt < kApplyTileN / 8; ++nt) {
+        uint32_t bf[4];  // b0, b1 of k-steps kc and kc + 16
+        ldmatrix_x4(bf, smem_u32(s_b + (8 * nt + lane % 8) * kApplyStride + kc + 8 * (lane / 8)));
+        mma_bf16_16816(acc[nt], af, bf[0], bf[1]);
+        mma_bf16_16816(acc[nt], ag, bf[2], bf[3]);
+      }
     }
+#pragma unroll
+    for (int nt = 0; nt < kApplyTileN / 8; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int ii = 16 * warp + lane / 4 + 8 * half;
+        const int64_t n = n0 + 8 * nt + 2 * (lane % 4);
+        if (ii < rows && n < a.dv)
+          *reinterpret_cast<float2*>(a.out + (selected_row(pl, i0 + ii) * a.H + h) * a.dv + n) =
+              make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
+      }
   }
-#pragma unroll
-  for (int nt = 0; nt < kApplyTileN / 8; ++nt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int ii = 16 * warp + lane / 4 + 8 * half;
-      const int64_t n = n0 + 8 * nt + 2 * (lane % 4);
-      if (ii < rows && n < a.dv)
-        *reinterpret_cast<float2*>(a.out + (selected_row(pl, i0 + ii) * a.H + h) * a.dv + n) =
-            make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
-    }
 }
 
 }  // namespace deepinfer::cuda::mla
