@@ -9,7 +9,7 @@
 // reads B from shared memory once per 64 rows and the warps issue no operand loads.
 #include "backend/cuda/cuda_mla_decode.cuh"
 
-#include "backend/cuda/cuda_mla_prefill.cuh"  // pack_bf16x2, unpack_bf16x2, fast_exp2
+#include "backend/cuda/cuda_mla_prefill.cuh"  // pack_bf16x2, fast_exp2, exp2_pack
 #include "backend/cuda/cuda_sm90.cuh"
 
 namespace deepinfer::cuda::mla {
@@ -276,14 +276,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     float ps_lo = 0.0f, ps_hi = 0.0f;
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
-      const uint32_t lo = pack_bf16x2(fast_exp2(fmaf(sc[4 * n], sl2, -mn_lo)), fast_exp2(fmaf(sc[4 * n + 1], sl2, -mn_lo)));
-      const uint32_t hi =
-          pack_bf16x2(fast_exp2(fmaf(sc[4 * n + 2], sl2, -mn_hi)), fast_exp2(fmaf(sc[4 * n + 3], sl2, -mn_hi)));
-      own[n / 2][2 * (n % 2)] = lo;
-      own[n / 2][2 * (n % 2) + 1] = hi;
-      const float2 flo = unpack_bf16x2(lo), fhi = unpack_bf16x2(hi);
-      ps_lo += flo.x + flo.y;
-      ps_hi += fhi.x + fhi.y;
+      own[n / 2][2 * (n % 2)] = exp2_pack(sc[4 * n], sc[4 * n + 1], sl2, mn_lo, ps_lo);
+      own[n / 2][2 * (n % 2) + 1] = exp2_pack(sc[4 * n + 2], sc[4 * n + 3], sl2, mn_hi, ps_hi);
     }
     l_lo = fmaf(l_lo, c_lo, ps_lo);
     l_hi = fmaf(l_hi, c_hi, ps_hi);
