@@ -1,12 +1,13 @@
 // The absorbed MLA decode's split kernel on Hopper's warpgroup MMA (default split rule, H ≥ 64,
-// sm_90a): 64 heads of one row per block, a TMA producer warp over a two-stage ring of 64-key
+// sm_90a): 64 heads of one row per block, a TMA producer thread over a two-stage ring of 64-key
 // latent tiles, two math warpgroups that each score half of a tile's keys and exchange their
 // probabilities so each can apply the whole tile to its half of the 512 latent channels.
 //
 // Why: at V3's 128 heads a key costs 278.5 KFLOP for its 1,152 bytes (242 FLOP/B, above the
-// H200's ~184 FLOP/B ridge), so the shape is bound by the matrix rate, and mla_split_tc_kernel<4>
-// (mma.sync, every operand through ldmatrix) ran at 0.13 of it (docs/perf.md, version 4). wgmma
-// reads B from shared memory once per 64 rows and the warps issue no operand loads.
+// H200's ~185 FLOP/B ridge), so the shape is bound by the matrix rate, and mla_split_tc_kernel<4>
+// (mma.sync, every operand through ldmatrix) ran at 0.20–0.23 of it. wgmma reads B from shared
+// memory once per 64 rows and the warps issue no operand loads: 0.60 of the bf16 GEMM rate at
+// 128 rows × 16K keys (docs/perf.md, version 22, with what did not pay).
 #include "backend/cuda/cuda_mla_decode.cuh"
 
 #include "backend/cuda/cuda_mla_prefill.cuh"  // pack_bf16x2, fast_exp2, exp2_pack
@@ -55,8 +56,8 @@ constexpr int kMathThreads = 128 * kWgMath;
 // 64-key stages: split y of a row with n keys owns [y·span, min(n, (y+1)·span)), span =
 // ceil(ceil(n / n_splits) / 64)·64 (so every stage starts on a TMA box run: block_size %
 // box_rows == 0, box_rows | 64).
-// Block (x = i·n_hg + g, y = split), 384 threads: math warpgroups 0 and 1 (232 registers each
-// after setmaxnreg), producer warpgroup 2 (40; the rest of it exits at once).
+// Block (x = i·n_hg + g, y = split), 384 threads: math warpgroups 0 and 1 (kWgMathRegs = 240
+// registers each after setmaxnreg), producer warpgroup 2 (24; the rest of it exits at once).
 //   producer (thread 256): for the split's stages in order, into stage it % 2: waits until
 //            both warpgroups released it (empty: one arrival per math warp), announces 73,728
 //            bytes on full and TMA-loads the 64 keys × 576 channels as 9 channel blocks of
@@ -76,7 +77,8 @@ constexpr int kMathThreads = 128 * kWgMath;
 //               takes the other warpgroup's thread t's: the same rows and key positions of the
 //               other 32 keys (the accumulator layout does not depend on the warpgroup);
 //     o_lat:    O_w[64 heads][channels 256w .. +255] = O_w·corr + P[64][64 keys] · V (4 RS
-//               m64n256k16 wgmmas; V the stage's channel blocks 4w .. 4w + 3 as an MN-major B).
+//               m64n256k16 wgmmas; V the stage's channel blocks 4w .. 4w + 3 as an MN-major B;
+//               the rescale skipped by a warp none of whose rows' max moved: corr = 1 exactly).
 //               In a partial last stage the warpgroup first zeroes its V rows of the keys past
 //               the range (those page slots may hold anything; 0 · NaN would poison O).
 //               Then each warp releases the stage.
