@@ -90,11 +90,11 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 // Two probabilities of one row, p = bf16(2^(s·sl2 − m)) for scores s0, s1 (m in the same log2
-// units; s = −inf gives +0), packed as a bf16 pair; their rounded values are added to sum (the
-// row sum adds exactly what P·V adds). The softmaxes of both wgmma attention kernels.
-__device__ __forceinline__ uint32_t exp2_pack(float s0, float s1, float sl2, float m, float& sum) {
+// units; s = −inf gives +0), packed as a bf16 pair; f gets their rounded values, which are added
+// to sum (the row sum adds exactly what P·V adds). The softmaxes of both wgmma attention kernels.
+__device__ __forceinline__ uint32_t exp2_pack(float s0, float s1, float sl2, float m, float& sum, float2& f) {
   const uint32_t p = pack_bf16x2(fast_exp2(fmaf(s0, sl2, -m)), fast_exp2(fmaf(s1, sl2, -m)));
-  const float2 f = unpack_bf16x2(p);
+  f = unpack_bf16x2(p);
   sum += f.x + f.y;
   return p;
 }

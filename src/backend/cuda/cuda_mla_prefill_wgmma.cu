@@ -174,9 +174,9 @@ __device__ __forceinline__ float2 softmax_tile(float (&sc)[64], SoftmaxRows& st,
   float ps_lo = 0.0f, ps_hi = 0.0f;
 #pragma unroll
   for (int n = 0; n < 16; ++n) {
-    const uint32_t lo = exp2_pack(sc[4 * n], sc[4 * n + 1], sl2, ms_lo, ps_lo);
-    const uint32_t hi = exp2_pack(sc[4 * n + 2], sc[4 * n + 3], sl2, ms_hi, ps_hi);
-    const float2 flo = unpack_bf16x2(lo), fhi = unpack_bf16x2(hi);
+    float2 flo, fhi;
+    exp2_pack(sc[4 * n], sc[4 * n + 1], sl2, ms_lo, ps_lo, flo);
+    exp2_pack(sc[4 * n + 2], sc[4 * n + 3], sl2, ms_hi, ps_hi, fhi);
     sc[4 * n] = flo.x, sc[4 * n + 1] = flo.y, sc[4 * n + 2] = fhi.x, sc[4 * n + 3] = fhi.y;
   }
   st.l_lo = st.l_lo * corr_lo + ps_lo;

@@ -278,8 +278,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     float ps_lo = 0.0f, ps_hi = 0.0f;
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
-      own[n / 2][2 * (n % 2)] = exp2_pack(sc[4 * n], sc[4 * n + 1], sl2, mn_lo, ps_lo);
-      own[n / 2][2 * (n % 2) + 1] = exp2_pack(sc[4 * n + 2], sc[4 * n + 3], sl2, mn_hi, ps_hi);
+      float2 f;
+      own[n / 2][2 * (n % 2)] = exp2_pack(sc[4 * n], sc[4 * n + 1], sl2, mn_lo, ps_lo, f);
+      own[n / 2][2 * (n % 2) + 1] = exp2_pack(sc[4 * n + 2], sc[4 * n + 3], sl2, mn_hi, ps_hi, f);
     }
     l_lo = fmaf(l_lo, c_lo, ps_lo);
     l_hi = fmaf(l_hi, c_hi, ps_hi);
