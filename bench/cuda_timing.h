@@ -1,7 +1,7 @@
 // Timing helpers of the CUDA micro-benchmarks (bench/*_bench.cpp): device buffers, the median
 // of CUDA-graph replays of a batch of launches, the bf16 GEMM and device-to-device copy rates
-// they are compared against, the L2 size (to rotate operands that would otherwise stay cached), and their
-// list-valued command-line options.
+// they are compared against, the L2 size (to rotate operands that would otherwise stay cached),
+// and their list-valued command-line options.
 #pragma once
 
 #include <algorithm>

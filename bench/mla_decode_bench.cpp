@@ -7,9 +7,10 @@
 // point 1: ≥ 0.8 of it at long context); and the attention's FLOPs — per row, head and key
 // 2·(576 + 512), the scores and P·V over the latents — per second, against a bf16 cuBLAS GEMM
 // (8192³) of the same run: at H = 128 a key's 278.5 KFLOP outweigh its 1,152 bytes (242 FLOP/B,
-// above the H200's ~185 FLOP/B ridge), so the matrix rate is that shape's ceiling. Timing as bench/fp8_gemm_bench (cuda_timing.h): CUDA
-// graph replays, the median of --reps; when a case's latents fit twice in L2 they are rotated
-// through copies so every call reads them from HBM. Does not check results (CudaMlaTc tests do).
+// above the H200's ~185 FLOP/B ridge), so the matrix rate is that shape's ceiling. Timing as
+// bench/fp8_gemm_bench (cuda_timing.h): CUDA graph replays, the median of --reps; when a case's
+// latents fit twice in L2 they are rotated through copies so every call reads them from HBM. Does
+// not check results (CudaMlaTc tests do).
 // Usage: mla_decode_bench [--heads 16,128] [--cases 1:4096,1:32768,...] [--kernel -1|0|1|2]
 //                         [--split-keys 0|256] [--reps 9]
 #include <algorithm>

@@ -234,9 +234,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       for (int cb = 0; cb < kWgBlocks; ++cb)
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
+          // q and stage channel blocks are both [64 rows][128 B]: the same step for A and B
           const uint32_t units = static_cast<uint32_t>(cb * (kWgBlockBytes / 16) + 2 * k);
-          wgmma_m64n32k16_bf16(sc, desc_advance(dq, static_cast<uint32_t>(cb * (kWgHeads * 128 / 16) + 2 * k)),
-                               desc_advance(dk, units), cb + k > 0);
+          wgmma_m64n32k16_bf16(sc, desc_advance(dq, units), desc_advance(dk, units), cb + k > 0);
         }
       wgmma_commit();
       wgmma_wait<0>();
