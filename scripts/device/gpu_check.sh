@@ -21,7 +21,7 @@ run() {  # name, command...
   [ $rc -ne 0 ] && status=1
   echo "$name: rc=$rc $(( $(date +%s) - s )) s  $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200)"
 }
-run cuda_ops "$T" --gtest_filter='CudaOps.*:CudaSampling.*:CudaMlaTc.*:CudaMlaPrefill.*:CudaFp8Gemm.*:CudaTiledGemmV3.*:CudaMoeSort.*'
+run cuda_ops "$T" --gtest_filter='CudaOps.*:CudaMlaSublayer.*:CudaSampling.*:CudaMlaTc.*:CudaMlaPrefill.*:CudaFp8Gemm.*:CudaTiledGemmV3.*:CudaMoeSort.*'
 grep -E 'v[23] |TFLOP' "$OUT/cuda_ops.log" | head -12
 run cuda_invariance "$T" --gtest_filter='CudaInvariantOps.*:CudaBatchInvariance.*'
 grep -E "^\[invariance\]" "$OUT/cuda_invariance.log"

@@ -82,6 +82,21 @@ void Backend::mla_rope_kv_write(Tensor& q, int64_t q_offset, Tensor& kv, const T
   mla_kv_write(kv, norm, eps, positions, rope, slots, cache);
 }
 
+void Backend::mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor& x, const QuantizedRows* xq,
+                                  const Tensor& positions, const Tensor& slots, const AttentionBatch& decode,
+                                  Tensor& cache, Tensor& out) {
+  const MlaParams& p = w.mla;
+  const int64_t T = x.size(0), H = p.n_heads, dqk = p.qk_nope_head_dim + p.qk_rope_head_dim;
+  Tensor q = empty(DType::kF32, {T, H * dqk});                                    // [T, H · (dn + dr)]
+  Tensor kv = empty(DType::kF32, {T, p.kv_lora_rank + p.qk_rope_head_dim});     // [T, r + dr]
+  matmul_parts(x, {w.q_proj, w.kv_a_proj}, {&q, &kv}, xq);
+  Tensor q3 = q.reshape({T, H, dqk});
+  mla_rope_kv_write(q3, p.qk_nope_head_dim, kv, *w.kv_a_layernorm, w.eps, positions, *w.rope, slots, cache);
+  Tensor o = empty(DType::kF32, {T, H, p.v_head_dim});  // [T, H, dv]
+  mla_attention(p, MlaForm::kAbsorbed, q3, cache, decode, o);
+  matmul(o.reshape({T, H * p.v_head_dim}), 0, *w.o_proj, out);
+}
+
 void Backend::add_rms_norm_quantized(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps,
                                      Tensor& out, QuantizedRows& xq) {
   DI_CHECK(!xq.defined() && "this backend makes no quantized rows (quantized_rows)");

@@ -229,6 +229,17 @@ class Backend {
   virtual void mla_attention(const MlaParams& p, MlaForm form, const Tensor& q, const Tensor& cache,
                              const AttentionBatch& batch, Tensor& out) = 0;
 
+  // An MLA attention sublayer (no q-LoRA) of a step whose rows are all decode rows of `decode`
+  // (n_rows = T; its new tokens' latents not yet cached): q, kv = matmul_parts(x, {q_proj,
+  // kv_a_proj}, xq); mla_rope_kv_write(q, dn, kv, kv_a_layernorm, …, slots, cache);
+  // o = mla_attention(mla, kAbsorbed, q, cache, decode); out = o · o_projᵀ. The default runs those
+  // ops; a backend may fuse them (CUDA: one kernel at one token, cuda_mla_sublayer.cu), the same
+  // values up to rounding order. x [T, D] F32; positions, slots [T] I32; cache [n_blocks,
+  // block_size, r + dr]; out [T, D] F32.
+  virtual void mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor& x, const QuantizedRows* xq,
+                                   const Tensor& positions, const Tensor& slots, const AttentionBatch& decode,
+                                   Tensor& cache, Tensor& out);
+
   // Router: logits [T, E] F32 → ids [T, top_k] I32 (by descending biased score, ties to the
   // lower id) and weights [T, top_k] F32 (unbiased scores, optionally renormalized, × scale).
   virtual void moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) = 0;

@@ -64,6 +64,18 @@ struct MlaParams {
   const LinearWeight* kv_b_proj = nullptr;  // [n_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
 };
 
+// An MLA attention sublayer without q-LoRA (Backend::mla_decode_sublayer): the placed weights
+// and what the ops between them take. Pointers borrowed for the call.
+struct MlaSublayerWeights {
+  const LinearWeight* q_proj = nullptr;     // [H·(dn + dr), D]
+  const LinearWeight* kv_a_proj = nullptr;  // [r + dr, D] kv_a_proj_with_mqa
+  const Tensor* kv_a_layernorm = nullptr;   // [r]
+  const LinearWeight* o_proj = nullptr;     // [D, H·dv]
+  const RopeParams* rope = nullptr;         // over q_pe and k_pe (dr channels)
+  float eps = 0;                            // kv_a_layernorm's
+  MlaParams mla;                            // dims, softmax scale, kv_b_proj
+};
+
 struct RouterParams {
   ScoringFunc scoring_func = ScoringFunc::kSigmoid;
   TopkMethod topk_method = TopkMethod::kNoauxTc;

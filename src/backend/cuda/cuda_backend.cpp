@@ -132,6 +132,8 @@ struct CudaState {
   // kGemvMaxRows); DEEPINFER_CUDA_FP8_W8A8_ROWS=n.
   int64_t dense_w8a8_rows = 0;
   bool mla_wgmma = true;  // set_mla_prefill_wgmma; DEEPINFER_CUDA_MLA_WGMMA=0|1
+  bool mla_sublayer = true;  // set_mla_sublayer_fused; DEEPINFER_CUDA_MLA_SUBLAYER=0|1
+  unsigned long long* grid_counter = nullptr;  // cuda::mla_sublayer's grid barrier (8 bytes, zeroed)
   bool invariant_naive = true;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
   bool fp8_glu = false;          // set_fp8_glu_fused; DEEPINFER_CUDA_FP8_GLU=0|1
   bool w8a8_early_w = false;     // set_w8a8_early_weights; DEEPINFER_CUDA_W8A8_EARLY_W=0|1
@@ -252,6 +254,9 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   DI_CUBLAS_CHECK(cublasSetWorkspace(s_->blas, s_->blas_workspace, kWorkspace));
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_FP8_W8A8", on)) s_->dense_w8a8 = on ? 1 : 0;
   read_env_switch("DEEPINFER_CUDA_MLA_WGMMA", s_->mla_wgmma);
+  read_env_switch("DEEPINFER_CUDA_MLA_SUBLAYER", s_->mla_sublayer);
+  DI_CUDA_CHECK(cudaMalloc(&s_->grid_counter, sizeof(unsigned long long)));
+  DI_CUDA_CHECK(cudaMemset(s_->grid_counter, 0, sizeof(unsigned long long)));
   s_->dense_w8a8_rows = kGemvMaxRows;
   read_env_int("DEEPINFER_CUDA_FP8_W8A8_ROWS", 0, int64_t{1} << 40, 1, s_->dense_w8a8_rows);
   if (int64_t form = -1; read_env_int("DEEPINFER_CUDA_MOE_FORM", 0, 5, 1, form)) s_->moe_gemm = static_cast<int>(form);
@@ -284,6 +289,7 @@ CudaBackend::~CudaBackend() {
   for (cudaGraphExec_t g : s_->graphs) cudaGraphExecDestroy(g);
   for (auto& st : s_->staging) cudaFreeHost(st.data);
   cudaFree(s_->blas_workspace);
+  cudaFree(s_->grid_counter);
   cublasDestroy(s_->blas);
   cudaStreamDestroy(s_->stream);
 }
@@ -303,6 +309,8 @@ void CudaBackend::set_dense_fp8_w8a8(int mode) {
 }
 
 void CudaBackend::set_mla_prefill_wgmma(bool on) { s_->mla_wgmma = on; }
+
+void CudaBackend::set_mla_sublayer_fused(bool on) { s_->mla_sublayer = on; }
 
 void CudaBackend::set_invariant_naive_mla(bool on) { s_->invariant_naive = on; }
 
@@ -1053,6 +1061,64 @@ void CudaBackend::latent_write(Tensor& kv, const Tensor& norm, float eps, const 
   cuda::mla_kv_write(dptr<float>(kv), kv.size(0), width, r, dptr(norm), elem_of(norm.dtype()), eps,
                      cdptr<int32_t>(positions), a, cdptr<int32_t>(slots), dptr(cache), elem_of(cache.dtype()), q,
                      s_->stream);
+}
+
+void CudaBackend::mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor& x, const QuantizedRows* xq,
+                                      const Tensor& positions, const Tensor& slots, const AttentionBatch& decode,
+                                      Tensor& cache, Tensor& out) {
+  const MlaParams& p = w.mla;
+  const int64_t D = x.size(1), H = p.n_heads, dn = p.qk_nope_head_dim, dr = p.qk_rope_head_dim;
+  const int64_t dv = p.v_head_dim, r = p.kv_lora_rank;
+  auto bf16_linear = [](const LinearWeight* l, int64_t n, int64_t k) {
+    return l->dtype() == DType::kBF16 && l->n_out() == n && l->n_in() == k;
+  };
+  // One row of one selected sequence: host-side sizes, the same at every replay of a decode graph.
+  const bool one_row = x.size(0) == 1 && decode.n_seqs == 1 && decode.n_rows == 1 && decode.selected(0) &&
+                       decode.q_indptr[1] - decode.q_indptr[0] == 1;
+  const DType norm_dt = w.kv_a_layernorm->dtype();
+  if (!one_row || s_->batch_invariant || !s_->mla_sublayer || cache.dtype() != DType::kBF16 ||
+      cache.size(2) != r + dr || (norm_dt != DType::kF32 && norm_dt != DType::kBF16) ||
+      !cuda::mla_sublayer_fits(D, H, dn, dr, dv, r, static_cast<int64_t>(w.rope->inv_freq.size())) ||
+      !bf16_linear(w.q_proj, H * (dn + dr), D) || !bf16_linear(w.kv_a_proj, r + dr, D) ||
+      !bf16_linear(w.o_proj, D, H * dv) || !bf16_linear(p.kv_b_proj, H * (dn + dv), r)) {
+    Backend::mla_decode_sublayer(w, x, xq, positions, slots, decode, cache, out);
+    return;
+  }
+  OpTimer timer(*this, "mla_decode_sublayer");
+  ScratchScope scope(*this);
+  cuda::MlaSublayerArgs a;
+  a.x = cdptr<float>(x);
+  a.D = D;
+  a.w_q = cdptr<cuda::bf16>(w.q_proj->weight);
+  a.w_kv = cdptr<cuda::bf16>(w.kv_a_proj->weight);
+  a.kv_norm = w.kv_a_layernorm->raw_data();
+  a.kv_norm_elem = elem_of(norm_dt);
+  a.eps = w.eps;
+  std::copy(w.rope->inv_freq.begin(), w.rope->inv_freq.end(), a.rope.inv_freq);
+  a.rope.half = static_cast<int>(w.rope->inv_freq.size());
+  a.rope.attention_factor = w.rope->attention_factor;
+  a.rope.interleave = w.rope->interleave;
+  a.positions = cdptr<int32_t>(positions);
+  a.slots = cdptr<int32_t>(slots);
+  a.cache = dptr<cuda::bf16>(cache);
+  a.block_size = decode.block_size;
+  a.kv_len = decode.dev.kv_len;
+  a.block_indptr = decode.dev.block_indptr;
+  a.block_ids = decode.dev.block_ids;
+  a.kv_b = cdptr<cuda::bf16>(p.kv_b_proj->weight);
+  a.scale = p.softmax_scale;
+  a.w_o = cdptr<cuda::bf16>(w.o_proj->weight);
+  a.out = dptr<float>(out);
+  const int64_t n_splits = cuda::mla_sublayer_max_splits();
+  a.q = dptr<float>(empty(DType::kF32, {H * (dn + dr)}));
+  a.kv = dptr<float>(empty(DType::kF32, {r + dr}));
+  a.q_lat = dptr<cuda::bf16>(empty(DType::kBF16, {H, r}));
+  a.q_pe = dptr<cuda::bf16>(empty(DType::kBF16, {H, dr}));
+  a.part_acc = dptr<float>(empty(DType::kF32, {n_splits, H, r}));
+  a.part_ml = reinterpret_cast<float2*>(dptr<float>(empty(DType::kF32, {n_splits, H, 2})));
+  a.o = dptr<float>(empty(DType::kF32, {H * dv}));
+  a.counter = s_->grid_counter;
+  cuda::mla_sublayer(a, s_->stream);
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {

@@ -78,6 +78,11 @@ class CudaBackend : public Backend {
   // rope then mla_kv_write).
   void mla_rope_kv_write(Tensor& q, int64_t q_offset, Tensor& kv, const Tensor& norm, float eps,
                          const Tensor& positions, const RopeParams& rope, const Tensor& slots, Tensor& cache) override;
+  // One token of one sequence (default mode, bf16 weights, DeepSeek's MLA dims at H = 16, sm_90a):
+  // one persistent kernel (cuda::mla_sublayer); otherwise Backend's ops.
+  void mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor& x, const QuantizedRows* xq,
+                           const Tensor& positions, const Tensor& slots, const AttentionBatch& decode, Tensor& cache,
+                           Tensor& out) override;
   void moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const std::vector<MlpWeights>& experts, Tensor& out) override;
@@ -135,6 +140,10 @@ class CudaBackend : public Backend {
   // takes the head dims and GPU — the default — or always on the mma.sync kernel (false).
   // DEEPINFER_CUDA_MLA_WGMMA=0|1 sets it at construction.
   void set_mla_prefill_wgmma(bool on);
+  // Whether mla_decode_sublayer may run its fused kernel (cuda::mla_sublayer) where it applies —
+  // the default — or always the op-by-op path (false). DEEPINFER_CUDA_MLA_SUBLAYER=0|1 sets it at
+  // construction.
+  void set_mla_sublayer_fused(bool on);
   // The batch-invariant mode's naive MLA form (the kv_b decompression on invariant_gemm, then
   // the flash kernel, whose rows do not depend on their chunk): whether MlaPolicy::kByOrigin may
   // run prompt tokens on it (naive_mla_batch_invariant). On by default since the GPU suite proved

@@ -227,6 +227,53 @@ void gather_latent(const bf16* cache, const int32_t* block_ids, int64_t block_si
 // P[h, i, j] = softmax_j(scale · scores[h, i, j]) over j ≤ first_pos + i, 0 beyond (fp32 out).
 void causal_softmax(const float* scores, int64_t H, int64_t rows, int64_t S, int64_t first_pos, float scale, float* P,
                     cudaStream_t s);
+// ---- cuda_mla_sublayer.cu ----
+// The attention sublayer of a decode step of one token of one sequence, as one persistent
+// kernel (the file's comment): out = o_proj(mla_attention(absorbed, q, cache)) with q, kv =
+// [q_proj; kv_a_proj_with_mqa] · bf16(x), q_pe rotated, and the new latent (rms_norm of kv[:r],
+// RoPE of kv[r:]) written to `slots[0]` first — what matmul_parts, mla_rope_kv_write,
+// mla_decode and the o_proj matmul compute, in another summation order (bf16 x, q̃, P, o_lat and
+// o, as those kernels round them). Graph-safe: the launch depends only on D and the SM count.
+struct MlaSublayerArgs {
+  const float* x = nullptr;   // [D] the sublayer's normed input
+  int64_t D = 0;              // hidden size, % 256 == 0
+  const bf16* w_q = nullptr;  // [H·(dn + dr), D] q_proj
+  const bf16* w_kv = nullptr; // [r + dr, D] kv_a_proj_with_mqa
+  const void* kv_norm = nullptr;  // [r] kv_a_layernorm (F32 or BF16: kv_norm_elem)
+  Elem kv_norm_elem = Elem::kF32;
+  float eps = 0;
+  RopeArgs rope;                       // half = dr / 2
+  const int32_t* positions = nullptr;  // [1] the token's position (a step input)
+  const int32_t* slots = nullptr;      // [1] its cache row (a step input)
+  bf16* cache = nullptr;               // [n_blocks, block_size, r + dr]
+  int64_t block_size = 0;
+  const int32_t* kv_len = nullptr;        // [1] keys after this step's write (a step input)
+  const int32_t* block_indptr = nullptr;  // [2] (a step input)
+  const int32_t* block_ids = nullptr;     // the sequence's pages (a step input)
+  const bf16* kv_b = nullptr;             // [H·(dn + dv), r]: per head W_UK [dn, r], W_UV [dv, r]
+  float scale = 0;                        // softmax scale
+  const bf16* w_o = nullptr;              // [D, H·dv] o_proj
+  float* out = nullptr;                   // [D]
+  // Scratch (step memory): q [H·(dn + dr)] f32, kv [r + dr] f32, q_lat [H, r] bf16, q_pe
+  // [H, dr] bf16, part_acc [mla_sublayer_max_splits(), H, r] f32, part_ml [same, H], o [H·dv] f32.
+  float* q = nullptr;
+  float* kv = nullptr;
+  bf16* q_lat = nullptr;
+  bf16* q_pe = nullptr;
+  float* part_acc = nullptr;
+  float2* part_ml = nullptr;
+  float* o = nullptr;
+  unsigned long long* counter = nullptr;  // the grid barrier's: zero at first use, only this kernel's
+  // A lab timeline, or null: [G][kMlaSublayerMarks] global-timer ns per block at entry, before
+  // and after the PDL wait, and before and after each grid barrier, and at exit.
+  unsigned long long* trace = nullptr;
+};
+constexpr int kMlaSublayerMarks = 12;
+// Whether mla_sublayer serves these dims on this GPU: H 16, dn 128, dr 64, dv 128, r 512, RoPE
+// over all of dr, D % 256 == 0, sm_90a with ≥ 128 SMs, its shared memory within 227 KB.
+bool mla_sublayer_fits(int64_t D, int64_t H, int64_t dn, int64_t dr, int64_t dv, int64_t r, int64_t rope_half);
+int64_t mla_sublayer_max_splits();
+void mla_sublayer(const MlaSublayerArgs& a, cudaStream_t s);
 // ---- cuda_sampling.cu ----
 struct SampleRowArgs {
   float temperature;

@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_fp8_quant.cuh"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_rope.cuh"
 
 #include <cuda_fp8.h>
 
@@ -33,34 +34,6 @@ __device__ float block_sum(float v) {
   float t = 0;
   for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) t += partial[w];
   return t;
-}
-
-// A token's RoPE table at position pos: cs[i] = cos(pos · inv_freq[i]) · attention_factor,
-// cs[kRopeMaxHalf + i] the sine — fp32 angle like transformers, cos/sin in double like the
-// reference backend. Block-wide; ends with a barrier.
-__device__ void rope_table(const RopeArgs& a, int32_t pos, float* cs) {
-  for (int i = threadIdx.x; i < a.half; i += blockDim.x) {
-    const float angle = static_cast<float>(pos) * a.inv_freq[i];
-    cs[i] = static_cast<float>(cos(static_cast<double>(angle))) * a.attention_factor;
-    cs[kRopeMaxHalf + i] = static_cast<float>(sin(static_cast<double>(angle))) * a.attention_factor;
-  }
-  __syncthreads();
-}
-
-// Pair (x0, x1) rotated by table entry i: (x0·c − x1·s, x1·c + x0·s), each one fma after one
-// multiply, spelled out so that every kernel rotating a pair rounds it the same way.
-__device__ __forceinline__ void rotate(const float* cs, int64_t i, float x0, float x1, float& y0, float& y1) {
-  const float c = cs[i], s = cs[kRopeMaxHalf + i];
-  y0 = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
-  y1 = __fmaf_rn(x1, c, __fmul_rn(x0, s));
-}
-// The two channels of pair i of a head: (2i, 2i+1) interleaved, else (i, i + half).
-__device__ __forceinline__ int64_t pair_a(const RopeArgs& a, int64_t i) { return a.interleave ? 2 * i : i; }
-__device__ __forceinline__ int64_t pair_b(const RopeArgs& a, int64_t i) { return a.interleave ? 2 * i + 1 : i + a.half; }
-// Rotates pair i of the head at v.
-__device__ __forceinline__ void rope_pair(const RopeArgs& a, const float* cs, float* v, int64_t i) {
-  const int64_t ia = pair_a(a, i), ib = pair_b(a, i);
-  rotate(cs, i, v[ia], v[ib], v[ia], v[ib]);
 }
 
 __global__ void embedding_kernel(const void* table, Elem e, const int32_t* ids, int64_t D, float* out) {

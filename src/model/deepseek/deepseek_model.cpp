@@ -117,6 +117,22 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
   const int64_t width = c.kv_latent_dim();
   const float eps = static_cast<float>(c.rms_norm_eps);
 
+  // Steps of decode rows only, without q-LoRA: the whole sublayer as one backend op, which a
+  // backend may fuse (the CUDA backend at one token: one kernel for the seven launches below).
+  if (c.q_lora_rank == 0 && prefill.n_seqs == 0 && decode.n_seqs > 0) {
+    MlaSublayerWeights sw;
+    sw.q_proj = &w.q_proj;
+    sw.kv_a_proj = &w.kv_a_proj_with_mqa;
+    sw.kv_a_layernorm = &w.kv_a_layernorm;
+    sw.o_proj = &w.o_proj;
+    sw.rope = &rope_;
+    sw.eps = eps;
+    sw.mla = mla_params(c);
+    sw.mla.kv_b_proj = w.kv_b_proj_bf16.defined() ? &w.kv_b_proj_bf16 : &w.kv_b_proj;
+    backend.mla_decode_sublayer(sw, x, &xq, positions, slots, decode, cache_layer, attn_out);
+    return;
+  }
+
   // The two linears of x (q_proj or q_a_proj, and kv_a_proj_with_mqa) together: placements
   // stack their rows, so decode steps read them in one launch. (kv is allocated right after the
   // first part's output: at one row the two are then one contiguous row where the first is a

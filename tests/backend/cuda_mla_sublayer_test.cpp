@@ -1,0 +1,207 @@
+// Backend::mla_decode_sublayer on CUDA — the fused one-token kernel (cuda_mla_sublayer.cu) and
+// the op-by-op path it replaces — against the reference backend's ops (matmul_parts,
+// mla_rope_kv_write, the absorbed mla_attention, the o_proj matmul) at DeepSeek-V2-Lite's
+// attention shape (D 2048, H 16, dn 128, dr 64, dv 128, r 512): contexts of 1 to 20,000 keys
+// (one 32-key tile, a partial tile, page boundaries, the two-slot key ring refilled several
+// times, the most splits), pages of 16 and 64 tokens shuffled over the pool, both RoPE layouts.
+//
+// Inputs are bf16-exact (weights, cache), so the backends differ only by what the GPU rounds to
+// bf16 — x, q̃, the probabilities, o_lat and o (each ~1.7e-3 relative, see
+// cuda_mla_prefill_test.cpp's error model) — and fp32 summation order: ≈ √5 · 1.7e-3 ≈ 4e-3
+// relative L2 over the output row. Bound: 1e-2, which a wrong page, key, head or split (O(1)) or
+// one key too many or too few (≥ 1/√N_keys ≈ 7e-3 at 20,000 keys, more below) exceeds — except
+// a one-key slip at the longest context, which the shorter cases catch. The latent row the step
+// writes: 1e-2 as well (bf16 x and the cache's own rounding). Slots past the context hold NaN on
+// the GPU, so a kernel reading past its keys fails the bound.
+// Also: the fused kernel ran (the op timer names it), it is bitwise deterministic across launches
+// (its grid barrier's counter carries over between them), and the op-by-op path (fused off) meets
+// the same bound. Skipped without a GPU (CI), or where the kernel does not apply (not sm_90a).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "backend/reference/reference_backend.h"
+#ifdef DEEPINFER_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"  // set_mla_sublayer_fused
+#include "backend/cuda/cuda_common.h"   // mla_sublayer_fits
+#endif
+#include "support/cuda_available.h"
+#include "support/random_linear.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr int64_t kD = 2048, kH = 16, kDn = 128, kDr = 64, kDv = 128, kR = 512, kWidth = kR + kDr;
+
+void round_to_bf16(Tensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = bf16_to_f32(f32_to_bf16(t.data<float>()[i]));
+}
+
+double rel_err(const float* a, const float* ref, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (static_cast<double>(a[i]) - ref[i]) * (static_cast<double>(a[i]) - ref[i]);
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+class CudaMlaSublayer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    gpu_ = testing::try_cuda_backend();
+    DI_REQUIRE_GPU(gpu_);
+#ifdef DEEPINFER_HAVE_CUDA
+    if (!cuda::mla_sublayer_fits(kD, kH, kDn, kDr, kDv, kR, kDr / 2))
+      GTEST_SKIP() << "the fused sublayer kernel does not run on this GPU (sm_90a with >= 128 SMs)";
+#endif
+  }
+  LinearWeight weight(int64_t n, int64_t k) {
+    LinearWeight w = testing::random_linear(rng_, n, k, DType::kF32);
+    round_to_bf16(w.weight);
+    return w;
+  }
+  Tensor randn(std::vector<int64_t> shape, float mean, float stddev) {
+    Tensor t = Tensor::empty_host(DType::kF32, shape);
+    std::normal_distribution<float> d(mean, stddev);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng_);
+    return t;
+  }
+  static Tensor i32(const std::vector<int32_t>& v) {
+    Tensor t = Tensor::empty_host(DType::kI32, {static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.data<int32_t>());
+    return t;
+  }
+  void set_fused(bool on) {
+#ifdef DEEPINFER_HAVE_CUDA
+    dynamic_cast<CudaBackend&>(*gpu_).set_mla_sublayer_fused(on);
+#else
+    (void)on;
+#endif
+  }
+
+  // One decode step of one sequence holding n_keys keys (the last one new) on pages of bs tokens:
+  // the fused and op-by-op GPU results against the reference, and the fused kernel's determinism.
+  void check(int32_t n_keys, int64_t bs, bool interleave, float attention_factor) {
+    SCOPED_TRACE(::testing::Message() << "keys " << n_keys << ", pages of " << bs);
+    LinearWeight wq = weight(kH * (kDn + kDr), kD), wkv = weight(kWidth, kD), wo = weight(kD, kH * kDv),
+                 kvb = weight(kH * (kDn + kDv), kR);
+    LinearWeight d_wq = gpu_->place_linear({&wq}), d_wkv = gpu_->place_linear({&wkv}), d_wo = gpu_->place_linear({&wo}),
+                 d_kvb = gpu_->place_linear({&kvb});
+    Tensor norm = randn({kR}, 1.0f, 0.1f);
+    const Tensor d_norm = gpu_->place_tensor(norm);
+    RopeParams rope;
+    for (int64_t i = 0; i < kDr / 2; ++i)
+      rope.inv_freq.push_back(static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / kDr)));
+    rope.interleave = interleave;
+    rope.attention_factor = attention_factor;
+
+    // Pages: the sequence's shuffled over a pool with spare pages; cache values bf16-exact.
+    const int64_t n_pages = (n_keys + bs - 1) / bs, n_blocks = n_pages + 3;
+    std::vector<int32_t> pool(static_cast<size_t>(n_blocks));
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng_);
+    std::vector<int32_t> pages(pool.begin(), pool.begin() + n_pages);
+    Tensor cache = randn({n_blocks, bs, kWidth}, 0.0f, 1.0f);
+    round_to_bf16(cache);
+    Tensor cache_bf = Tensor::empty_host(DType::kBF16, {n_blocks, bs, kWidth});
+    for (int64_t i = 0; i < cache.numel(); ++i) cache_bf.data<uint16_t>()[i] = f32_to_bf16(cache.data<float>()[i]);
+    // NaN in every GPU slot that is not one of the sequence's first n_keys − 1 positions.
+    std::vector<bool> live(static_cast<size_t>(n_blocks * bs), false);
+    for (int32_t k = 0; k + 1 < n_keys; ++k) live[static_cast<size_t>(pages[static_cast<size_t>(k / bs)] * bs + k % bs)] = true;
+    for (int64_t s = 0; s < n_blocks * bs; ++s)
+      if (!live[static_cast<size_t>(s)])
+        for (int64_t c = 0; c < kWidth; ++c) cache_bf.data<uint16_t>()[s * kWidth + c] = 0x7fc0;  // NaN
+    const int32_t pos = n_keys - 1;
+    const int32_t slot = pages[static_cast<size_t>(pos / bs)] * static_cast<int32_t>(bs) + pos % static_cast<int32_t>(bs);
+
+    const std::vector<int32_t> q_indptr = {0, 1}, kv_len = {n_keys}, block_indptr = {0, static_cast<int32_t>(n_pages)};
+    const Tensor d_qi = gpu_->upload(i32(q_indptr)), d_kl = gpu_->upload(i32(kv_len)),
+                 d_bi = gpu_->upload(i32(block_indptr)), d_ids = gpu_->upload(i32(pages));
+    AttentionBatch ab;
+    ab.q_indptr = q_indptr.data();
+    ab.kv_len = kv_len.data();
+    ab.block_indptr = block_indptr.data();
+    ab.block_ids = pages.data();
+    ab.n_seqs = 1;
+    ab.block_size = bs;
+    ab.n_rows = 1;
+    ab.dev = {d_qi.data<int32_t>(), d_kl.data<int32_t>(), d_bi.data<int32_t>(), d_ids.data<int32_t>(), nullptr};
+
+    const Tensor x = randn({1, kD}, 0.0f, 1.0f), positions = i32({pos}), slots = i32({slot});
+    MlaSublayerWeights w;
+    w.kv_a_layernorm = &norm;
+    w.rope = &rope;
+    w.eps = 1e-6f;
+    w.mla.n_heads = kH;
+    w.mla.qk_nope_head_dim = kDn;
+    w.mla.qk_rope_head_dim = kDr;
+    w.mla.v_head_dim = kDv;
+    w.mla.kv_lora_rank = kR;
+    w.mla.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kDn + kDr));
+
+    // Reference.
+    w.q_proj = &wq, w.kv_a_proj = &wkv, w.o_proj = &wo, w.mla.kv_b_proj = &kvb;
+    Tensor ref_out = Tensor::empty_host(DType::kF32, {1, kD});
+    ref_.mla_decode_sublayer(w, x, nullptr, positions, slots, ab, cache, ref_out);
+
+    // GPU: fused (twice, bitwise equal), then op by op.
+    w.q_proj = &d_wq, w.kv_a_proj = &d_wkv, w.o_proj = &d_wo, w.mla.kv_b_proj = &d_kvb, w.kv_a_layernorm = &d_norm;
+    const Tensor d_x = gpu_->upload(x), d_pos = gpu_->upload(positions), d_slots = gpu_->upload(slots);
+    Tensor outs[3];
+    for (int run = 0; run < 3; ++run) {
+      const bool fused = run < 2;
+      set_fused(fused);
+      Tensor d_cache = gpu_->allocate(DType::kBF16, {n_blocks, bs, kWidth});
+      gpu_->copy_from_host(cache_bf.raw_data(), d_cache);
+      Tensor d_out = gpu_->empty(DType::kF32, {1, kD});
+      gpu_->set_op_timing(true);
+      gpu_->mla_decode_sublayer(w, d_x, nullptr, d_pos, d_slots, ab, d_cache, d_out);
+      const std::vector<OpTime> times = gpu_->take_op_times();
+      gpu_->set_op_timing(false);
+      const bool ran_fused = times.size() == 1 && times[0].op == "mla_decode_sublayer";
+      EXPECT_EQ(ran_fused, fused) << "run " << run;
+      outs[run] = gpu_->to_host(d_out);
+      const double e = rel_err(outs[run].data<float>(), ref_out.data<float>(), kD);
+      // The step's latent row, as the GPU cached it (bf16) against the reference's (fp32).
+      const Tensor c = gpu_->to_host(d_cache);
+      std::vector<float> row(kWidth);
+      for (int64_t j = 0; j < kWidth; ++j) row[static_cast<size_t>(j)] = bf16_to_f32(c.data<uint16_t>()[slot * kWidth + j]);
+      const double ec = rel_err(row.data(), cache.data<float>() + static_cast<int64_t>(slot) * kWidth, kWidth);
+      std::printf("[mla sublayer] keys %6d pages %2lld %s: out rel err %.2e, latent row %.2e\n", n_keys,
+                  static_cast<long long>(bs), fused ? "fused   " : "op by op", e, ec);
+      EXPECT_LT(e, 1e-2) << "run " << run;
+      EXPECT_LT(ec, 1e-2) << "run " << run;
+    }
+    EXPECT_EQ(0, std::memcmp(outs[0].raw_data(), outs[1].raw_data(), outs[0].n_bytes())) << "fused runs differ";
+    set_fused(true);
+  }
+
+  std::unique_ptr<Backend> gpu_;
+  ReferenceBackend ref_;
+  std::mt19937 rng_{2026};
+};
+
+TEST_F(CudaMlaSublayer, MatchesReferenceOps) {
+  check(1, 64, true, 1.0f);
+  check(2, 16, true, 1.0f);
+  check(33, 64, true, 1.0f);
+  check(64, 64, false, 1.2f);
+  check(65, 16, true, 1.0f);
+  check(530, 64, true, 1.0f);
+  check(4100, 64, true, 1.0f);
+}
+
+TEST_F(CudaMlaSublayer, LongContextsRefillTheKeyRing) {
+  check(9000, 16, true, 1.0f);   // spans of 96 keys: three tiles, one refill
+  check(20000, 64, false, 1.0f);  // spans of 160 keys: five tiles
+}
+
+}  // namespace
+}  // namespace deepinfer
