@@ -1,10 +1,11 @@
 // Timing helpers of the CUDA micro-benchmarks (bench/*_bench.cpp): device buffers, the median
 // of CUDA-graph replays of a batch of launches, the bf16 GEMM and device-to-device copy rates
 // they are compared against, the L2 size (to rotate operands that would otherwise stay cached),
-// and their list-valued command-line options.
+// the persistent kernels' timelines, and their list-valued command-line options.
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -116,6 +117,30 @@ inline int64_t l2_bytes() {
   DI_CUDA_CHECK(cudaGetDevice(&dev));
   DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, dev));
   return v;
+}
+
+// A persistent kernel's lab timeline, read back from its trace buffer ([G][marks] global-timer ns
+// per block, cuda::MlaSublayerArgs::trace and the like) after one launch: per mark, the median
+// and the latest block's µs since the earliest block's mark 0, as the JSON fields
+// `"median_us": [...], "latest_us": [...]`.
+inline std::string timeline_json(const void* trace, int G, int marks, cudaStream_t s) {
+  std::vector<unsigned long long> tr(static_cast<size_t>(G) * marks);
+  DI_CUDA_CHECK(cudaMemcpyAsync(tr.data(), trace, tr.size() * 8, cudaMemcpyDeviceToHost, s));
+  DI_CUDA_CHECK(cudaStreamSynchronize(s));
+  unsigned long long t0 = ~0ull;
+  for (int b = 0; b < G; ++b) t0 = std::min(t0, tr[static_cast<size_t>(b) * marks]);
+  std::string med = "\"median_us\": [", late = "\"latest_us\": [";
+  for (int m = 0; m < marks; ++m) {
+    std::vector<double> v;
+    for (int b = 0; b < G; ++b) v.push_back(static_cast<double>(tr[static_cast<size_t>(b) * marks + m] - t0) * 1e-3);
+    std::sort(v.begin(), v.end());
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%.2f", m ? ", " : "", v[v.size() / 2]);
+    med += buf;
+    std::snprintf(buf, sizeof buf, "%s%.2f", m ? ", " : "", v.back());
+    late += buf;
+  }
+  return med + "], " + late + "]";
 }
 
 // "1,16,64" → {1, 16, 64} (sep-separated integers).

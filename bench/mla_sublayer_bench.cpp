@@ -29,6 +29,7 @@ using deepinfer::bench::Dev;
 using deepinfer::bench::l2_bytes;
 using deepinfer::bench::parse_list;
 using deepinfer::bench::time_launches;
+using deepinfer::bench::timeline_json;
 
 namespace {
 
@@ -134,29 +135,13 @@ void bench_case(int64_t context, int reps, double copy_bps, cudaStream_t s) {
   MlaSublayerArgs ta = args(0);
   ta.trace = static_cast<unsigned long long*>(trace.p);
   mla_sublayer(ta, s);
-  std::vector<unsigned long long> tr(static_cast<size_t>(G) * kMlaSublayerMarks);
-  DI_CUDA_CHECK(cudaMemcpyAsync(tr.data(), trace.p, tr.size() * 8, cudaMemcpyDeviceToHost, s));
-  DI_CUDA_CHECK(cudaStreamSynchronize(s));
-  unsigned long long t0 = ~0ull;
-  for (int b = 0; b < G; ++b) t0 = std::min(t0, tr[static_cast<size_t>(b) * kMlaSublayerMarks]);
-  std::string med = "[", late = "[";
-  for (int m = 0; m < kMlaSublayerMarks; ++m) {
-    std::vector<double> v;
-    for (int b = 0; b < G; ++b) v.push_back(static_cast<double>(tr[static_cast<size_t>(b) * kMlaSublayerMarks + m] - t0) * 1e-3);
-    std::sort(v.begin(), v.end());
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%s%.2f", m ? ", " : "", v[v.size() / 2]);
-    med += buf;
-    std::snprintf(buf, sizeof buf, "%s%.2f", m ? ", " : "", v.back());
-    late += buf;
-  }
+  const std::string tl = timeline_json(trace.p, G, kMlaSublayerMarks, s);
   std::printf(
       "{\"kernel\": \"deepinfer_mla_sublayer\", \"D\": %ld, \"H\": %ld, \"context\": %ld, \"us\": %.2f, "
       "\"mb\": %.2f, \"gbps\": %.1f, \"copy_gbps\": %.1f, \"frac_of_copy\": %.3f, "
-      "\"marks\": \"entry, issued, waited, P1, B1, P2, B2, P3, B3, P4, B4, exit\", \"median_us\": %s], "
-      "\"latest_us\": %s]}\n",
+      "\"marks\": \"entry, issued, waited, P1, B1, P2, B2, P3, B3, P4, B4, exit\", %s}\n",
       static_cast<long>(kD), static_cast<long>(kH), static_cast<long>(context), t * 1e6, bytes * 1e-6,
-      bytes / t * 1e-9, copy_bps * 1e-9, bytes / t / copy_bps, med.c_str(), late.c_str());
+      bytes / t * 1e-9, copy_bps * 1e-9, bytes / t / copy_bps, tl.c_str());
   std::fflush(stdout);
 }
 

@@ -133,7 +133,9 @@ struct CudaState {
   int64_t dense_w8a8_rows = 0;
   bool mla_wgmma = true;  // set_mla_prefill_wgmma; DEEPINFER_CUDA_MLA_WGMMA=0|1
   bool mla_sublayer = true;  // set_mla_sublayer_fused; DEEPINFER_CUDA_MLA_SUBLAYER=0|1
-  unsigned long long* grid_counter = nullptr;  // cuda::mla_sublayer's grid barrier (8 bytes, zeroed)
+  bool moe_one = true;       // set_moe_one_fused; DEEPINFER_CUDA_MOE_ONE=0|1
+  // The persistent kernels' grid-barrier counters (zeroed): [0] cuda::mla_sublayer, [1] cuda::moe_one.
+  unsigned long long* grid_counter = nullptr;
   bool invariant_naive = true;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
   bool fp8_glu = false;          // set_fp8_glu_fused; DEEPINFER_CUDA_FP8_GLU=0|1
   bool w8a8_early_w = false;     // set_w8a8_early_weights; DEEPINFER_CUDA_W8A8_EARLY_W=0|1
@@ -255,8 +257,9 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_FP8_W8A8", on)) s_->dense_w8a8 = on ? 1 : 0;
   read_env_switch("DEEPINFER_CUDA_MLA_WGMMA", s_->mla_wgmma);
   read_env_switch("DEEPINFER_CUDA_MLA_SUBLAYER", s_->mla_sublayer);
-  DI_CUDA_CHECK(cudaMalloc(&s_->grid_counter, sizeof(unsigned long long)));
-  DI_CUDA_CHECK(cudaMemset(s_->grid_counter, 0, sizeof(unsigned long long)));
+  read_env_switch("DEEPINFER_CUDA_MOE_ONE", s_->moe_one);
+  DI_CUDA_CHECK(cudaMalloc(&s_->grid_counter, 2 * sizeof(unsigned long long)));
+  DI_CUDA_CHECK(cudaMemset(s_->grid_counter, 0, 2 * sizeof(unsigned long long)));
   s_->dense_w8a8_rows = kGemvMaxRows;
   read_env_int("DEEPINFER_CUDA_FP8_W8A8_ROWS", 0, int64_t{1} << 40, 1, s_->dense_w8a8_rows);
   if (int64_t form = -1; read_env_int("DEEPINFER_CUDA_MOE_FORM", 0, 5, 1, form)) s_->moe_gemm = static_cast<int>(form);
@@ -311,6 +314,8 @@ void CudaBackend::set_dense_fp8_w8a8(int mode) {
 void CudaBackend::set_mla_prefill_wgmma(bool on) { s_->mla_wgmma = on; }
 
 void CudaBackend::set_mla_sublayer_fused(bool on) { s_->mla_sublayer = on; }
+
+void CudaBackend::set_moe_one_fused(bool on) { s_->moe_one = on; }
 
 void CudaBackend::set_invariant_naive_mla(bool on) { s_->invariant_naive = on; }
 
@@ -1494,6 +1499,9 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   RowsFp8Once given;
   if (quantized_of(xq_in, x.size(0), x.size(1)).first != nullptr) given = rows_fp8(x, xq_in);
   RowsFp8Once* ready = given.ready ? &given : nullptr;
+  if ((S > 0 && fuse) || shared.mlp == nullptr) {
+    if (moe_one(x, ids, weights, experts, S > 0 ? shared.slices : nullptr, out)) return;
+  }
   if (S > 0 && fuse) {
     OpTimer timer(*this, "moe_experts+shared");
     run_moe(x, ids, weights, experts, shared.slices, out, nullptr, ready);
@@ -1516,6 +1524,42 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   mlp_impl(x, *shared.mlp, s, xq.q != nullptr ? &xq : nullptr);
   OpTimer timer(*this, "moe_experts");
   run_moe(x, ids, weights, experts, nullptr, out, &s, xq.q != nullptr ? &xq : nullptr);
+}
+
+bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                          const std::vector<MlpWeights>& experts, const std::vector<MlpWeights>* shared_slices,
+                          Tensor& out) {
+  const int64_t S = shared_slices != nullptr ? static_cast<int64_t>(shared_slices->size()) : 0;
+  if (x.size(0) != 1 || s_->batch_invariant || !s_->moe_one || experts.empty() ||
+      experts[0].gate_proj.dtype() != DType::kBF16)
+    return false;
+  const int64_t D = x.size(1), I = experts[0].gate_proj.n_out(), k = ids.size(1);
+  if (!cuda::moe_one_fits(D, I, k, S)) return false;
+  std::vector<const LinearWeight*> w13, w2;
+  for (const std::vector<MlpWeights>* list : {&experts, shared_slices}) {
+    if (list == nullptr) continue;
+    for (const MlpWeights& m : *list) {
+      if (m.gate_proj.n_out() != I || m.down_proj.n_in() != I || m.gate_proj.n_in() != D) return false;
+      w13.push_back(&m.gate_proj);
+      w13.push_back(&m.up_proj);
+      w2.push_back(&m.down_proj);
+    }
+  }
+  if (!stacked(w13) || !stacked(w2)) return false;
+  OpTimer timer(*this, "moe_one");
+  ScratchScope scope(*this);
+  cuda::MoeOneArgs a;
+  a.x = cdptr<float>(x);
+  a.D = D, a.I = I, a.k = k, a.E = static_cast<int64_t>(experts.size()), a.n_shared = S;
+  a.ids = cdptr<int32_t>(ids);
+  a.weights = cdptr<float>(weights);
+  a.w13 = cdptr<cuda::bf16>(experts[0].gate_proj.weight);
+  a.w2 = cdptr<cuda::bf16>(experts[0].down_proj.weight);
+  a.out = dptr<float>(out);
+  a.h = dptr<float>(empty(DType::kF32, {(k + S) * I}));
+  a.counter = s_->grid_counter + 1;
+  cuda::moe_one(a, s_->stream);
+  return true;
 }
 
 void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights,

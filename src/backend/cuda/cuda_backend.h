@@ -144,6 +144,10 @@ class CudaBackend : public Backend {
   // the default — or always the op-by-op path (false). DEEPINFER_CUDA_MLA_SUBLAYER=0|1 sets it at
   // construction.
   void set_mla_sublayer_fused(bool on);
+  // Whether moe_ffn may run a one-token step's experts as one persistent kernel (cuda::moe_one;
+  // default mode, bf16 weights, sizes moe_one_fits takes) — the default — or always the grouped
+  // GEMVs (false). DEEPINFER_CUDA_MOE_ONE=0|1 sets it at construction.
+  void set_moe_one_fused(bool on);
   // The batch-invariant mode's naive MLA form (the kv_b decompression on invariant_gemm, then
   // the flash kernel, whose rows do not depend on their chunk): whether MlaPolicy::kByOrigin may
   // run prompt tokens on it (naive_mla_batch_invariant). On by default since the GPU suite proved
@@ -213,6 +217,10 @@ class CudaBackend : public Backend {
   // experts of weight 1 in every token's last slots (cuda::MoeArgs::n_shared); addend (non-null,
   // [T, D] fp32) is added to every token's combined row (cuda::MoeArgs::addend); xq (non-null):
   // x's quantized rows, for form 5.
+  // A one-token step's experts (+ the shared slices, or null) as one persistent kernel
+  // (cuda::moe_one), where it applies (set_moe_one_fused); false: nothing launched.
+  bool moe_one(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
+               const std::vector<MlpWeights>* shared_slices, Tensor& out);
   void run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                const std::vector<MlpWeights>* shared_slices, Tensor& out, const Tensor* addend = nullptr,
                RowsFp8Once* xq = nullptr);

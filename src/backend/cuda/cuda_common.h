@@ -274,6 +274,31 @@ constexpr int kMlaSublayerMarks = 12;
 bool mla_sublayer_fits(int64_t D, int64_t H, int64_t dn, int64_t dr, int64_t dv, int64_t r, int64_t rope_half);
 int64_t mla_sublayer_max_splits();
 void mla_sublayer(const MlaSublayerArgs& a, cudaStream_t s);
+// ---- cuda_moe_one.cu ----
+// A MoE block's experts at one token as one persistent kernel (the file's comment): out = Σ_s<k
+// weights[s] · expert_{ids[s]}(x) in slot order, + each shared slice E .. E + n_shared − 1 (weight
+// 1) — what the grouped decode GEMVs and their combine compute (MoeArgs' stacked layout), in
+// another summation order within each dot product (x and h = silu(g)·u rounded to bf16 as those
+// kernels round them). Graph-safe: the launch depends only on the sizes and the SM count.
+struct MoeOneArgs {
+  const float* x = nullptr;        // [D] the token's normed row
+  int64_t D = 0, I = 0, k = 0, E = 0, n_shared = 0;
+  const int32_t* ids = nullptr;    // [k] routed experts (< E), from the previous kernel
+  const float* weights = nullptr;  // [k]
+  const bf16* w13 = nullptr;       // [(E + n_shared)·2I, D]: gate_e; up_e
+  const bf16* w2 = nullptr;        // [(E + n_shared)·D, I]
+  float* out = nullptr;            // [D]
+  float* h = nullptr;              // scratch [(k + n_shared)·I] f32
+  unsigned long long* counter = nullptr;  // its grid barrier's (zero at first use, only this kernel's)
+  // A lab timeline, or null: [G][kMoeOneMarks] global-timer ns per block at entry; the producer's
+  // pre-wait stages issued, its wait returned, its last phase-A stage issued, its last stage
+  // issued; the math warps' x staged, first stage full, phase A done, barrier passed, exit.
+  unsigned long long* trace = nullptr;
+};
+constexpr int kMoeOneMarks = 10;
+// Whether moe_one serves these sizes on this GPU (bf16 weights are the caller's check).
+bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared);
+void moe_one(const MoeOneArgs& a, cudaStream_t s);
 // ---- cuda_sampling.cu ----
 struct SampleRowArgs {
   float temperature;

@@ -31,15 +31,14 @@
 //               then o[h][v0..v0+15] = W_UV[h][v] · o_lat[h].
 //   P5 o_proj:  out = W_o bf16(o), block b owning rows [b·D/G, (b+1)·D/G).
 //
-// The grid barrier: each block's thread 0 adds 1 (after a fence) to a 64-bit counter that only
-// this kernel touches and spins until it reaches the phase's target. A launch adds exactly 4·G,
-// and launches of one stream never overlap past their waits (the previous one completed before
-// this one's pdl_wait returned), so base = counter − counter mod 4G, read after the wait.
+// The grid barrier (cuda_grid_barrier.cuh): a 64-bit arrival counter that only this kernel
+// touches; a launch adds exactly 4·G, so base = counter − counter mod 4G, read after the wait.
 //
 // Shapes: DeepSeek's MLA heads (dn 128, dr 64, r 512, dv 128) with H = 16 (V2 and V2-Lite),
 // D % 256 == 0, bf16 weights, a bf16 cache; one query row of one sequence; G ≥ 128 SMs; the
 // whole layout within 227 KB (mla_sublayer_fits). Deterministic: no atomics on data, every sum
 // in a fixed order; the result depends on the launch only through G.
+#include "backend/cuda/cuda_grid_barrier.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mla_decode.cuh"
 #include "backend/cuda/cuda_rope.cuh"
@@ -161,28 +160,6 @@ __device__ __forceinline__ void stage_bf16(const float* src, int64_t n, bf16* ds
   }
 }
 
-// The grid barrier (see the file comment): every thread of every block arrives; returns once all
-// G blocks have arrived `target − base` times in all.
-__device__ __forceinline__ void grid_sync(unsigned long long* counter, unsigned long long target) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(counter, 1ull);
-    unsigned long long v;
-    do {
-      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(counter) : "memory");
-    } while (v < target);
-    __threadfence();
-  }
-  __syncthreads();
-}
-
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long v;
-  asm volatile("mov.u64 %0, %globaltimer;\n" : "=l"(v));
-  return v;
-}
-
 __device__ __forceinline__ float load_elem(const void* p, Elem e, int64_t i) {
   return e == Elem::kF32 ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const bf16*>(p)[i]);
 }
@@ -279,12 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   pdl_wait();
   pdl_trigger();
   mark(2);
-  unsigned long long base = 0;
-  if (t == 0) {
-    unsigned long long v;
-    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(a.counter) : "memory");
-    base = v - v % (static_cast<unsigned long long>(kPhases) * G);
-  }
+  const unsigned long long base = t == 0 ? grid_base(a.counter, static_cast<unsigned long long>(kPhases) * G) : 0;
 
   // ---- P1: q | kv = [W_q; W_kv] · bf16(x) ----
   stage_bf16(a.x, D, sx);
@@ -303,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
     if (bytes > 0) bulk_load(sw, a.w_o + r5_begin * kK5, bytes, bar_o);
   }
   mark(3);
-  grid_sync(a.counter, base + 1ull * G);
+  grid_sync(a.counter, base + 1ull * G, t == 0, [] { __syncthreads(); });
   mark(4);
 
   // ---- P2: the new latent to the cache; q̃ = W_UKᵀ q_nope and q_pe rotated ----
@@ -362,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
     }
   }
   mark(5);
-  grid_sync(a.counter, base + 2ull * G);
+  grid_sync(a.counter, base + 2ull * G, t == 0, [] { __syncthreads(); });
   mark(6);
 
   // ---- P3: split-KV attention over this block's keys (mla_split_tc_kernel<1>'s tile loop) ----
@@ -371,10 +343,19 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
     float* sred = reinterpret_cast<float*>(attn + kAttnRed);
     bf16* sp = reinterpret_cast<bf16*>(attn + kAttnP);
     float* scorr = reinterpret_cast<float*>(attn + kAttnCorr);
-    for (int e = t; e < kH * (kWidth / 8); e += kThreads) {  // [q̃ | q_pe] per head, bf16
-      const int h = e / (kWidth / 8), c = 8 * (e % (kWidth / 8));
-      const uint4 v = c < kR ? ldcg16(a.q_lat + h * kR + c) : ldcg16(a.q_pe + h * kDr + (c - kR));
-      *reinterpret_cast<uint4*>(sq + h * kTcStride + c) = v;
+    {  // [q̃ | q_pe] per head, bf16: every load issued before the first store (one L2 latency)
+      constexpr int kVecs = kH * (kWidth / 8), kIters = (kVecs + kThreads - 1) / kThreads;
+      uint4 v[kIters];
+#pragma unroll
+      for (int x = 0; x < kIters; ++x) {
+        const int e = t + x * kThreads, h = e / (kWidth / 8), c = 8 * (e % (kWidth / 8));
+        if (e < kVecs) v[x] = c < kR ? ldcg16(a.q_lat + h * kR + c) : ldcg16(a.q_pe + h * kDr + (c - kR));
+      }
+#pragma unroll
+      for (int x = 0; x < kIters; ++x) {
+        const int e = t + x * kThreads, h = e / (kWidth / 8), c = 8 * (e % (kWidth / 8));
+        if (e < kVecs) *reinterpret_cast<uint4*>(sq + h * kTcStride + c) = v[x];
+      }
     }
     constexpr int kTph = kThreads / kH;  // softmax threads per head (16)
     const int hh = t / kTph, hj = t % kTph;
@@ -457,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
     if (hj == 0) a.part_ml[b * kH + hh] = make_float2(m_run, l_run);
   }
   mark(7);
-  grid_sync(a.counter, base + 3ull * G);
+  grid_sync(a.counter, base + 3ull * G, t == 0, [] { __syncthreads(); });
   mark(8);
 
   // ---- P4: the splits merged, then W_UV ----
@@ -516,7 +497,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
     }
   }
   mark(9);
-  grid_sync(a.counter, base + 4ull * G);
+  grid_sync(a.counter, base + 4ull * G, t == 0, [] { __syncthreads(); });
   mark(10);
 
   // ---- P5: out = W_o · bf16(o) ----
