@@ -1,6 +1,7 @@
 // The one-token MoE kernel (cuda::moe_one, cuda_moe_one.cu) at DeepSeek-V2-Lite's expert shape
 // (D 2048, I 1408, 64 routed experts, top 6, 2 shared slices), one JSON line on stdout. Figure:
-// the bytes it must read — (k + S) experts × (gate, up, down) × D × I bf16 — per second, against
+// the bytes it must read — (k + S) experts × (gate, up, down) × D × I weights, FP8's scales
+// included — per second, against
 // a device-to-device copy rate measured in the same run. Every call routes to another random
 // set of experts (64 sets, drawn once), so the weights come from HBM as a model's layers read
 // them (the stack, 1.1 GB, is 20× the L2). Timing as bench/mla_decode_bench (cuda_timing.h):
@@ -8,7 +9,8 @@
 // back to back, the last with the kernel's timeline (trace): per mark, the median and latest
 // block's time since the earliest block entered, in µs.
 // Does not check results (CudaOps.MoeOneTokenKernelAtV2LiteSizes does).
-// Usage: moe_one_bench [--reps 9]
+// --fp8: e4m3 codes with per-row scales over 128 columns (half the bytes).
+// Usage: moe_one_bench [--reps 9] [--fp8]
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -29,16 +31,18 @@ using deepinfer::bench::timeline_json;
 
 namespace {
 
-constexpr int64_t kD = 2048, kI = 1408, kE = 64, kK = 6, kS = 2, kSets = 64;
+constexpr int64_t kD = 2048, kI = 1408, kE = 64, kK = 6, kS = 2, kSets = 64, kBlockK = 128;
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"One-token MoE kernel benchmark (DeepSeek-V2-Lite experts)"};
   int reps = 9;
+  bool fp8 = false;
   app.add_option("--reps", reps, "timed batches (median)");
+  app.add_flag("--fp8", fp8, "FP8 weights (e4m3, per-row scales over 128 columns)");
   CLI11_PARSE(app, argc, argv);
-  if (!moe_one_fits(kD, kI, kK, kS)) {
+  if (!moe_one_fits(kD, kI, kK, kS, fp8, kBlockK)) {
     std::fprintf(stderr, "moe_one_bench: the kernel does not run on this GPU (sm_90a)\n");
     return 2;
   }
@@ -48,10 +52,15 @@ int main(int argc, char** argv) {
   std::printf("{\"kernel\": \"d2d_copy\", \"copy_gbps\": %.1f}\n", copy_bps * 1e-9);
 
   const int64_t n13 = (kE + kS) * 2 * kI * kD, n2 = (kE + kS) * kD * kI;
-  Dev w13(static_cast<size_t>(n13) * 2), w2(static_cast<size_t>(n2) * 2), x(kD * 4), out(kD * 4),
-      h((kK + kS) * kI * 4), counter(8), ids(kSets * kK * 4), weights(kSets * kK * 4);
-  fill_random(w13.p, Elem::kBF16, n13, 1, true, 0.02f, 0.0f, s);
-  fill_random(w2.p, Elem::kBF16, n2, 2, true, 0.02f, 0.0f, s);
+  const int64_t esz = fp8 ? 1 : 2, nk13 = (kD + kBlockK - 1) / kBlockK, nk2 = (kI + kBlockK - 1) / kBlockK;
+  const int64_t n13s = (kE + kS) * 2 * kI * nk13, n2s = (kE + kS) * kD * nk2;
+  Dev w13(static_cast<size_t>(n13 * esz)), w2(static_cast<size_t>(n2 * esz)), x(kD * 4), out(kD * 4),
+      h((kK + kS) * kI * 4), counter(8), ids(kSets * kK * 4), weights(kSets * kK * 4), s13(n13s * 4), s2(n2s * 4);
+  const Elem we = fp8 ? Elem::kF8 : Elem::kBF16;
+  fill_random(w13.p, we, n13, 1, true, fp8 ? 1.0f : 0.02f, 0.0f, s);
+  fill_random(w2.p, we, n2, 2, true, fp8 ? 1.0f : 0.02f, 0.0f, s);
+  fill_random(s13.p, Elem::kF32, n13s, 5, false, 0.01f, 0.02f, s);
+  fill_random(s2.p, Elem::kF32, n2s, 6, false, 0.01f, 0.02f, s);
   fill_random(x.p, Elem::kF32, kD, 3, true, 1.0f, 0.0f, s);
   fill_random(weights.p, Elem::kF32, kSets * kK, 4, false, 0.0f, 0.3f, s);
   DI_CUDA_CHECK(cudaMemset(counter.p, 0, 8));
@@ -67,8 +76,14 @@ int main(int argc, char** argv) {
   MoeOneArgs a;
   a.x = static_cast<const float*>(x.p);
   a.D = kD, a.I = kI, a.k = kK, a.E = kE, a.n_shared = kS;
-  a.w13 = static_cast<const bf16*>(w13.p);
-  a.w2 = static_cast<const bf16*>(w2.p);
+  a.w13 = w13.p;
+  a.w2 = w2.p;
+  if (fp8) {
+    a.fp8 = true;
+    a.w13_scale = static_cast<const float*>(s13.p);
+    a.w2_scale = static_cast<const float*>(s2.p);
+    a.block_k = kBlockK;
+  }
   a.out = static_cast<float*>(out.p);
   a.h = static_cast<float*>(h.p);
   a.counter = static_cast<unsigned long long*>(counter.p);
@@ -79,7 +94,7 @@ int main(int argc, char** argv) {
     return c;
   };
   const double t = time_launches([&](int i) { moe_one(args(i), s); }, reps, s);
-  const double bytes = 2.0 * static_cast<double>((kK + kS) * 3 * kD * kI);
+  const double bytes = static_cast<double>((kK + kS) * (3 * kD * kI * esz + (2 * kI * nk13 + kD * nk2) * 4));
 
   const int G = sm_count();
   Dev trace(static_cast<size_t>(G) * kMoeOneMarks * 8);
@@ -90,10 +105,10 @@ int main(int argc, char** argv) {
   moe_one(ta, s);
   const std::string tl = timeline_json(trace.p, G, kMoeOneMarks, s);
   std::printf(
-      "{\"kernel\": \"deepinfer_moe_one\", \"D\": %ld, \"I\": %ld, \"slots\": %ld, \"us\": %.2f, \"mb\": %.2f, "
+      "{\"kernel\": \"deepinfer_moe_one\", \"weights\": \"%s\", \"D\": %ld, \"I\": %ld, \"slots\": %ld, \"us\": %.2f, \"mb\": %.2f, "
       "\"gbps\": %.1f, \"copy_gbps\": %.1f, \"frac_of_copy\": %.3f, \"marks\": \"entry, issued, waited, "
       "last A issued, last issued, x staged, first full, A done, barrier, exit\", %s}\n",
-      static_cast<long>(kD), static_cast<long>(kI), static_cast<long>(kK + kS), t * 1e6, bytes * 1e-6,
+      fp8 ? "fp8" : "bf16", static_cast<long>(kD), static_cast<long>(kI), static_cast<long>(kK + kS), t * 1e6, bytes * 1e-6,
       bytes / t * 1e-9, copy_bps * 1e-9, bytes / t / copy_bps, tl.c_str());
   DI_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;

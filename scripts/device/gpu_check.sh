@@ -39,9 +39,11 @@ run cuda_runtime_absorbed env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_INVARIAN
 # grouped FP8 GEMM's staggered warpgroups and 2-block FP8 clusters on (measured no faster, off
 # by default), the invariant bf16 MoE's K-split structure instead of one K chain (the default
 # since version 16) and the invariant router's two-launch form (the one-launch form is the
-# default since version 18). Their own tests set them; here the model-level suites run with them.
+# default since version 18), and the one-token MoE kernel's FP8 form (version 23, off: slower).
+# Their own tests set them; here the model-level suites run with them.
 NEXT="DEEPINFER_CUDA_FP8_GLU=1 DEEPINFER_CUDA_ROUTER_TILED=1 DEEPINFER_CUDA_INVARIANT_MOE_CHAIN=0 DEEPINFER_CUDA_W8A8_EARLY_W=1
-  DEEPINFER_CUDA_FP8_STAGGER=1 DEEPINFER_CUDA_FP8_CLUSTER=2 DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER=0"
+  DEEPINFER_CUDA_FP8_STAGGER=1 DEEPINFER_CUDA_FP8_CLUSTER=2 DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER=0
+  DEEPINFER_CUDA_MOE_ONE_FP8=1"
 run cuda_next env $NEXT "$T" \
   --gtest_filter='CudaInvariantOps.*:CudaBatchInvariance.*:CudaOps.Moe*:Fixtures/GoldenFixtureCuda.*:CudaModelParity.*'
 run cuda_runtime_next env DEEPINFER_TEST_DEVICE=cuda $NEXT "$T" \

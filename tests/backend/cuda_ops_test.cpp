@@ -675,52 +675,61 @@ TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
 }
 
 // A one-token step's experts at V2-Lite's sizes (D 2048, I 1408, top-6 of 8 routed experts, the
-// shared MLP as 2 slices) through the persistent one-token kernel (cuda::moe_one) against the
-// reference (1e-2, as the other bf16 MoE forms: x and h rounded to bf16, ~1.7e-3 relative each,
-// fp32 sums), against the grouped GEMVs it replaces (set_moe_one_fused(false), the same bound),
-// bitwise repeatable, with routings that repeat an expert's neighbours and end at the last
-// expert. Where the kernel does not apply (not sm_90a) the op-by-op path runs both times.
+// shared MLP as 2 slices), bf16 and FP8 weights (e4m3, 128×128 scale blocks, stored per row; the
+// FP8 form is opt-in: set_moe_one_fp8), through the persistent one-token kernel (cuda::moe_one)
+// against the reference on the same
+// (dequantized) weights (1e-2, as the other MoE forms: x and h rounded to bf16, ~1.7e-3 relative
+// each, fp32 sums), against the grouped GEMVs it replaces (set_moe_one_fused(false), the same
+// bound), bitwise repeatable, with routings that repeat an expert's neighbours and end at the
+// last expert. Where the kernel does not apply (not sm_90a) the op-by-op path runs both times.
 TEST_F(CudaOps, MoeOneTokenKernelAtV2LiteSizes) {
 #ifdef DEEPINFER_HAVE_CUDA
   const int64_t D = 2048, I = 1408, E = 8, k = 6, S = 2;
-  const std::vector<MlpWeights> experts = host_experts(E, D, I, DType::kF32);
-  MlpWeights shared;
-  shared.gate_proj = host_linear(S * I, D, DType::kF32);
-  shared.up_proj = host_linear(S * I, D, DType::kF32);
-  shared.down_proj = host_linear(D, S * I, DType::kF32);
-  const PlacedMoe moe = place_moe(*gpu_, experts, shared, I);
-  const SharedExperts d_sh = moe.shared_experts();
-  SharedExperts ref_shared;
-  ref_shared.mlp = &shared;
-  const bool applies = cuda::moe_one_fits(D, I, k, S);
-  for (const std::vector<int32_t>& ids : {std::vector<int32_t>{7, 0, 3, 4, 1, 6}, std::vector<int32_t>{2, 5, 6, 7, 0, 1}}) {
-    Tensor x = randn({1, D});
-    Tensor w = Tensor::empty_host(DType::kF32, {1, k});
-    for (int64_t j = 0; j < k; ++j) w.data<float>()[j] = 0.05f + 0.1f * static_cast<float>(j);
-    const Tensor t_ids = i32(ids).reshape({1, k});
-    Tensor ref_o = Tensor::empty_host(DType::kF32, {1, D});
-    ref_.moe_ffn(x, t_ids, w, experts, ref_shared, ref_o);
-    const Tensor d_x = up(x), d_ids = up(t_ids), d_w = up(w);
-    Tensor outs[3];
-    for (int run = 0; run < 3; ++run) {
-      const bool one = run < 2;
-      dynamic_cast<CudaBackend&>(*gpu_).set_moe_one_fused(one);
-      Tensor d_o = dev_empty(DType::kF32, {1, D});
-      gpu_->set_op_timing(true);
-      gpu_->moe_ffn(d_x, d_ids, d_w, moe.routed, d_sh, d_o);
-      const std::vector<OpTime> times = gpu_->take_op_times();
-      gpu_->set_op_timing(false);
-      const bool ran = times.size() == 1 && times[0].op == "moe_one";
-      EXPECT_EQ(ran, one && applies) << "run " << run;
-      outs[run] = down(d_o);
-      const double e = rel_err(outs[run], ref_o);
-      std::printf("[moe one] ids %d..: %s rel err %.2e\n", ids[0], ran ? "one-token kernel" : "grouped GEMVs  ", e);
-      EXPECT_LT(e, 1e-2) << "run " << run;
+  dynamic_cast<CudaBackend&>(*gpu_).set_moe_one_fp8(true);
+  for (DType dt : {DType::kF32, DType::kF8E4M3}) {
+    const bool fp8 = dt == DType::kF8E4M3;
+    const std::vector<MlpWeights> experts = host_experts(E, D, I, dt);
+    MlpWeights shared;
+    shared.gate_proj = host_linear(S * I, D, dt);
+    shared.up_proj = host_linear(S * I, D, dt);
+    shared.down_proj = host_linear(D, S * I, dt);
+    const PlacedMoe moe = place_moe(*gpu_, experts, shared, I);
+    const SharedExperts d_sh = moe.shared_experts();
+    SharedExperts ref_shared;
+    ref_shared.mlp = &shared;
+    const bool applies = cuda::moe_one_fits(D, I, k, S, fp8, fp8 ? moe.routed[0].gate_proj.block_k : 0);
+    for (const std::vector<int32_t>& ids :
+         {std::vector<int32_t>{7, 0, 3, 4, 1, 6}, std::vector<int32_t>{2, 5, 6, 7, 0, 1}}) {
+      Tensor x = randn({1, D});
+      Tensor w = Tensor::empty_host(DType::kF32, {1, k});
+      for (int64_t j = 0; j < k; ++j) w.data<float>()[j] = 0.05f + 0.1f * static_cast<float>(j);
+      const Tensor t_ids = i32(ids).reshape({1, k});
+      Tensor ref_o = Tensor::empty_host(DType::kF32, {1, D});
+      ref_.moe_ffn(x, t_ids, w, experts, ref_shared, ref_o);
+      const Tensor d_x = up(x), d_ids = up(t_ids), d_w = up(w);
+      Tensor outs[3];
+      for (int run = 0; run < 3; ++run) {
+        const bool one = run < 2;
+        dynamic_cast<CudaBackend&>(*gpu_).set_moe_one_fused(one);
+        Tensor d_o = dev_empty(DType::kF32, {1, D});
+        gpu_->set_op_timing(true);
+        gpu_->moe_ffn(d_x, d_ids, d_w, moe.routed, d_sh, d_o);
+        const std::vector<OpTime> times = gpu_->take_op_times();
+        gpu_->set_op_timing(false);
+        const bool ran = times.size() == 1 && times[0].op == "moe_one";
+        EXPECT_EQ(ran, one && applies) << dtype_name(dt) << " run " << run;
+        outs[run] = down(d_o);
+        const double e = rel_err(outs[run], ref_o);
+        std::printf("[moe one] %s ids %d..: %s rel err %.2e\n", std::string(dtype_name(dt)).c_str(), ids[0],
+                    ran ? "one-token kernel" : "grouped GEMVs  ", e);
+        EXPECT_LT(e, 1e-2) << dtype_name(dt) << " run " << run;
+      }
+      EXPECT_EQ(0, std::memcmp(outs[0].raw_data(), outs[1].raw_data(), outs[0].n_bytes())) << dtype_name(dt);
+      EXPECT_LT(rel_err(outs[0], outs[2]), 1e-2) << dtype_name(dt);
     }
-    EXPECT_EQ(0, std::memcmp(outs[0].raw_data(), outs[1].raw_data(), outs[0].n_bytes()));
-    EXPECT_LT(rel_err(outs[0], outs[2]), 1e-2);
   }
   dynamic_cast<CudaBackend&>(*gpu_).set_moe_one_fused(true);
+  dynamic_cast<CudaBackend&>(*gpu_).set_moe_one_fp8(false);
 #endif
 }
 

@@ -134,6 +134,7 @@ struct CudaState {
   bool mla_wgmma = true;  // set_mla_prefill_wgmma; DEEPINFER_CUDA_MLA_WGMMA=0|1
   bool mla_sublayer = true;  // set_mla_sublayer_fused; DEEPINFER_CUDA_MLA_SUBLAYER=0|1
   bool moe_one = true;       // set_moe_one_fused; DEEPINFER_CUDA_MOE_ONE=0|1
+  bool moe_one_fp8 = false;  // set_moe_one_fp8; DEEPINFER_CUDA_MOE_ONE_FP8=0|1
   // The persistent kernels' grid-barrier counters (zeroed): [0] cuda::mla_sublayer, [1] cuda::moe_one.
   unsigned long long* grid_counter = nullptr;
   bool invariant_naive = true;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
@@ -258,6 +259,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_MLA_WGMMA", s_->mla_wgmma);
   read_env_switch("DEEPINFER_CUDA_MLA_SUBLAYER", s_->mla_sublayer);
   read_env_switch("DEEPINFER_CUDA_MOE_ONE", s_->moe_one);
+  read_env_switch("DEEPINFER_CUDA_MOE_ONE_FP8", s_->moe_one_fp8);
   DI_CUDA_CHECK(cudaMalloc(&s_->grid_counter, 2 * sizeof(unsigned long long)));
   DI_CUDA_CHECK(cudaMemset(s_->grid_counter, 0, 2 * sizeof(unsigned long long)));
   s_->dense_w8a8_rows = kGemvMaxRows;
@@ -316,6 +318,7 @@ void CudaBackend::set_mla_prefill_wgmma(bool on) { s_->mla_wgmma = on; }
 void CudaBackend::set_mla_sublayer_fused(bool on) { s_->mla_sublayer = on; }
 
 void CudaBackend::set_moe_one_fused(bool on) { s_->moe_one = on; }
+void CudaBackend::set_moe_one_fp8(bool on) { s_->moe_one_fp8 = on; }
 
 void CudaBackend::set_invariant_naive_mla(bool on) { s_->invariant_naive = on; }
 
@@ -1530,16 +1533,24 @@ bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weig
                           const std::vector<MlpWeights>& experts, const std::vector<MlpWeights>* shared_slices,
                           Tensor& out) {
   const int64_t S = shared_slices != nullptr ? static_cast<int64_t>(shared_slices->size()) : 0;
-  if (x.size(0) != 1 || s_->batch_invariant || !s_->moe_one || experts.empty() ||
-      experts[0].gate_proj.dtype() != DType::kBF16)
-    return false;
+  if (x.size(0) != 1 || s_->batch_invariant || !s_->moe_one || experts.empty()) return false;
+  const DType dt = experts[0].gate_proj.dtype();
+  const bool fp8 = dt == DType::kF8E4M3;
+  if (dt != DType::kBF16 && !(fp8 && s_->moe_one_fp8)) return false;
   const int64_t D = x.size(1), I = experts[0].gate_proj.n_out(), k = ids.size(1);
-  if (!cuda::moe_one_fits(D, I, k, S)) return false;
+  const int64_t block_k = fp8 ? experts[0].gate_proj.block_k : 0;
+  // FP8: per-row scales (block_n 1, as placed), one block_k for both stacks.
+  if (fp8 && (experts[0].gate_proj.block_n != 1 || experts[0].down_proj.block_n != 1 ||
+              experts[0].down_proj.block_k != block_k))
+    return false;
+  if (!cuda::moe_one_fits(D, I, k, S, fp8, block_k)) return false;
   std::vector<const LinearWeight*> w13, w2;
   for (const std::vector<MlpWeights>* list : {&experts, shared_slices}) {
     if (list == nullptr) continue;
     for (const MlpWeights& m : *list) {
-      if (m.gate_proj.n_out() != I || m.down_proj.n_in() != I || m.gate_proj.n_in() != D) return false;
+      if (m.gate_proj.n_out() != I || m.down_proj.n_in() != I || m.gate_proj.n_in() != D || m.gate_proj.dtype() != dt ||
+          m.down_proj.dtype() != dt)
+        return false;
       w13.push_back(&m.gate_proj);
       w13.push_back(&m.up_proj);
       w2.push_back(&m.down_proj);
@@ -1553,8 +1564,14 @@ bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weig
   a.D = D, a.I = I, a.k = k, a.E = static_cast<int64_t>(experts.size()), a.n_shared = S;
   a.ids = cdptr<int32_t>(ids);
   a.weights = cdptr<float>(weights);
-  a.w13 = cdptr<cuda::bf16>(experts[0].gate_proj.weight);
-  a.w2 = cdptr<cuda::bf16>(experts[0].down_proj.weight);
+  a.w13 = experts[0].gate_proj.weight.raw_data();
+  a.w2 = experts[0].down_proj.weight.raw_data();
+  if (fp8) {
+    a.fp8 = true;
+    a.w13_scale = cdptr<float>(experts[0].gate_proj.scale_inv);
+    a.w2_scale = cdptr<float>(experts[0].down_proj.scale_inv);
+    a.block_k = block_k;
+  }
   a.out = dptr<float>(out);
   a.h = dptr<float>(empty(DType::kF32, {(k + S) * I}));
   a.counter = s_->grid_counter + 1;

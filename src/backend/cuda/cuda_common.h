@@ -285,8 +285,12 @@ struct MoeOneArgs {
   int64_t D = 0, I = 0, k = 0, E = 0, n_shared = 0;
   const int32_t* ids = nullptr;    // [k] routed experts (< E), from the previous kernel
   const float* weights = nullptr;  // [k]
-  const bf16* w13 = nullptr;       // [(E + n_shared)·2I, D]: gate_e; up_e
-  const bf16* w2 = nullptr;        // [(E + n_shared)·D, I]
+  const void* w13 = nullptr;       // [(E + n_shared)·2I, D] bf16 or e4m3: gate_e; up_e
+  const void* w2 = nullptr;        // [(E + n_shared)·D, I]
+  bool fp8 = false;                // e4m3 codes with per-row scales:
+  const float* w13_scale = nullptr;  // [(E + n_shared)·2I, ⌈D / block_k⌉]
+  const float* w2_scale = nullptr;   // [(E + n_shared)·D, ⌈I / block_k⌉]
+  int64_t block_k = 0;
   float* out = nullptr;            // [D]
   float* h = nullptr;              // scratch [(k + n_shared)·I] f32
   unsigned long long* counter = nullptr;  // its grid barrier's (zero at first use, only this kernel's)
@@ -296,8 +300,9 @@ struct MoeOneArgs {
   unsigned long long* trace = nullptr;
 };
 constexpr int kMoeOneMarks = 10;
-// Whether moe_one serves these sizes on this GPU (bf16 weights are the caller's check).
-bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared);
+// Whether moe_one serves these sizes (fp8: e4m3 weights with per-row scales over block_k
+// columns; else bf16) on this GPU.
+bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared, bool fp8 = false, int64_t block_k = 0);
 void moe_one(const MoeOneArgs& a, cudaStream_t s);
 // ---- cuda_sampling.cu ----
 struct SampleRowArgs {

@@ -1,7 +1,8 @@
 // A MoE block's experts at one token as one persistent kernel (sm_90a): the routed experts'
 // and the shared slices' gate | up GEMV with SiLU·mul, then their down GEMV and the combine —
 // what the one-block sort, the grouped gate|up GEMV and the grouped down GEMV with its combine
-// compute for a decode step of one token, in one launch and one stream of weight bytes.
+// compute for a decode step of one token, in one launch and one stream of weight bytes; bf16
+// weights, or FP8 (e4m3 codes with per-row fp32 scales over block_k columns).
 //
 // Why: at batch 1 those launches read V2-Lite's 138 MB of expert weights a layer at 0.74–0.83 of
 // the copy rate, and each waits for the one before (perf.md, version 9). Here one block per SM
@@ -9,34 +10,42 @@
 // shared-memory ring of 32 KB stages: a producer warp issues each stage's rows by TMA as soon
 // as the stage is free (few, large copies from lanes side by side: one lane issuing a stage's
 // eight 4 KB rows one after another, each behind a load of its expert's id, held the kernel at
-// 0.62 of the copy rate — run s26-2), eight math warps consume them. The producer runs ahead across the
-// block's whole work list, so the down projection's rows are in flight while the gate | up
-// phase ends and while the grid barrier between the two phases waits; and the shared slices'
-// rows, whose experts are known before the router runs, are issued before the PDL wait.
+// 0.62 of the copy rate — run s26-2), eight math warps consume them. The producer runs ahead
+// across the block's whole work list, so the down projection's rows are in flight while the
+// gate | up phase ends and while the grid barrier between the two phases waits; and the shared
+// slices' rows, whose experts are known before the router runs, are issued before the PDL wait.
+// FP8: a stage also holds its rows' scales (1 KB after the codes), copied by the producer's
+// lanes with cp.async, whose completion the stage's mbarrier counts (cp.async.mbarrier.arrive).
 //
 //   Phase A (gate | up): unit u = one h value, h[s][i] = silu(W_gate[e_s][i] · x) · (W_up[e_s][i] · x)
 //              for slot s (routed slots 0..k−1: ids[s]; shared slots k..k+S−1: experts E..E+S−1)
 //              and i < I; x rounded to bf16 as the GEMV rounds it. Block b owns units
 //              [b·S·I/G, (b+1)·S·I/G) of the shared slots, then [b·k·I/G, (b+1)·k·I/G) of the
-//              routed ones; a stage holds 4 units — their gate rows, then their up rows, each
-//              run of consecutive rows of one expert in one copy (a slot's rows i, i+1, ... are
-//              contiguous: usually two 16 KB copies a stage) — and warp w takes row w.
+//              routed ones; a stage holds U units (bf16 4, FP8 8) — their gate rows, then their
+//              up rows, each run of consecutive rows of one expert in one copy (a slot's rows i,
+//              i+1, ... are contiguous: usually two 16 KB copies a stage) — and warp w takes rows
+//              w, w + 8, ....
 //   Barrier:   a grid barrier among the math warps (cuda_grid_barrier.cuh; a launch adds G).
 //   Phase B (down + combine): block b owns output rows [b·D/G, (b+1)·D/G); a stage holds up to
-//              8 of those rows of one slot's W_down — contiguous, one copy (per-row copies of
-//              every slot, 2.8 KB each, ran at ~0.65 of the copy rate: run s26-3) — slot after
-//              slot, warp w takes row w against bf16(h[s]) into y[s][row]; at the end
-//              out[j] = Σ_{s<k} w_s·y_s[j] in slot order, then + y_s[j] of each shared slot in
-//              order — the grouped kernel's combine order.
+//              R of those rows (bf16 8, FP8 16) of one slot's W_down — contiguous, one copy
+//              (per-row copies of every slot, 2.8 KB each, ran at ~0.65 of the copy rate: run
+//              s26-3) — slot after slot, warp w takes rows w, w + 8, ... against bf16(h[s]) into
+//              y[s][row]; at the end out[j] = Σ_{s<k} w_s·y_s[j] in slot order, then + y_s[j] of
+//              each shared slot in order — the grouped kernel's combine order.
+// A row's dot: bf16, Σ w·x in two fp32 chains per lane; FP8, per 16-code chunk Σ code·x, then
+// · the chunk's scale, added (the decode GEMV's order within a chunk); then the warp's butterfly.
 //
-// Shapes: bf16 weights, 4·2·D·2 ≤ 32 KB (D ≤ 2048), 8·I·2 ≤ 32 KB, k + S ≤ 32, D % 8 ==
-// I % 8 == 0, the whole layout within 227 KB, G ≥ 1 (moe_one_fits). Deterministic: every sum in a
-// fixed order; the result depends on the launch only through nothing at all (no splits).
+// Shapes: U·2·D and R·I codes ≤ 32 KB (D, I ≤ 2048), k + S ≤ 32, D % 16 == I % 16 == 0; FP8
+// block_k % 16 == 0 with ⌈D / block_k⌉, ⌈I / block_k⌉ ≤ 16; the whole layout within 227 KB
+// (moe_one_fits). Deterministic: every sum in a fixed order, no splits.
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_grid_barrier.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mla_decode.cuh"
+#include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_sm90.cuh"
+
+#include <cuda_fp8.h>
 
 namespace deepinfer::cuda {
 
@@ -45,25 +54,42 @@ namespace {
 constexpr int kMath = 8;                     // math warps
 constexpr int kThreads = 32 * (kMath + 1);   // + the producer warp
 constexpr int kStages = 6;
-constexpr uint32_t kStageBytes = 32 * 1024;
-constexpr int kUnitsPerStage = 4;            // phase A: h values per stage (2 rows each)
-constexpr int kRowsB = kMath;                // phase B: output rows per stage (a warp each)
+constexpr uint32_t kStageBytes = 32 * 1024;  // a stage's weight codes
 constexpr int kMaxSlots = 32;                // the producer: a lane holds each slot's expert
-static_assert(kMath == 2 * kUnitsPerStage, "phase A: a warp per row of a stage");
+constexpr int kMaxBlocksK = 16;              // FP8: scale blocks per row
 constexpr int kOptinSmem = 227 * 1024;
+
+// The weight type's stage shapes.
+template <bool kFp8>
+struct Cfg {
+  static constexpr int64_t kEsz = kFp8 ? 1 : 2;      // bytes per weight
+  static constexpr int kUnits = kFp8 ? 8 : 4;        // phase A: units per stage (2 rows each)
+  static constexpr int kRowsB = kFp8 ? 16 : 8;       // phase B: output rows per stage
+  static constexpr uint32_t kScaleBytes = kFp8 ? 4 * 2 * kUnits * kMaxBlocksK : 0;  // ≥ R · 16 · 4 too
+  static constexpr uint32_t kStride = kStageBytes + kScaleBytes;
+  static_assert(2 * kUnits % kMath == 0 && kRowsB % kMath == 0, "a warp's rows: w, w + 8, ...");
+};
+
+// Whether a phase A stage (U units' gate and up rows) and a phase B stage (R rows of I) fit.
+template <bool kFp8>
+bool stages_fit(int64_t D, int64_t I) {
+  using C = Cfg<kFp8>;
+  return int64_t{C::kUnits} * 2 * D * C::kEsz <= kStageBytes && int64_t{C::kRowsB} * I * C::kEsz <= kStageBytes;
+}
 
 struct Layout {
   uint32_t ring, x, h, red, y, bars, total;
 };
 __host__ __device__ inline uint32_t align16(uint64_t v) { return static_cast<uint32_t>((v + 15) / 16 * 16); }
 // G: the grid (a block's output rows: at most ⌈D / G⌉, their y[slot][row] in shared memory).
+template <bool kFp8>
 __host__ __device__ inline Layout layout(int64_t D, int64_t I, int64_t slots, int64_t G) {
   Layout l;
   l.ring = 0;
-  l.x = kStages * kStageBytes;
+  l.x = kStages * Cfg<kFp8>::kStride;
   l.h = l.x + align16(uint64_t{2} * D);
   l.red = l.h + align16(uint64_t{2} * slots * I);
-  l.y = l.red + 2 * kMath * 4;
+  l.y = l.red + 2 * 2 * Cfg<kFp8>::kUnits * 4;
   l.bars = l.y + align16(uint64_t{4} * slots * ((D + G - 1) / G));
   l.total = l.bars + 2 * kStages * 8;
   return l;
@@ -85,14 +111,36 @@ __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
   acc = fmaf(bf16_hi(w.w), bf16_hi(x.w), acc);
   return acc + a0;
 }
-// A warp's dot product of n8·8 bf16 in shared memory (row) against x (shared, bf16): lane sums,
-// then the butterfly.
-__device__ __forceinline__ float warp_dot(const bf16* row, const bf16* x, int n8, int lane) {
+// Σ_{i<16} code_i·x_i: 16 e4m3 codes (exact through e4m3x2 → f16x2 → f32) against 16 bf16.
+__device__ __forceinline__ float dot16_fp8(uint4 codes, uint4 x0, uint4 x1) {
+  const uint32_t u[4] = {codes.x, codes.y, codes.z, codes.w};
+  const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+  float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+  for (int v = 0; v < 8; ++v) {
+    const __half2_raw hr =
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(u[v / 2] >> (16 * (v % 2))), __NV_E4M3);
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&hr));
+    a0 = fmaf(f.x, mla::bf16_lo(xs[v]), a0);
+    a1 = fmaf(f.y, mla::bf16_hi(xs[v]), a1);
+  }
+  return a0 + a1;
+}
+// A warp's dot product of a weight row in shared memory against x (n bf16 in shared memory):
+// lane sums, then the butterfly. FP8: sc = the row's scales (one per bk16 chunks of 16).
+template <bool kFp8>
+__device__ __forceinline__ float warp_dot(const unsigned char* row, const float* sc, const bf16* x, int n, int bk16,
+                                          int lane) {
   const uint4* w = reinterpret_cast<const uint4*>(row);
   const uint4* xv = reinterpret_cast<const uint4*>(x);
   float acc = 0.0f;
+  if constexpr (kFp8) {
+#pragma unroll 2
+    for (int c = lane; c < n / 16; c += 32) acc = fmaf(dot16_fp8(w[c], xv[2 * c], xv[2 * c + 1]), sc[c / bk16], acc);
+  } else {
 #pragma unroll 4
-  for (int c = lane; c < n8; c += 32) acc = dot8(w[c], xv[c], acc);
+    for (int c = lane; c < n / 8; c += 32) acc = dot8(w[c], xv[c], acc);
+  }
   return mla::warp_sum(acc);
 }
 // n fp32 values (L2: another block's or the previous kernel's) rounded to bf16 into shared
@@ -119,26 +167,40 @@ __device__ __forceinline__ void stage_bf16(const float* src, int64_t n, bf16* ds
 }
 // The math warps' barrier (named barrier 1: the producer warp never joins).
 __device__ __forceinline__ void math_sync() { named_barrier(1, 32 * kMath); }
+// When this thread's cp.async copies so far have landed, one arrival on bar (counted in its
+// initial count: .noinc).
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
 #endif
 
 }  // namespace
 
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using C = Cfg<kFp8>;
+  constexpr int U = C::kUnits, R = C::kRowsB;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int G = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int64_t D = a.D, I = a.I, k = a.k, S = a.n_shared, slots = k + S;
-  const Layout L = layout(D, I, slots, G);
+  const Layout L = layout<kFp8>(D, I, slots, G);
   unsigned char* ring = smem + L.ring;
   bf16* sx = reinterpret_cast<bf16*>(smem + L.x);
   bf16* sh = reinterpret_cast<bf16*>(smem + L.h);
-  float* red = reinterpret_cast<float*>(smem + L.red);  // [2][kMath]
+  float* red = reinterpret_cast<float*>(smem + L.red);  // [2][2U]
   float* ys = reinterpret_cast<float*>(smem + L.y);     // [slots][rows_max]: phase B's dots
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L.bars);
   uint64_t* empty = full + kStages;
+  const unsigned char* w13 = static_cast<const unsigned char*>(a.w13);
+  const unsigned char* w2 = static_cast<const unsigned char*>(a.w2);
+  // FP8: scale blocks per row of w13 (over D) and of w2 (over I); chunks of 16 per block.
+  const int nk_a = kFp8 ? static_cast<int>((D + a.block_k - 1) / a.block_k) : 0;
+  const int nk_b = kFp8 ? static_cast<int>((I + a.block_k - 1) / a.block_k) : 0;
+  const int bk16 = kFp8 ? static_cast<int>(a.block_k / 16) : 1;
   // The phase timeline (MoeOneArgs::trace): the global timer at mark m, by thread 0 (math) or
-  // the producer's lane 0 (marks 1–3).
+  // the producer's lane 0 (marks 1–4).
   auto mark = [&](int m) {
     if (a.trace != nullptr) a.trace[b * kMoeOneMarks + m] = global_ns();
   };
@@ -150,8 +212,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
   const int64_t r0 = int64_t{b} * k * I / G, r1 = int64_t{b + 1} * k * I / G;
   const int64_t j0 = int64_t{b} * D / G, j1 = int64_t{b + 1} * D / G;
   const int64_t n_units = (s1 - s0) + (r1 - r0);
-  const int64_t rows = j1 - j0, rows_max = (D + G - 1) / G, chunks = (rows + kRowsB - 1) / kRowsB;
-  const int64_t n_a = (n_units + kUnitsPerStage - 1) / kUnitsPerStage, n_b = slots * chunks;
+  const int64_t rows = j1 - j0, rows_max = (D + G - 1) / G, chunks = (rows + R - 1) / R;
+  const int64_t n_a = (n_units + U - 1) / U, n_b = slots * chunks;
   // Unit q of the block's list → (slot, i): shared ones first.
   auto unit = [&](int64_t q, int64_t& slot, int64_t& i) {
     const int64_t g = q < s1 - s0 ? s0 + q : r0 + (q - (s1 - s0));
@@ -162,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
 
   if (t == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
+      mbar_init(&full[s], kFp8 ? 1 + 32 : 1);  // FP8: + the producer lanes' cp.async arrivals
       mbar_init(&empty[s], kMath);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -171,12 +233,12 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
 
   if (warp == kMath) {
     // ---- The producer: every stage of the list, in order, as the ring frees them. Its lanes
-    // issue a stage's row copies side by side (lane r: row r), each from the expert of its
-    // slot, held in a register: lane s < k + S keeps slot s's expert (the shared ones from the
-    // start, the routed ones once the wait has returned), passed around by shuffles — no load
-    // between a stage's copies.
-    const uint32_t row_a = static_cast<uint32_t>(D * 2), row_b = static_cast<uint32_t>(I * 2);
-    const int64_t n_shared_stages = (s1 - s0) / kUnitsPerStage;  // stages of shared units only
+    // issue a stage's copies side by side, each from the expert of its slot, held in a
+    // register: lane s < k + S keeps slot s's expert (the shared ones from the start, the
+    // routed ones once the wait has returned), passed around by shuffles — no load between a
+    // stage's copies.
+    const uint32_t row_a = static_cast<uint32_t>(D * C::kEsz), row_b = static_cast<uint32_t>(I * C::kEsz);
+    const int64_t n_shared_stages = (s1 - s0) / U;  // stages of shared units only
     int64_t my_e = lane >= k && lane < slots ? a.E + (lane - k) : 0;
     bool waited = false;
     for (int64_t q = 0; q < n_a + n_b; ++q) {
@@ -190,13 +252,14 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
         waited = true;
       }
       if (q == n_a - 1 && lane == 0) mark(3);
-      unsigned char* dst = ring + st * kStageBytes;
+      unsigned char* dst = ring + st * C::kStride;
+      float* dsc = reinterpret_cast<float*>(dst + kStageBytes);  // FP8: the stage's rows' scales
       if (q < n_a) {
-        const int64_t u0 = q * kUnitsPerStage, nu = std::min<int64_t>(kUnitsPerStage, n_units - u0);
+        const int64_t u0 = q * U, nu = std::min<int64_t>(U, n_units - u0);
         if (lane == 0) mbar_arrive_expect_tx(&full[st], static_cast<uint32_t>(nu) * 2 * row_a);
         // Lane v < nu: unit v; a run of units (same slot, consecutive i) starts at lane v when
         // unit v − 1 is not its predecessor. The run's first lane copies its gate rows to rows
-        // v.. and its up rows to rows 4 + v.. of the stage.
+        // v.. and its up rows to rows U + v.. of the stage.
         int64_t slot = -1, i = 0;
         if (lane < nu) unit(u0 + lane, slot, i);
         const int64_t e = __shfl_sync(0xffffffffu, my_e, static_cast<int>(std::max<int64_t>(slot, 0)));
@@ -207,17 +270,31 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
         if (start) {
           const unsigned later = starts & ~((2u << lane) - 1u);
           const int64_t n = (later != 0 ? __ffs(static_cast<int>(later)) - 1 : nu) - lane;
-          const bf16* gate = a.w13 + (e * 2 * I + i) * D;
+          const unsigned char* gate = w13 + (e * 2 * I + i) * row_a;
           bulk_load(dst + lane * row_a, gate, static_cast<uint32_t>(n) * row_a, &full[st]);
-          bulk_load(dst + (kUnitsPerStage + lane) * row_a, gate + I * D, static_cast<uint32_t>(n) * row_a, &full[st]);
+          bulk_load(dst + (U + lane) * row_a, gate + I * row_a, static_cast<uint32_t>(n) * row_a, &full[st]);
         }
-      } else {  // slot sb's rows [r0, r0 + nr)
-        const int64_t sb = (q - n_a) / chunks, r0 = j0 + (q - n_a) % chunks * kRowsB;
-        const int64_t nr = std::min<int64_t>(kRowsB, j1 - r0);
+        if constexpr (kFp8) {  // stage row ρ (unit ρ % U, gate or up): its nk_a scales
+          for (int p0 = 0; p0 < 2 * U * nk_a; p0 += 32) {
+            const int p = p0 + lane, rho = p / nk_a, v = rho % U;
+            const int64_t ev = __shfl_sync(0xffffffffu, e, v % 32), iv = __shfl_sync(0xffffffffu, i, v % 32);
+            if (p < 2 * U * nk_a && v < nu)
+              cp_async4(smem_u32(dsc + p), a.w13_scale + (ev * 2 * I + (rho / U) * I + iv) * nk_a + p % nk_a, true);
+          }
+          cp_async_arrive(&full[st]);
+        }
+      } else {  // slot sb's rows [rb, rb + nr)
+        const int64_t sb = (q - n_a) / chunks, rb = j0 + (q - n_a) % chunks * R;
+        const int64_t nr = std::min<int64_t>(R, j1 - rb);
         const int64_t e = __shfl_sync(0xffffffffu, my_e, static_cast<int>(sb));
         if (lane == 0) {
           mbar_arrive_expect_tx(&full[st], static_cast<uint32_t>(nr) * row_b);
-          bulk_load(dst, a.w2 + (e * D + r0) * I, static_cast<uint32_t>(nr) * row_b, &full[st]);
+          bulk_load(dst, w2 + (e * D + rb) * row_b, static_cast<uint32_t>(nr) * row_b, &full[st]);
+        }
+        if constexpr (kFp8) {
+          for (int64_t p = lane; p < nr * nk_b; p += 32)
+            cp_async4(smem_u32(dsc + p), a.w2_scale + (e * D + rb) * nk_b + p, true);
+          cp_async_arrive(&full[st]);
         }
       }
     }
@@ -234,17 +311,22 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
   math_sync();
   if (t == 0) mark(5);
 
-  // Phase A: warp w takes row w of the stage (unit w % 4's gate row, or its up row).
+  // Phase A: warp w takes rows w, w + 8, ... of the stage (row ρ: unit ρ % U's gate row, or
+  // its up row).
   for (int64_t q = 0; q < n_a; ++q) {
     const int st = static_cast<int>(q % kStages);
     mbar_wait(&full[st], static_cast<uint32_t>((q / kStages) & 1));
     if (q == 0 && t == 0) mark(6);
-    const int64_t u0 = q * kUnitsPerStage, nu = std::min<int64_t>(kUnitsPerStage, n_units - u0);
-    float* r = red + (q & 1) * kMath;
-    if (warp % kUnitsPerStage < nu) {
-      const float y = warp_dot(reinterpret_cast<const bf16*>(ring + st * kStageBytes) + warp * D, sx,
-                               static_cast<int>(D / 8), lane);
-      if (lane == 0) r[warp] = y;
+    const int64_t u0 = q * U, nu = std::min<int64_t>(U, n_units - u0);
+    const unsigned char* sw = ring + st * C::kStride;
+    const float* ssc = reinterpret_cast<const float*>(sw + kStageBytes);
+    float* r = red + (q & 1) * 2 * U;
+#pragma unroll
+    for (int rho = warp; rho < 2 * U; rho += kMath) {
+      if (rho % U < nu) {
+        const float y = warp_dot<kFp8>(sw + rho * D * C::kEsz, ssc + rho * nk_a, sx, static_cast<int>(D), bk16, lane);
+        if (lane == 0) r[rho] = y;
+      }
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[st]);
@@ -252,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
     if (t < nu) {
       int64_t slot, i;
       unit(u0 + t, slot, i);
-      a.h[slot * I + i] = silu_times(r[t], r[kUnitsPerStage + t]);
+      a.h[slot * I + i] = silu_times(r[t], r[U + t]);
     }
   }
 
@@ -263,15 +345,21 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
   stage_bf16(a.h, slots * I, sh, t);  // h rounded to bf16, as the down GEMV rounds it
   math_sync();
 
-  // Phase B: warp w takes row w of the stage (slot sb's rows r0 ..), then the combine.
+  // Phase B: warp w takes rows w, w + 8, ... of the stage (slot sb's rows c0 ..), then the
+  // combine.
   for (int64_t q = n_a; q < n_a + n_b; ++q) {
     const int st = static_cast<int>(q % kStages);
     mbar_wait(&full[st], static_cast<uint32_t>((q / kStages) & 1));
-    const int64_t sb = (q - n_a) / chunks, c0 = (q - n_a) % chunks * kRowsB;
-    if (c0 + warp < rows) {
-      const float y = warp_dot(reinterpret_cast<const bf16*>(ring + st * kStageBytes) + warp * I, sh + sb * I,
-                               static_cast<int>(I / 8), lane);
-      if (lane == 0) ys[sb * rows_max + c0 + warp] = y;
+    const int64_t sb = (q - n_a) / chunks, c0 = (q - n_a) % chunks * R;
+    const unsigned char* sw = ring + st * C::kStride;
+    const float* ssc = reinterpret_cast<const float*>(sw + kStageBytes);
+#pragma unroll
+    for (int rho = warp; rho < R; rho += kMath) {
+      if (c0 + rho < rows) {
+        const float y = warp_dot<kFp8>(sw + rho * I * C::kEsz, ssc + rho * nk_b, sh + sb * I, static_cast<int>(I),
+                                       bk16, lane);
+        if (lane == 0) ys[sb * rows_max + c0 + rho] = y;
+      }
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[st]);
@@ -289,23 +377,32 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
 #endif
 }
 
-bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared) {
+bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared, bool fp8, int64_t block_k) {
   const int64_t slots = k + n_shared;
-  if (D <= 0 || I <= 0 || k <= 0 || D % 8 != 0 || I % 8 != 0 || slots > kMaxSlots) return false;
-  if (int64_t{kUnitsPerStage} * 2 * D * 2 > kStageBytes || int64_t{kRowsB} * I * 2 > kStageBytes || !sm90a_device())
-    return false;
-  return layout(D, I, slots, sm_count()).total <= static_cast<uint32_t>(kOptinSmem);
+  if (D <= 0 || I <= 0 || k <= 0 || D % 16 != 0 || I % 16 != 0 || slots > kMaxSlots || !sm90a_device()) return false;
+  if (fp8) {
+    if (block_k <= 0 || block_k % 16 != 0 || (D + block_k - 1) / block_k > kMaxBlocksK ||
+        (I + block_k - 1) / block_k > kMaxBlocksK)
+      return false;
+    return stages_fit<true>(D, I) && layout<true>(D, I, slots, sm_count()).total <= static_cast<uint32_t>(kOptinSmem);
+  }
+  return stages_fit<false>(D, I) && layout<false>(D, I, slots, sm_count()).total <= static_cast<uint32_t>(kOptinSmem);
 }
 
 void moe_one(const MoeOneArgs& a, cudaStream_t s) {
-  const Layout l = layout(a.D, a.I, a.k + a.n_shared, sm_count());
-  DI_CUDA_REQUIRE(l.total <= static_cast<uint32_t>(kOptinSmem));
+  const int64_t slots = a.k + a.n_shared;
+  const uint32_t bytes = a.fp8 ? layout<true>(a.D, a.I, slots, sm_count()).total
+                               : layout<false>(a.D, a.I, slots, sm_count()).total;
+  DI_CUDA_REQUIRE(bytes <= static_cast<uint32_t>(kOptinSmem));
   static const bool attr = [] {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(moe_one_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(moe_one_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(moe_one_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
     return true;
   }();
   (void)attr;
-  launch_pdl(moe_one_kernel, dim3(static_cast<unsigned>(sm_count())), dim3(kThreads), l.total, s, a);
+  const dim3 grid(static_cast<unsigned>(sm_count()));
+  if (a.fp8) launch_pdl(moe_one_kernel<true>, grid, dim3(kThreads), bytes, s, a);
+  else launch_pdl(moe_one_kernel<false>, grid, dim3(kThreads), bytes, s, a);
 }
 
 }  // namespace deepinfer::cuda
