@@ -1,7 +1,7 @@
-// Timing helpers of the CUDA micro-benchmarks (bench/*_bench.cpp): device buffers, the median
-// of CUDA-graph replays of a batch of launches, the bf16 GEMM and device-to-device copy rates
-// they are compared against, the L2 size (to rotate operands that would otherwise stay cached),
-// the persistent kernels' timelines, and their list-valued command-line options.
+// Timing helpers of the CUDA micro-benchmarks (bench/*_bench.cpp): device buffers and uploads,
+// the median of CUDA-graph replays of a batch of launches, the bf16 GEMM and device-to-device
+// copy rates they are compared against, the L2 size (to rotate operands that would otherwise
+// stay cached), the persistent kernels' timelines, and their list-valued command-line options.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +25,15 @@ struct Dev {
   Dev(Dev&& o) noexcept : p(std::exchange(o.p, nullptr)) {}
   Dev& operator=(Dev&&) = delete;
 };
+
+// v copied to a new device allocation (synchronously: v may go out of scope).
+template <typename T>
+Dev upload(const std::vector<T>& v, cudaStream_t s) {
+  Dev d(v.size() * sizeof(T));
+  DI_CUDA_CHECK(cudaMemcpyAsync(d.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
+  DI_CUDA_CHECK(cudaStreamSynchronize(s));
+  return d;
+}
 
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

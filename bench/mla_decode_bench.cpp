@@ -34,6 +34,7 @@ using deepinfer::bench::Dev;
 using deepinfer::bench::l2_bytes;
 using deepinfer::bench::parse_list;
 using deepinfer::bench::time_launches;
+using deepinfer::bench::upload;
 
 namespace {
 
@@ -52,13 +53,6 @@ struct Scratch {
   }
 };
 
-template <typename T>
-Dev upload(const std::vector<T>& v, cudaStream_t s) {
-  Dev d(v.size() * sizeof(T));
-  DI_CUDA_CHECK(cudaMemcpyAsync(d.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
-  DI_CUDA_CHECK(cudaStreamSynchronize(s));
-  return d;
-}
 
 void bench_case(int64_t H, int64_t rows, int64_t context, int kernel, int64_t split_keys, int reps, double copy_bps,
                 double gemm_rate, cudaStream_t s) {

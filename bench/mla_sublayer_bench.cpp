@@ -29,6 +29,7 @@ using deepinfer::bench::Dev;
 using deepinfer::bench::l2_bytes;
 using deepinfer::bench::parse_list;
 using deepinfer::bench::time_launches;
+using deepinfer::bench::upload;
 using deepinfer::bench::timeline_json;
 
 namespace {
@@ -36,13 +37,6 @@ namespace {
 constexpr int64_t kD = 2048, kH = 16, kR = 512, kDr = 64, kDn = 128, kDv = 128, kBlock = 64;
 constexpr int64_t kWidth = kR + kDr;
 
-template <typename T>
-Dev upload(const std::vector<T>& v, cudaStream_t s) {
-  Dev d(v.size() * sizeof(T));
-  DI_CUDA_CHECK(cudaMemcpyAsync(d.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
-  DI_CUDA_CHECK(cudaStreamSynchronize(s));
-  return d;
-}
 
 struct Weights {
   Dev wq, wkv, kvb, wo;

@@ -28,6 +28,7 @@ using deepinfer::bench::copy_rate;
 using deepinfer::bench::Dev;
 using deepinfer::bench::time_launches;
 using deepinfer::bench::timeline_json;
+using deepinfer::bench::upload;
 
 namespace {
 
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
   const int64_t esz = fp8 ? 1 : 2, nk13 = (kD + kBlockK - 1) / kBlockK, nk2 = (kI + kBlockK - 1) / kBlockK;
   const int64_t n13s = (kE + kS) * 2 * kI * nk13, n2s = (kE + kS) * kD * nk2;
   Dev w13(static_cast<size_t>(n13 * esz)), w2(static_cast<size_t>(n2 * esz)), x(kD * 4), out(kD * 4),
-      h((kK + kS) * kI * 4), counter(8), ids(kSets * kK * 4), weights(kSets * kK * 4), s13(n13s * 4), s2(n2s * 4);
+      h((kK + kS) * kI * 4), counter(8), weights(kSets * kK * 4), s13(n13s * 4), s2(n2s * 4);
   const Elem we = fp8 ? Elem::kF8 : Elem::kBF16;
   fill_random(w13.p, we, n13, 1, true, fp8 ? 1.0f : 0.02f, 0.0f, s);
   fill_random(w2.p, we, n2, 2, true, fp8 ? 1.0f : 0.02f, 0.0f, s);
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
     std::shuffle(all.begin(), all.end(), rng);
     sets.insert(sets.end(), all.begin(), all.begin() + kK);
   }
-  DI_CUDA_CHECK(cudaMemcpy(ids.p, sets.data(), sets.size() * 4, cudaMemcpyHostToDevice));
+  const Dev ids = upload(sets, s);
 
   MoeOneArgs a;
   a.x = static_cast<const float*>(x.p);

@@ -109,14 +109,18 @@ class CudaOps : public ::testing::Test {
   }
   // Linear weight [n, k] in `dtype` (F32 host → BF16 on device; F8E4M3 with 128×128 scales).
   LinearWeight host_linear(int64_t n, int64_t k, DType dtype) { return testing::random_linear(rng_, n, k, dtype); }
+  // A random gated MLP of a D-wide model with an I-wide hidden layer (host layout).
+  MlpWeights host_mlp(int64_t D, int64_t I, DType dtype) {
+    MlpWeights m;
+    m.gate_proj = host_linear(I, D, dtype);
+    m.up_proj = host_linear(I, D, dtype);
+    m.down_proj = host_linear(D, I, dtype);
+    return m;
+  }
   // E random experts of a D-wide model with I-wide MLPs (host layout).
   std::vector<MlpWeights> host_experts(int64_t E, int64_t D, int64_t I, DType dtype) {
     std::vector<MlpWeights> experts(static_cast<size_t>(E));
-    for (auto& m : experts) {
-      m.gate_proj = host_linear(I, D, dtype);
-      m.up_proj = host_linear(I, D, dtype);
-      m.down_proj = host_linear(D, I, dtype);
-    }
+    for (auto& m : experts) m = host_mlp(D, I, dtype);
     return experts;
   }
 
@@ -613,10 +617,7 @@ TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
   const int64_t D = 256, I = 128, E = 9, k = 3, S = 2;
   for (DType dt : {DType::kF32, DType::kF8E4M3}) {
     const std::vector<MlpWeights> experts = host_experts(E, D, I, dt);
-    MlpWeights shared;
-    shared.gate_proj = host_linear(S * I, D, dt);
-    shared.up_proj = host_linear(S * I, D, dt);
-    shared.down_proj = host_linear(D, S * I, dt);
+    const MlpWeights shared = host_mlp(D, S * I, dt);
     const PlacedMoe moe = place_moe(*gpu_, experts, shared, I);
     const std::vector<MlpWeights>& d_routed = moe.routed;
     const MlpWeights& d_shared = moe.shared;
@@ -689,10 +690,7 @@ TEST_F(CudaOps, MoeOneTokenKernelAtV2LiteSizes) {
   for (DType dt : {DType::kF32, DType::kF8E4M3}) {
     const bool fp8 = dt == DType::kF8E4M3;
     const std::vector<MlpWeights> experts = host_experts(E, D, I, dt);
-    MlpWeights shared;
-    shared.gate_proj = host_linear(S * I, D, dt);
-    shared.up_proj = host_linear(S * I, D, dt);
-    shared.down_proj = host_linear(D, S * I, dt);
+    const MlpWeights shared = host_mlp(D, S * I, dt);
     const PlacedMoe moe = place_moe(*gpu_, experts, shared, I);
     const SharedExperts d_sh = moe.shared_experts();
     SharedExperts ref_shared;

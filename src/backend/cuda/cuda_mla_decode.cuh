@@ -104,6 +104,21 @@ __device__ __forceinline__ RowKeys row_keys(const DecodePlan& pl, int64_t i, int
 // Two bf16 → fp32 (the low half first).
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+// acc + Σ_{i<8} w[i]·x[i] for 8 bf16 of a weight row and 8 bf16 of x, in two chains (even and
+// odd elements) added at the end — the one-token persistent kernels' GEMV step
+// (cuda_mla_sublayer.cu, cuda_moe_one.cu).
+__device__ __forceinline__ float dot8_bf16(uint4 w, uint4 x, float acc) {
+  float a0 = 0.0f;
+  a0 = fmaf(bf16_lo(w.x), bf16_lo(x.x), a0);
+  acc = fmaf(bf16_hi(w.x), bf16_hi(x.x), acc);
+  a0 = fmaf(bf16_lo(w.y), bf16_lo(x.y), a0);
+  acc = fmaf(bf16_hi(w.y), bf16_hi(x.y), acc);
+  a0 = fmaf(bf16_lo(w.z), bf16_lo(x.z), a0);
+  acc = fmaf(bf16_hi(w.z), bf16_hi(x.z), acc);
+  a0 = fmaf(bf16_lo(w.w), bf16_lo(x.w), a0);
+  acc = fmaf(bf16_hi(w.w), bf16_hi(x.w), acc);
+  return acc + a0;
+}
 
 // ---- Tensor-core split kernel (FlashMLA's numerics on mma.sync) ---------------------------------
 

@@ -117,22 +117,6 @@ constexpr uint32_t kKeyBytes = kWidth * 2;  // 1,152
 
 __device__ __forceinline__ uint4 ldcg16(const void* p) { return __ldcg(static_cast<const uint4*>(p)); }
 
-// acc + Σ_{i<8} w[i]·x[i] for 8 bf16 of a weight row and 8 bf16 of x (two chains: even, odd).
-__device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
-  using mla::bf16_hi;
-  using mla::bf16_lo;
-  float a0 = 0.0f;
-  a0 = fmaf(bf16_lo(w.x), bf16_lo(x.x), a0);
-  acc = fmaf(bf16_hi(w.x), bf16_hi(x.x), acc);
-  a0 = fmaf(bf16_lo(w.y), bf16_lo(x.y), a0);
-  acc = fmaf(bf16_hi(w.y), bf16_hi(x.y), acc);
-  a0 = fmaf(bf16_lo(w.z), bf16_lo(x.z), a0);
-  acc = fmaf(bf16_hi(w.z), bf16_hi(x.z), acc);
-  a0 = fmaf(bf16_lo(w.w), bf16_lo(x.w), a0);
-  acc = fmaf(bf16_hi(w.w), bf16_hi(x.w), acc);
-  return acc + a0;
-}
-
 // y[i] = W[i]·x for the block's n rows of K bf16 in shared memory (row stride K), x [K] bf16 in
 // shared memory: warp w takes rows w, w + 8, …; lane 0 hands each sum to emit(i, y).
 template <typename Emit>
@@ -143,7 +127,7 @@ __device__ __forceinline__ void smem_gemv(const bf16* w, const bf16* x, int n, i
     const uint4* wr = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(i) * K);
     float acc = 0.0f;
 #pragma unroll 4
-    for (int c = lane; c < K / 8; c += 32) acc = dot8(wr[c], xv[c], acc);
+    for (int c = lane; c < K / 8; c += 32) acc = mla::dot8_bf16(wr[c], xv[c], acc);
     acc = mla::warp_sum(acc);
     if (lane == 0) emit(i, acc);
   }

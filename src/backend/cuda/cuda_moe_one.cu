@@ -96,21 +96,6 @@ __host__ __device__ inline Layout layout(int64_t D, int64_t I, int64_t slots, in
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// acc + Σ_{i<8} w[i]·x[i], 8 bf16 of a weight row against 8 bf16 activations (two chains).
-__device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
-  using mla::bf16_hi;
-  using mla::bf16_lo;
-  float a0 = 0.0f;
-  a0 = fmaf(bf16_lo(w.x), bf16_lo(x.x), a0);
-  acc = fmaf(bf16_hi(w.x), bf16_hi(x.x), acc);
-  a0 = fmaf(bf16_lo(w.y), bf16_lo(x.y), a0);
-  acc = fmaf(bf16_hi(w.y), bf16_hi(x.y), acc);
-  a0 = fmaf(bf16_lo(w.z), bf16_lo(x.z), a0);
-  acc = fmaf(bf16_hi(w.z), bf16_hi(x.z), acc);
-  a0 = fmaf(bf16_lo(w.w), bf16_lo(x.w), a0);
-  acc = fmaf(bf16_hi(w.w), bf16_hi(x.w), acc);
-  return acc + a0;
-}
 // Σ_{i<16} code_i·x_i: 16 e4m3 codes (exact through e4m3x2 → f16x2 → f32) against 16 bf16.
 __device__ __forceinline__ float dot16_fp8(uint4 codes, uint4 x0, uint4 x1) {
   const uint32_t u[4] = {codes.x, codes.y, codes.z, codes.w};
@@ -139,7 +124,7 @@ __device__ __forceinline__ float warp_dot(const unsigned char* row, const float*
     for (int c = lane; c < n / 16; c += 32) acc = fmaf(dot16_fp8(w[c], xv[2 * c], xv[2 * c + 1]), sc[c / bk16], acc);
   } else {
 #pragma unroll 4
-    for (int c = lane; c < n / 8; c += 32) acc = dot8(w[c], xv[c], acc);
+    for (int c = lane; c < n / 8; c += 32) acc = mla::dot8_bf16(w[c], xv[c], acc);
   }
   return mla::warp_sum(acc);
 }
