@@ -10,7 +10,7 @@ set -uo pipefail
 source "$(dirname "$0")/build_device.sh"
 device_build deepinfer_tests deepinfer moe_one_bench mla_sublayer_bench
 T=build-device/tests/deepinfer_tests
-timeout 180 "$T" --gtest_filter='CudaMlaSublayer.*:CudaOps.MoeOne*:CudaOps.MoeFfn*:CudaModelParity.*' \
+timeout 180 "$T" --gtest_filter='CudaMlaSublayer.*:CudaOps.MoeOne*:CudaOps.MoeFfn*:CudaOps.MoeRoute*:CudaModelParity.*:CudaBatchInvariance.*' \
   > "$OUT/persistent_tests.log" 2>&1
 echo "== tests rc=$?"
 grep -E "^\[  (FAILED|PASSED) |Failure|rel err" "$OUT/persistent_tests.log" | head -40
