@@ -28,7 +28,7 @@
 //   Barrier:   a grid barrier among the math warps (cuda_grid_barrier.cuh; a launch adds G).
 //   Phase B (down + combine): block b owns output rows [b·D/G, (b+1)·D/G); a stage holds up to
 //              R of those rows (bf16 8, FP8 16) of one slot's W_down — contiguous, one copy
-//              (per-row copies of every slot, 2.8 KB each, ran at ~0.65 of the copy rate: run
+//              (per-row copies of every slot, 2.8 KB each, ran at ~0.7 of the copy rate: run
 //              s26-3) — slot after slot, warp w takes rows w, w + 8, ... against bf16(h[s]) into
 //              y[s][row]; at the end out[j] = Σ_{s<k} w_s·y_s[j] in slot order, then + y_s[j] of
 //              each shared slot in order — the grouped kernel's combine order.
