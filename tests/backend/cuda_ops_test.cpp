@@ -678,11 +678,11 @@ TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
 // A one-token step's experts at V2-Lite's sizes (D 2048, I 1408, top-6 of 8 routed experts, the
 // shared MLP as 2 slices), bf16 and FP8 weights (e4m3, 128×128 scale blocks, stored per row; the
 // FP8 form is opt-in: set_moe_one_fp8), through the persistent one-token kernel (cuda::moe_one)
-// against the reference on the same
-// (dequantized) weights (1e-2, as the other MoE forms: x and h rounded to bf16, ~1.7e-3 relative
-// each, fp32 sums), against the grouped GEMVs it replaces (set_moe_one_fused(false), the same
-// bound), bitwise repeatable, with routings that repeat an expert's neighbours and end at the
-// last expert. Where the kernel does not apply (not sm_90a) the op-by-op path runs both times.
+// against the reference on the same (dequantized) weights (1e-2, as the other MoE forms: x and h
+// rounded to bf16, ~1.7e-3 relative each, fp32 sums), against the grouped GEMVs it replaces
+// (set_moe_one_fused(false), the same bound), bitwise repeatable, with routings that repeat an
+// expert's neighbours and end at the last expert. Where the kernel does not apply (not sm_90a)
+// the op-by-op path runs every time.
 TEST_F(CudaOps, MoeOneTokenKernelAtV2LiteSizes) {
 #ifdef DEEPINFER_HAVE_CUDA
   const int64_t D = 2048, I = 1408, E = 8, k = 6, S = 2;

@@ -217,14 +217,15 @@ class CudaBackend : public Backend {
   // x's rows quantized once (x [T, D] fp32, D % 128 == 0): xq's when it holds them (ready), else
   // buffers in the caller's step-memory scope for the first ensure() to fill.
   RowsFp8Once rows_fp8(const Tensor& x, const QuantizedRows* xq);
+  // A one-token step's experts (+ the shared slices, or null) as one persistent kernel
+  // (cuda::moe_one), where it applies (set_moe_one_fused, set_moe_one_fp8); false: nothing
+  // launched.
+  bool moe_one(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
+               const std::vector<MlpWeights>* shared_slices, Tensor& out);
   // moe_experts over `experts`, plus (non-null) the shared slices stacked after them as extra
   // experts of weight 1 in every token's last slots (cuda::MoeArgs::n_shared); addend (non-null,
   // [T, D] fp32) is added to every token's combined row (cuda::MoeArgs::addend); xq (non-null):
   // x's quantized rows, for form 5.
-  // A one-token step's experts (+ the shared slices, or null) as one persistent kernel
-  // (cuda::moe_one), where it applies (set_moe_one_fused); false: nothing launched.
-  bool moe_one(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
-               const std::vector<MlpWeights>* shared_slices, Tensor& out);
   void run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                const std::vector<MlpWeights>* shared_slices, Tensor& out, const Tensor* addend = nullptr,
                RowsFp8Once* xq = nullptr);

@@ -158,6 +158,31 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// n fp32 values from global memory (written by other blocks of this launch or by the previous
+// kernel: read through L2) rounded to bf16 into shared memory by kThreads threads (t: the
+// calling thread's index among them), four 8-value vectors' loads in flight per thread before
+// their stores; n % 8 == 0. The one-token persistent kernels' activation staging.
+template <int kThreads>
+__device__ __forceinline__ void stage_bf16(const float* src, int64_t n, bf16* dst, int t) {
+  constexpr int kBatch = 4;
+  const float4* s4 = reinterpret_cast<const float4*>(src);
+  for (int64_t c0 = t; c0 < n / 8; c0 += kBatch * kThreads) {
+    float4 v[kBatch][2];
+#pragma unroll
+    for (int x = 0; x < kBatch; ++x)
+      if (c0 + x * kThreads < n / 8) {
+        v[x][0] = __ldcg(s4 + 2 * (c0 + x * kThreads));
+        v[x][1] = __ldcg(s4 + 2 * (c0 + x * kThreads) + 1);
+      }
+#pragma unroll
+    for (int x = 0; x < kBatch; ++x)
+      if (c0 + x * kThreads < n / 8)
+        reinterpret_cast<uint4*>(dst)[c0 + x * kThreads] =
+            make_uint4(pack_bf16(v[x][0].x, v[x][0].y), pack_bf16(v[x][0].z, v[x][0].w), pack_bf16(v[x][1].x, v[x][1].y),
+                       pack_bf16(v[x][1].z, v[x][1].w));
+  }
+}
+
 // Channels c .. c + 3 of [q̃ | q_pe] (r = 512, dr = 64) of head h for selected row i, whose row of
 // q is `row`: q̃ from the absorb step's scratch, q_pe from q.
 __device__ __forceinline__ float4 q_chunk(const DecodePlan& pl, int64_t i, int64_t row, int64_t h, int c) {

@@ -133,17 +133,6 @@ __device__ __forceinline__ void smem_gemv(const bf16* w, const bf16* x, int n, i
   }
 }
 
-// n fp32 values from global memory (written by other blocks of this launch or the previous
-// kernel) rounded to bf16 into shared memory; n % 8 == 0.
-__device__ __forceinline__ void stage_bf16(const float* src, int64_t n, bf16* dst) {
-  for (int64_t c = threadIdx.x; c < n / 8; c += kThreads) {
-    const float4 a = __ldcg(reinterpret_cast<const float4*>(src) + 2 * c);
-    const float4 b = __ldcg(reinterpret_cast<const float4*>(src) + 2 * c + 1);
-    reinterpret_cast<uint4*>(dst)[c] =
-        make_uint4(mla::pack_bf16(a.x, a.y), mla::pack_bf16(a.z, a.w), mla::pack_bf16(b.x, b.y), mla::pack_bf16(b.z, b.w));
-  }
-}
-
 __device__ __forceinline__ float load_elem(const void* p, Elem e, int64_t i) {
   return e == Elem::kF32 ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const bf16*>(p)[i]);
 }
@@ -243,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   const unsigned long long base = t == 0 ? grid_base(a.counter, static_cast<unsigned long long>(kPhases) * G) : 0;
 
   // ---- P1: q | kv = [W_q; W_kv] · bf16(x) ----
-  stage_bf16(a.x, D, sx);
+  mla::stage_bf16<kThreads>(a.x, D, sx, threadIdx.x);
   __syncthreads();
   mbar_wait(bar_w1, 0);
   smem_gemv(sw, sx, r1_end - r1_begin, static_cast<int>(D), [&](int i, float y) {
@@ -485,7 +474,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   mark(10);
 
   // ---- P5: out = W_o · bf16(o) ----
-  stage_bf16(a.o, kK5, sx);
+  mla::stage_bf16<kThreads>(a.o, kK5, sx, threadIdx.x);
   __syncthreads();
   mbar_wait(bar_o, 0);
   smem_gemv(sw, sx, static_cast<int>(r5_end - r5_begin), kK5, [&](int i, float y) { a.out[r5_begin + i] = y; });

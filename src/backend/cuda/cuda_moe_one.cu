@@ -128,28 +128,6 @@ __device__ __forceinline__ float warp_dot(const unsigned char* row, const float*
   }
   return mla::warp_sum(acc);
 }
-// n fp32 values (L2: another block's or the previous kernel's) rounded to bf16 into shared
-// memory by the math warps (t: the thread's index among them); n % 8 == 0. Four vectors' loads
-// in flight per thread before their stores.
-__device__ __forceinline__ void stage_bf16(const float* src, int64_t n, bf16* dst, int t) {
-  constexpr int kBatch = 4, kStride = 32 * kMath;
-  const float4* s4 = reinterpret_cast<const float4*>(src);
-  for (int64_t c0 = t; c0 < n / 8; c0 += kBatch * kStride) {
-    float4 v[kBatch][2];
-#pragma unroll
-    for (int x = 0; x < kBatch; ++x)
-      if (c0 + x * kStride < n / 8) {
-        v[x][0] = __ldcg(s4 + 2 * (c0 + x * kStride));
-        v[x][1] = __ldcg(s4 + 2 * (c0 + x * kStride) + 1);
-      }
-#pragma unroll
-    for (int x = 0; x < kBatch; ++x)
-      if (c0 + x * kStride < n / 8)
-        reinterpret_cast<uint4*>(dst)[c0 + x * kStride] =
-            make_uint4(mla::pack_bf16(v[x][0].x, v[x][0].y), mla::pack_bf16(v[x][0].z, v[x][0].w),
-                       mla::pack_bf16(v[x][1].x, v[x][1].y), mla::pack_bf16(v[x][1].z, v[x][1].w));
-  }
-}
 // The math warps' barrier (named barrier 1: the producer warp never joins).
 __device__ __forceinline__ void math_sync() { named_barrier(1, 32 * kMath); }
 // When this thread's cp.async copies so far have landed, one arrival on bar (counted in its
@@ -292,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
   pdl_wait();
   pdl_trigger();
   const unsigned long long base = t == 0 ? grid_base(a.counter, static_cast<unsigned long long>(G)) : 0;
-  stage_bf16(a.x, D, sx, t);  // x rounded to bf16
+  mla::stage_bf16<32 * kMath>(a.x, D, sx, t);  // x rounded to bf16
   math_sync();
   if (t == 0) mark(5);
 
@@ -327,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
   if (t == 0) mark(7);
   grid_sync(a.counter, base + static_cast<unsigned long long>(G), t == 0, [] { math_sync(); });
   if (t == 0) mark(8);
-  stage_bf16(a.h, slots * I, sh, t);  // h rounded to bf16, as the down GEMV rounds it
+  mla::stage_bf16<32 * kMath>(a.h, slots * I, sh, t);  // h rounded to bf16, as the down GEMV rounds it
   math_sync();
 
   // Phase B: warp w takes rows w, w + 8, ... of the stage (slot sb's rows c0 ..), then the
