@@ -32,11 +32,15 @@
 //              s26-3) — slot after slot, warp w takes rows w, w + 8, ... against bf16(h[s]) into
 //              y[s][row]; at the end out[j] = Σ_{s<k} w_s·y_s[j] in slot order, then + y_s[j] of
 //              each shared slot in order — the grouped kernel's combine order.
-// A row's dot: bf16, Σ w·x in two fp32 chains per lane; FP8, per 16-code chunk Σ code·x, then
-// · the chunk's scale, added (the decode GEMV's order within a chunk); then the warp's butterfly.
+// A row's dot: bf16, Σ w·x in two fp32 chains per lane, then the warp's butterfly (a warp per
+// row). FP8, on the tensor cores (a CUDA-core dot — e4m3x2 → f16x2 → f32 per pair, FMAs —
+// was instruction-bound at 0.38 of the copy rate: run s26-5): a stage's 16 rows are the A
+// operand of m16n8k16 f16 MMAs against x in f16 (bf16(x)·2^−e, exact in the range the decode
+// GEMV's tensor-core form keeps), K split over the 8 warps by scale block, each block's MMA sum
+// times the row's scale, the warps' parts added in warp order (stage_mma_fp8).
 //
 // Shapes: U·2·D and R·I codes ≤ 32 KB (D, I ≤ 2048), k + S ≤ 32, D % 16 == I % 16 == 0; FP8
-// block_k % 16 == 0 with ⌈D / block_k⌉, ⌈I / block_k⌉ ≤ 16; the whole layout within 227 KB
+// block_k % 64 == 0 dividing D and I, D / block_k, I / block_k ≤ 16; the whole layout within 227 KB
 // (moe_one_fits). Deterministic: every sum in a fixed order, no splits.
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_grid_barrier.cuh"
@@ -45,6 +49,7 @@
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_sm90.cuh"
 
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 namespace deepinfer::cuda {
@@ -58,6 +63,8 @@ constexpr uint32_t kStageBytes = 32 * 1024;  // a stage's weight codes
 constexpr int kMaxSlots = 32;                // the producer: a lane holds each slot's expert
 constexpr int kMaxBlocksK = 16;              // FP8: scale blocks per row
 constexpr int kOptinSmem = 227 * 1024;
+constexpr int kMmaRows = 16;                 // FP8: a stage's rows, the M of one m16n8k16 MMA
+constexpr int kMmaGroup = 64;                // FP8: columns a lane's 16-byte chunk covers in 4 MMAs
 
 // The weight type's stage shapes.
 template <bool kFp8>
@@ -68,6 +75,7 @@ struct Cfg {
   static constexpr uint32_t kScaleBytes = kFp8 ? 4 * 2 * kUnits * kMaxBlocksK : 0;  // ≥ R · 16 · 4 too
   static constexpr uint32_t kStride = kStageBytes + kScaleBytes;
   static_assert(2 * kUnits % kMath == 0 && kRowsB % kMath == 0, "a warp's rows: w, w + 8, ...");
+  static_assert(!kFp8 || (2 * kUnits == kMmaRows && kRowsB == kMmaRows), "FP8: a stage is one MMA's 16 rows");
 };
 
 // Whether a phase A stage (U units' gate and up rows) and a phase B stage (R rows of I) fit.
@@ -89,47 +97,116 @@ __host__ __device__ inline Layout layout(int64_t D, int64_t I, int64_t slots, in
   l.x = kStages * Cfg<kFp8>::kStride;
   l.h = l.x + align16(uint64_t{2} * D);
   l.red = l.h + align16(uint64_t{2} * slots * I);
-  l.y = l.red + 2 * 2 * Cfg<kFp8>::kUnits * 4;
+  l.y = l.red + (kFp8 ? 2 * kMath * kMmaRows : 2 * 2 * Cfg<kFp8>::kUnits) * 4;
   l.bars = l.y + align16(uint64_t{4} * slots * ((D + G - 1) / G));
   l.total = l.bars + 2 * kStages * 8;
   return l;
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// Σ_{i<16} code_i·x_i: 16 e4m3 codes (exact through e4m3x2 → f16x2 → f32) against 16 bf16.
-__device__ __forceinline__ float dot16_fp8(uint4 codes, uint4 x0, uint4 x1) {
-  const uint32_t u[4] = {codes.x, codes.y, codes.z, codes.w};
-  const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-  float a0 = 0.0f, a1 = 0.0f;
-#pragma unroll
-  for (int v = 0; v < 8; ++v) {
-    const __half2_raw hr =
-        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(u[v / 2] >> (16 * (v % 2))), __NV_E4M3);
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&hr));
-    a0 = fmaf(f.x, mla::bf16_lo(xs[v]), a0);
-    a1 = fmaf(f.y, mla::bf16_hi(xs[v]), a1);
-  }
-  return a0 + a1;
-}
-// A warp's dot product of a weight row in shared memory against x (n bf16 in shared memory):
-// lane sums, then the butterfly. FP8: sc = the row's scales (one per bk16 chunks of 16).
-template <bool kFp8>
-__device__ __forceinline__ float warp_dot(const unsigned char* row, const float* sc, const bf16* x, int n, int bk16,
-                                          int lane) {
+// A warp's dot product of a bf16 weight row in shared memory against x (n bf16 in shared
+// memory): lane sums, then the butterfly.
+__device__ __forceinline__ float warp_dot(const unsigned char* row, const bf16* x, int n, int lane) {
   const uint4* w = reinterpret_cast<const uint4*>(row);
   const uint4* xv = reinterpret_cast<const uint4*>(x);
   float acc = 0.0f;
-  if constexpr (kFp8) {
-#pragma unroll 2
-    for (int c = lane; c < n / 16; c += 32) acc = fmaf(dot16_fp8(w[c], xv[2 * c], xv[2 * c + 1]), sc[c / bk16], acc);
-  } else {
 #pragma unroll 4
-    for (int c = lane; c < n / 8; c += 32) acc = mla::dot8_bf16(w[c], xv[c], acc);
-  }
+  for (int c = lane; c < n / 8; c += 32) acc = mla::dot8_bf16(w[c], xv[c], acc);
   return mla::warp_sum(acc);
+}
+// Two e4m3 codes (the low byte first) as an f16x2 (exact).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
+}
+// FP8: a stage's 16 rows (row ρ: K e4m3 codes at sw + ρ·K, its nk scales at sc + ρ·nk, one per
+// block_k = gpb·64 columns) against xs (K f16: bf16(x)·2^−e) on the tensor cores — the weights
+// as the A operand of m16n8k16 f16 MMAs (fp32 sums), x as column 0 of B (the other columns
+// zero). Warp w takes scale blocks [w·nk/8, (w+1)·nk/8); per block its MMAs sum from zero, then
+// · the row's scale is added to the row's sum in block order; part[w][ρ] = the warp's sum (lanes
+// 4g hold rows g and g + 8). K is permuted as the decode GEMV's tensor-core form permutes it:
+// lane (g = lane/4, i = lane%4) holds row g's and row g+8's 16 codes at columns 64·c + 16i ..
+// + 15 of 64-column group c, and MMA j of the group takes codes 4j .. 4j + 3 of them in its k
+// slots 2i, 2i + 1, 2i + 8, 2i + 9 — B's lanes 0..3 hold x at the same columns.
+__device__ __forceinline__ void stage_mma_fp8(const unsigned char* sw, int64_t K, const float* sc, int nk, int gpb,
+                                              const __half* xs, float* part, int warp, int lane) {
+  const int g = lane / 4, i = lane % 4;
+  const int kb0 = warp * nk / kMath, kb1 = (warp + 1) * nk / kMath;
+  float y0 = 0.0f, y8 = 0.0f;
+  for (int kb = kb0; kb < kb1; ++kb) {
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int gr = 0; gr < gpb; ++gr) {
+      const int64_t col = (int64_t{kb} * gpb + gr) * kMmaGroup + 16 * i;
+      const uint4 w0 = *reinterpret_cast<const uint4*>(sw + g * K + col);
+      const uint4 w8 = *reinterpret_cast<const uint4*>(sw + (g + 8) * K + col);
+      uint4 xa = make_uint4(0, 0, 0, 0), xb = make_uint4(0, 0, 0, 0);
+      if (g == 0) {
+        xa = *reinterpret_cast<const uint4*>(xs + col);
+        xb = *reinterpret_cast<const uint4*>(xs + col + 8);
+      }
+      const uint32_t r0[4] = {w0.x, w0.y, w0.z, w0.w}, r8[4] = {w8.x, w8.y, w8.z, w8.w};
+      const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t a[4] = {e4m3x2_to_f16x2(r0[j] & 0xffffu), e4m3x2_to_f16x2(r8[j] & 0xffffu),
+                               e4m3x2_to_f16x2(r0[j] >> 16), e4m3x2_to_f16x2(r8[j] >> 16)};
+        mma_f16_16816(c, a, xw[2 * j], xw[2 * j + 1]);
+      }
+    }
+    if (i == 0) {
+      y0 = fmaf(c[0], sc[g * nk + kb], y0);
+      y8 = fmaf(c[2], sc[(g + 8) * nk + kb], y8);
+    }
+  }
+  if (i == 0) {
+    part[warp * kMmaRows + g] = y0;
+    part[warp * kMmaRows + g + 8] = y8;
+  }
+}
+// Row ρ's sum over the warps' parts, in warp order.
+__device__ __forceinline__ float parts_sum(const float* part, int rho) {
+  float y = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kMath; ++w) y += part[w * kMmaRows + rho];
+  return y;
 }
 // The math warps' barrier (named barrier 1: the producer warp never joins).
 __device__ __forceinline__ void math_sync() { named_barrier(1, 32 * kMath); }
+// FP8's activations for the MMAs: n fp32 values (L2) rounded to bf16 (as the GEMVs round them),
+// times 2^−e, in f16 into shared memory, where e ≥ 0 is the least keeping every magnitude below
+// 2^14 (e = 0 unless one passes 16,384) — exact for every magnitude in [2^(e−14), 2^(e+14)), as
+// the decode GEMV's tensor-core form stages them. Returns 2^e (to scale the sums back). By the
+// math warps (t: the thread's index among them; red8: 8 floats of shared scratch); n % 4 == 0;
+// ends with their barrier.
+__device__ __forceinline__ float stage_f16_scaled(const float* src, int64_t n, __half* dst, int t, float* red8) {
+  const float4* s4 = reinterpret_cast<const float4*>(src);
+  auto rounded = [](float v) { return __bfloat162float(__float2bfloat16(v)); };
+  float mx = 0.0f;
+#pragma unroll 4
+  for (int64_t c = t; c < n / 4; c += 32 * kMath) {
+    const float4 v = __ldcg(s4 + c);
+    mx = fmaxf(mx, fmaxf(fmaxf(fabsf(rounded(v.x)), fabsf(rounded(v.y))), fmaxf(fabsf(rounded(v.z)), fabsf(rounded(v.w)))));
+  }
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (t % 32 == 0) red8[t / 32] = mx;
+  math_sync();
+  mx = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kMath; ++w) mx = fmaxf(mx, red8[w]);
+  int p = 0;
+  frexpf(mx, &p);  // mx < 2^p
+  const int e = max(0, p - 14);
+  const float down = ldexpf(1.0f, -e);
+#pragma unroll 4
+  for (int64_t c = t; c < n / 4; c += 32 * kMath) {
+    const float4 v = __ldcg(s4 + c);
+    __half2* d = reinterpret_cast<__half2*>(dst + 4 * c);
+    d[0] = __floats2half2_rn(rounded(v.x) * down, rounded(v.y) * down);
+    d[1] = __floats2half2_rn(rounded(v.z) * down, rounded(v.w) * down);
+  }
+  math_sync();  // red8 read by every thread and dst written before anyone goes on
+  return ldexpf(1.0f, e);
+}
 // When this thread's cp.async copies so far have landed, one arrival on bar (counted in its
 // initial count: .noinc).
 __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
@@ -161,7 +238,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
   // FP8: scale blocks per row of w13 (over D) and of w2 (over I); chunks of 16 per block.
   const int nk_a = kFp8 ? static_cast<int>((D + a.block_k - 1) / a.block_k) : 0;
   const int nk_b = kFp8 ? static_cast<int>((I + a.block_k - 1) / a.block_k) : 0;
-  const int bk16 = kFp8 ? static_cast<int>(a.block_k / 16) : 1;
+  const int gpb = kFp8 ? static_cast<int>(a.block_k / kMmaGroup) : 1;  // FP8: 64-column groups per scale block
+  __half* sxh = reinterpret_cast<__half*>(smem + L.x);  // FP8: x, then h, in f16 (stage_f16_scaled)
+  __half* shh = reinterpret_cast<__half*>(smem + L.h);
   // The phase timeline (MoeOneArgs::trace): the global timer at mark m, by thread 0 (math) or
   // the producer's lane 0 (marks 1–4).
   auto mark = [&](int m) {
@@ -270,8 +349,13 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
   pdl_wait();
   pdl_trigger();
   const unsigned long long base = t == 0 ? grid_base(a.counter, static_cast<unsigned long long>(G)) : 0;
-  mla::stage_bf16<32 * kMath>(a.x, D, sx, t);  // x rounded to bf16
-  math_sync();
+  float x_up = 1.0f, h_up = 1.0f;  // FP8: the activations' 2^e
+  if constexpr (kFp8) {
+    x_up = stage_f16_scaled(a.x, D, sxh, t, red);
+  } else {
+    mla::stage_bf16<32 * kMath>(a.x, D, sx, t);  // x rounded to bf16
+    math_sync();
+  }
   if (t == 0) mark(5);
 
   // Phase A: warp w takes rows w, w + 8, ... of the stage (row ρ: unit ρ % U's gate row, or
@@ -283,21 +367,34 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
     const int64_t u0 = q * U, nu = std::min<int64_t>(U, n_units - u0);
     const unsigned char* sw = ring + st * C::kStride;
     const float* ssc = reinterpret_cast<const float*>(sw + kStageBytes);
-    float* r = red + (q & 1) * 2 * U;
-#pragma unroll
-    for (int rho = warp; rho < 2 * U; rho += kMath) {
-      if (rho % U < nu) {
-        const float y = warp_dot<kFp8>(sw + rho * D * C::kEsz, ssc + rho * nk_a, sx, static_cast<int>(D), bk16, lane);
-        if (lane == 0) r[rho] = y;
+    if constexpr (kFp8) {  // the stage's 16 rows on the tensor cores, K split over the warps
+      float* part = red + (q & 1) * kMath * kMmaRows;
+      stage_mma_fp8(sw, D, ssc, nk_a, gpb, sxh, part, warp, lane);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[st]);
+      math_sync();
+      if (t < nu) {
+        int64_t slot, i;
+        unit(u0 + t, slot, i);
+        a.h[slot * I + i] = silu_times(parts_sum(part, t) * x_up, parts_sum(part, U + t) * x_up);
       }
-    }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[st]);
-    math_sync();
-    if (t < nu) {
-      int64_t slot, i;
-      unit(u0 + t, slot, i);
-      a.h[slot * I + i] = silu_times(r[t], r[U + t]);
+    } else {
+      float* r = red + (q & 1) * 2 * U;
+#pragma unroll
+      for (int rho = warp; rho < 2 * U; rho += kMath) {
+        if (rho % U < nu) {
+          const float y = warp_dot(sw + rho * D * C::kEsz, sx, static_cast<int>(D), lane);
+          if (lane == 0) r[rho] = y;
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[st]);
+      math_sync();
+      if (t < nu) {
+        int64_t slot, i;
+        unit(u0 + t, slot, i);
+        a.h[slot * I + i] = silu_times(r[t], r[U + t]);
+      }
     }
   }
 
@@ -305,8 +402,12 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
   if (t == 0) mark(7);
   grid_sync(a.counter, base + static_cast<unsigned long long>(G), t == 0, [] { math_sync(); });
   if (t == 0) mark(8);
-  mla::stage_bf16<32 * kMath>(a.h, slots * I, sh, t);  // h rounded to bf16, as the down GEMV rounds it
-  math_sync();
+  if constexpr (kFp8) {
+    h_up = stage_f16_scaled(a.h, slots * I, shh, t, red);
+  } else {
+    mla::stage_bf16<32 * kMath>(a.h, slots * I, sh, t);  // h rounded to bf16, as the down GEMV rounds it
+    math_sync();
+  }
 
   // Phase B: warp w takes rows w, w + 8, ... of the stage (slot sb's rows c0 ..), then the
   // combine.
@@ -316,16 +417,24 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
     const int64_t sb = (q - n_a) / chunks, c0 = (q - n_a) % chunks * R;
     const unsigned char* sw = ring + st * C::kStride;
     const float* ssc = reinterpret_cast<const float*>(sw + kStageBytes);
+    if constexpr (kFp8) {
+      float* part = red + ((q - n_a) & 1) * kMath * kMmaRows;
+      stage_mma_fp8(sw, I, ssc, nk_b, gpb, shh + sb * I, part, warp, lane);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[st]);
+      math_sync();
+      if (t < R && c0 + t < rows) ys[sb * rows_max + c0 + t] = parts_sum(part, t) * h_up;
+    } else {
 #pragma unroll
-    for (int rho = warp; rho < R; rho += kMath) {
-      if (c0 + rho < rows) {
-        const float y = warp_dot<kFp8>(sw + rho * I * C::kEsz, ssc + rho * nk_b, sh + sb * I, static_cast<int>(I),
-                                       bk16, lane);
-        if (lane == 0) ys[sb * rows_max + c0 + rho] = y;
+      for (int rho = warp; rho < R; rho += kMath) {
+        if (c0 + rho < rows) {
+          const float y = warp_dot(sw + rho * I * C::kEsz, sh + sb * I, static_cast<int>(I), lane);
+          if (lane == 0) ys[sb * rows_max + c0 + rho] = y;
+        }
       }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[st]);
     }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[st]);
   }
   math_sync();
   for (int64_t r = t; r < rows; r += 32 * kMath) {
@@ -344,8 +453,8 @@ bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared, bool fp8, i
   const int64_t slots = k + n_shared;
   if (D <= 0 || I <= 0 || k <= 0 || D % 16 != 0 || I % 16 != 0 || slots > kMaxSlots || !sm90a_device()) return false;
   if (fp8) {
-    if (block_k <= 0 || block_k % 16 != 0 || (D + block_k - 1) / block_k > kMaxBlocksK ||
-        (I + block_k - 1) / block_k > kMaxBlocksK)
+    if (block_k <= 0 || block_k % kMmaGroup != 0 || D % block_k != 0 || I % block_k != 0 ||
+        (D + block_k - 1) / block_k > kMaxBlocksK || (I + block_k - 1) / block_k > kMaxBlocksK)
       return false;
     return stages_fit<true>(D, I) && layout<true>(D, I, slots, sm_count()).total <= static_cast<uint32_t>(kOptinSmem);
   }
