@@ -10,7 +10,8 @@
 // block's time since the earliest block entered, in µs.
 // Does not check results (CudaOps.MoeOneTokenKernelAtV2LiteSizes does).
 // --fp8: e4m3 codes with per-row scales over 128 columns (half the bytes).
-// Usage: moe_one_bench [--reps 9] [--fp8]
+// --chain: bf16 in the batch-invariant mode's arithmetic (MoeOneArgs::chain).
+// Usage: moe_one_bench [--reps 9] [--fp8 | --chain]
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -39,11 +40,12 @@ constexpr int64_t kD = 2048, kI = 1408, kE = 64, kK = 6, kS = 2, kSets = 64, kBl
 int main(int argc, char** argv) {
   CLI::App app{"One-token MoE kernel benchmark (DeepSeek-V2-Lite experts)"};
   int reps = 9;
-  bool fp8 = false;
+  bool fp8 = false, chain = false;
   app.add_option("--reps", reps, "timed batches (median)");
-  app.add_flag("--fp8", fp8, "FP8 weights (e4m3, per-row scales over 128 columns)");
+  auto* f8 = app.add_flag("--fp8", fp8, "FP8 weights (e4m3, per-row scales over 128 columns)");
+  app.add_flag("--chain", chain, "bf16 weights, the batch-invariant mode's one-chain arithmetic")->excludes(f8);
   CLI11_PARSE(app, argc, argv);
-  if (!moe_one_fits(kD, kI, kK, kS, fp8, kBlockK)) {
+  if (!moe_one_fits(kD, kI, kK, kS, fp8, kBlockK, chain)) {
     std::fprintf(stderr, "moe_one_bench: the kernel does not run on this GPU (sm_90a)\n");
     return 2;
   }
@@ -85,6 +87,7 @@ int main(int argc, char** argv) {
     a.w2_scale = static_cast<const float*>(s2.p);
     a.block_k = kBlockK;
   }
+  a.chain = chain;
   a.out = static_cast<float*>(out.p);
   a.h = static_cast<float*>(h.p);
   a.counter = static_cast<unsigned long long*>(counter.p);
@@ -95,7 +98,8 @@ int main(int argc, char** argv) {
     return c;
   };
   const double t = time_launches([&](int i) { moe_one(args(i), s); }, reps, s);
-  const double bytes = static_cast<double>((kK + kS) * (3 * kD * kI * esz + (2 * kI * nk13 + kD * nk2) * 4));
+  // The weights, and FP8's scales (until run s27-1 counted for bf16 too: +1.6 %).
+  const double bytes = static_cast<double>((kK + kS) * (3 * kD * kI * esz + (fp8 ? (2 * kI * nk13 + kD * nk2) * 4 : 0)));
 
   const int G = sm_count();
   Dev trace(static_cast<size_t>(G) * kMoeOneMarks * 8);
@@ -109,7 +113,7 @@ int main(int argc, char** argv) {
       "{\"kernel\": \"deepinfer_moe_one\", \"weights\": \"%s\", \"D\": %ld, \"I\": %ld, \"slots\": %ld, \"us\": %.2f, \"mb\": %.2f, "
       "\"gbps\": %.1f, \"copy_gbps\": %.1f, \"frac_of_copy\": %.3f, \"marks\": \"entry, issued, waited, "
       "last A issued, last issued, x staged, first full, A done, barrier, exit\", %s}\n",
-      fp8 ? "fp8" : "bf16", static_cast<long>(kD), static_cast<long>(kI), static_cast<long>(kK + kS), t * 1e6, bytes * 1e-6,
+      fp8 ? "fp8" : chain ? "bf16 chain" : "bf16", static_cast<long>(kD), static_cast<long>(kI), static_cast<long>(kK + kS), t * 1e6, bytes * 1e-6,
       bytes / t * 1e-9, copy_bps * 1e-9, bytes / t / copy_bps, tl.c_str());
   DI_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;

@@ -681,8 +681,9 @@ TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
 // against the reference on the same (dequantized) weights (1e-2, as the other MoE forms: x and h
 // rounded to bf16, ~1.7e-3 relative each, fp32 sums), against the grouped GEMVs it replaces
 // (set_moe_one_fused(false), the same bound), bitwise repeatable, with routings that repeat an
-// expert's neighbours and end at the last expert. Where the kernel does not apply (not sm_90a)
-// the op-by-op path runs every time.
+// expert's neighbours and end at the last expert; and in the batch-invariant mode (bf16), its
+// chain form bitwise against that mode's grouped form, alone and in a batch. Where the kernel
+// does not apply (not sm_90a) the op-by-op path runs every time.
 TEST_F(CudaOps, MoeOneTokenKernelAtV2LiteSizes) {
 #ifdef DEEPINFER_HAVE_CUDA
   const int64_t D = 2048, I = 1408, E = 8, k = 6, S = 2;
@@ -724,6 +725,55 @@ TEST_F(CudaOps, MoeOneTokenKernelAtV2LiteSizes) {
       }
       EXPECT_EQ(0, std::memcmp(outs[0].raw_data(), outs[1].raw_data(), outs[0].n_bytes())) << dtype_name(dt);
       EXPECT_LT(rel_err(outs[0], outs[2]), 1e-2) << dtype_name(dt);
+    }
+    // The batch-invariant mode (bf16): the kernel's chain form (MoeOneArgs::chain) must give the
+    // token exactly the bits the mode's grouped one-chain form gives it alone and as token 3 of
+    // 5 with other routings — the mode's contract, no tolerance — and stay within 1e-2 of the
+    // reference (the bound above).
+    if (!fp8) {
+      auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
+      gpu_->set_batch_invariant(true);
+      const bool chain_applies = cuda::moe_one_fits(D, I, k, S, false, 0, true);
+      const int64_t T = 5, at = 3;
+      const Tensor xs = randn({T, D});
+      Tensor ids_t = Tensor::empty_host(DType::kI32, {T, k}), w_t = Tensor::empty_host(DType::kF32, {T, k});
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t j = 0; j < k; ++j) {
+          ids_t.data<int32_t>()[t * k + j] = static_cast<int32_t>((t == at ? 7 + 3 * j : 2 * t + j) % E);
+          w_t.data<float>()[t * k + j] = 0.05f + 0.1f * static_cast<float>(j) + 0.01f * static_cast<float>(t);
+        }
+      }
+      Tensor x1 = Tensor::empty_host(DType::kF32, {1, D}), ids1 = Tensor::empty_host(DType::kI32, {1, k}),
+             w1 = Tensor::empty_host(DType::kF32, {1, k});
+      std::memcpy(x1.raw_data(), xs.data<float>() + at * D, x1.n_bytes());
+      std::memcpy(ids1.raw_data(), ids_t.data<int32_t>() + at * k, ids1.n_bytes());
+      std::memcpy(w1.raw_data(), w_t.data<float>() + at * k, w1.n_bytes());
+      Tensor ref_o = Tensor::empty_host(DType::kF32, {1, D});
+      ref_.moe_ffn(x1, ids1, w1, experts, ref_shared, ref_o);
+      Tensor alone[2];
+      for (int run = 0; run < 2; ++run) {
+        cuda.set_moe_one_fused(run == 0);
+        Tensor d_o = dev_empty(DType::kF32, {1, D});
+        gpu_->set_op_timing(true);
+        gpu_->moe_ffn(up(x1), up(ids1), up(w1), moe.routed, d_sh, d_o);
+        const std::vector<OpTime> times = gpu_->take_op_times();
+        gpu_->set_op_timing(false);
+        const bool ran = times.size() == 1 && times[0].op == "moe_one";
+        EXPECT_EQ(ran, run == 0 && chain_applies) << "invariant run " << run;
+        alone[run] = down(d_o);
+        std::printf("[moe one] invariant: %s rel err %.2e\n", ran ? "chain form     " : "grouped, 1 chain",
+                    rel_err(alone[run], ref_o));
+        EXPECT_LT(rel_err(alone[run], ref_o), 1e-2) << "invariant run " << run;
+      }
+      cuda.set_moe_one_fused(true);
+      Tensor d_batch = dev_empty(DType::kF32, {T, D});
+      gpu_->moe_ffn(up(xs), up(ids_t), up(w_t), moe.routed, d_sh, d_batch);
+      const Tensor batch = down(d_batch);
+      EXPECT_EQ(0, std::memcmp(alone[0].raw_data(), alone[1].raw_data(), alone[0].n_bytes()))
+          << "the chain form differs from the grouped one-chain form";
+      EXPECT_EQ(0, std::memcmp(alone[0].raw_data(), batch.data<float>() + at * D, alone[0].n_bytes()))
+          << "the chain form differs from the token's row in a batch";
+      gpu_->set_batch_invariant(false);
     }
   }
   dynamic_cast<CudaBackend&>(*gpu_).set_moe_one_fused(true);

@@ -1533,17 +1533,21 @@ bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weig
                           const std::vector<MlpWeights>& experts, const std::vector<MlpWeights>* shared_slices,
                           Tensor& out) {
   const int64_t S = shared_slices != nullptr ? static_cast<int64_t>(shared_slices->size()) : 0;
-  if (x.size(0) != 1 || s_->batch_invariant || !s_->moe_one || experts.empty()) return false;
+  if (x.size(0) != 1 || !s_->moe_one || experts.empty()) return false;
   const DType dt = experts[0].gate_proj.dtype();
   const bool fp8 = dt == DType::kF8E4M3;
   if (dt != DType::kBF16 && !(fp8 && s_->moe_one_fp8)) return false;
+  // The batch-invariant mode: its bf16 MoE's one-chain arithmetic (MoeOneArgs::chain), the bits
+  // run_moe gives this token in any batch; its other structures have no one-token form.
+  const bool chain = s_->batch_invariant;
+  if (chain && (fp8 || !s_->moe_one_chain)) return false;
   const int64_t D = x.size(1), I = experts[0].gate_proj.n_out(), k = ids.size(1);
   const int64_t block_k = fp8 ? experts[0].gate_proj.block_k : 0;
   // FP8: per-row scales (block_n 1, as placed), one block_k for both stacks.
   if (fp8 && (experts[0].gate_proj.block_n != 1 || experts[0].down_proj.block_n != 1 ||
               experts[0].down_proj.block_k != block_k))
     return false;
-  if (!cuda::moe_one_fits(D, I, k, S, fp8, block_k)) return false;
+  if (!cuda::moe_one_fits(D, I, k, S, fp8, block_k, chain)) return false;
   std::vector<const LinearWeight*> w13, w2;
   for (const std::vector<MlpWeights>* list : {&experts, shared_slices}) {
     if (list == nullptr) continue;
@@ -1572,6 +1576,7 @@ bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weig
     a.w2_scale = cdptr<float>(experts[0].down_proj.scale_inv);
     a.block_k = block_k;
   }
+  a.chain = chain;
   a.out = dptr<float>(out);
   a.h = dptr<float>(empty(DType::kF32, {(k + S) * I}));
   a.counter = s_->grid_counter + 1;

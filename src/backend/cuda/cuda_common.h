@@ -291,6 +291,10 @@ struct MoeOneArgs {
   const float* w13_scale = nullptr;  // [(E + n_shared)·2I, ⌈D / block_k⌉]
   const float* w2_scale = nullptr;   // [(E + n_shared)·D, ⌈I / block_k⌉]
   int64_t block_k = 0;
+  // bf16 only: the batch-invariant mode's arithmetic (the chain form: each dot product one
+  // m16n8k16 MMA chain over K in k order, as its bf16 MoE's one-chain small_m_gemm computes it),
+  // so a one-token step's output is that mode's bits for the token in any batch.
+  bool chain = false;
   float* out = nullptr;            // [D]
   float* h = nullptr;              // scratch [(k + n_shared)·I] f32
   unsigned long long* counter = nullptr;  // its grid barrier's (zero at first use, only this kernel's)
@@ -301,8 +305,9 @@ struct MoeOneArgs {
 };
 constexpr int kMoeOneMarks = 10;
 // Whether moe_one serves these sizes (fp8: e4m3 weights with per-row scales over block_k
-// columns; else bf16) on this GPU.
-bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared, bool fp8 = false, int64_t block_k = 0);
+// columns; else bf16; chain: MoeOneArgs::chain — bf16, D and I multiples of 64) on this GPU.
+bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared, bool fp8 = false, int64_t block_k = 0,
+                  bool chain = false);
 void moe_one(const MoeOneArgs& a, cudaStream_t s);
 // ---- cuda_sampling.cu ----
 struct SampleRowArgs {

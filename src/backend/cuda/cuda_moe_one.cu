@@ -66,22 +66,28 @@ constexpr int kOptinSmem = 227 * 1024;
 constexpr int kMmaRows = 16;                 // FP8: a stage's rows, the M of one m16n8k16 MMA
 constexpr int kMmaGroup = 64;                // FP8: columns a lane's 16-byte chunk covers in 4 MMAs
 
-// The weight type's stage shapes.
-template <bool kFp8>
+constexpr uint32_t kChainPad = 16;           // chain form: bytes after each staged row (ldmatrix banks)
+constexpr int kChainK = 64;                  // chain form: K a multiple of this (small_m_gemm's K step)
+
+// The form's stage shapes: bf16 (kFp8 false), FP8, or the batch-invariant chain form (bf16, kChain).
+template <bool kFp8, bool kChain = false>
 struct Cfg {
+  static_assert(!(kFp8 && kChain), "the chain form is bf16");
   static constexpr int64_t kEsz = kFp8 ? 1 : 2;      // bytes per weight
   static constexpr int kUnits = kFp8 ? 8 : 4;        // phase A: units per stage (2 rows each)
   static constexpr int kRowsB = kFp8 ? 16 : 8;       // phase B: output rows per stage
   static constexpr uint32_t kScaleBytes = kFp8 ? 4 * 2 * kUnits * kMaxBlocksK : 0;  // ≥ R · 16 · 4 too
-  static constexpr uint32_t kStride = kStageBytes + kScaleBytes;
+  static constexpr uint32_t kPad = kChain ? kChainPad : 0;  // each staged row's pitch: its bytes + kPad
+  static constexpr uint32_t kStride = kStageBytes + kScaleBytes + 2 * kUnits * kPad;
   static_assert(2 * kUnits % kMath == 0 && kRowsB % kMath == 0, "a warp's rows: w, w + 8, ...");
   static_assert(!kFp8 || (2 * kUnits == kMmaRows && kRowsB == kMmaRows), "FP8: a stage is one MMA's 16 rows");
+  static_assert(!kChain || (2 * kUnits == 8 && kRowsB == 8), "chain form: a stage is one MMA's 8 columns");
 };
 
 // Whether a phase A stage (U units' gate and up rows) and a phase B stage (R rows of I) fit.
-template <bool kFp8>
+template <bool kFp8, bool kChain = false>
 bool stages_fit(int64_t D, int64_t I) {
-  using C = Cfg<kFp8>;
+  using C = Cfg<kFp8, kChain>;
   return int64_t{C::kUnits} * 2 * D * C::kEsz <= kStageBytes && int64_t{C::kRowsB} * I * C::kEsz <= kStageBytes;
 }
 
@@ -90,11 +96,11 @@ struct Layout {
 };
 __host__ __device__ inline uint32_t align16(uint64_t v) { return static_cast<uint32_t>((v + 15) / 16 * 16); }
 // G: the grid (a block's output rows: at most ⌈D / G⌉, their y[slot][row] in shared memory).
-template <bool kFp8>
+template <bool kFp8, bool kChain = false>
 __host__ __device__ inline Layout layout(int64_t D, int64_t I, int64_t slots, int64_t G) {
   Layout l;
   l.ring = 0;
-  l.x = kStages * Cfg<kFp8>::kStride;
+  l.x = kStages * Cfg<kFp8, kChain>::kStride;
   l.h = l.x + align16(uint64_t{2} * D);
   l.red = l.h + align16(uint64_t{2} * slots * I);
   l.y = l.red + (kFp8 ? 2 * kMath * kMmaRows : 2 * 2 * Cfg<kFp8>::kUnits) * 4;
@@ -113,6 +119,34 @@ __device__ __forceinline__ float warp_dot(const unsigned char* row, const bf16* 
 #pragma unroll 4
   for (int c = lane; c < n / 8; c += 32) acc = mla::dot8_bf16(w[c], xv[c], acc);
   return mla::warp_sum(acc);
+}
+// The chain form's dot products: a stage's 8 rows (row j: K bf16 at sw + j·pitch, pitch ≡ 16
+// mod 128) against x (K bf16 in shared memory), as the batch-invariant mode's bf16 MoE computes
+// each output — one mma.sync.m16n8k16 (fp32) per 16-wide k chunk, in k order, from zero
+// (small_m_gemm with one K split, whose WMMA m16n16k16 is two of these MMAs): x as row 0 of A
+// (rows 1..15 zero), the rows as B's 8 columns (B column-major = the rows as stored), read by
+// ldmatrix — lane l addresses row l % 8 at k offset 8·(l / 8) of a 32-wide span, and the rows'
+// 16-byte offsets differ mod 128, so no bank conflicts. K % 32 == 0. Lane i < 4 returns the sums
+// of rows 2i and 2i + 1.
+__device__ __forceinline__ void chain_dot8(const unsigned char* sw, uint32_t pitch, int K, const bf16* x, int lane,
+                                           float& y0, float& y1) {
+  const bool row0 = lane < 4;  // A's row 0: lanes 0..3
+  const int i = lane % 4;
+  const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
+  uint32_t addr = smem_u32(sw) + static_cast<uint32_t>(lane % 8) * pitch + static_cast<uint32_t>(lane / 8) * 16;
+  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+  for (int k0 = 0; k0 < K; k0 += 32, addr += 64) {
+    uint32_t b[4];  // chunk k0: b[0], b[1]; chunk k0 + 16: b[2], b[3]
+    ldmatrix_x4(b, addr);
+    const int w = k0 / 2 + i;  // x's word holding k = k0 + 2i, k0 + 2i + 1
+    const uint32_t a0[4] = {row0 ? xw[w] : 0u, 0u, row0 ? xw[w + 4] : 0u, 0u};
+    const uint32_t a1[4] = {row0 ? xw[w + 8] : 0u, 0u, row0 ? xw[w + 12] : 0u, 0u};
+    mma_bf16_16816(c, a0, b[0], b[1]);
+    mma_bf16_16816(c, a1, b[2], b[3]);
+  }
+  y0 = c[0];
+  y1 = c[1];
 }
 // Two e4m3 codes (the low byte first) as an f16x2 (exact).
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
@@ -216,16 +250,16 @@ __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
 
 }  // namespace
 
-template <bool kFp8>
+template <bool kFp8, bool kChain>
 __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = Cfg<kFp8>;
+  using C = Cfg<kFp8, kChain>;
   constexpr int U = C::kUnits, R = C::kRowsB;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int G = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int64_t D = a.D, I = a.I, k = a.k, S = a.n_shared, slots = k + S;
-  const Layout L = layout<kFp8>(D, I, slots, G);
+  const Layout L = layout<kFp8, kChain>(D, I, slots, G);
   unsigned char* ring = smem + L.ring;
   bf16* sx = reinterpret_cast<bf16*>(smem + L.x);
   bf16* sh = reinterpret_cast<bf16*>(smem + L.h);
@@ -267,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
   if (t == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], kFp8 ? 1 + 32 : 1);  // FP8: + the producer lanes' cp.async arrivals
-      mbar_init(&empty[s], kMath);
+      mbar_init(&empty[s], kChain ? 1 : kMath);  // chain form: stage s is warp s's alone
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -280,6 +314,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
     // routed ones once the wait has returned), passed around by shuffles — no load between a
     // stage's copies.
     const uint32_t row_a = static_cast<uint32_t>(D * C::kEsz), row_b = static_cast<uint32_t>(I * C::kEsz);
+    const uint32_t pitch_a = row_a + C::kPad, pitch_b = row_b + C::kPad;  // chain form: padded rows
     const int64_t n_shared_stages = (s1 - s0) / U;  // stages of shared units only
     int64_t my_e = lane >= k && lane < slots ? a.E + (lane - k) : 0;
     bool waited = false;
@@ -309,7 +344,13 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
         const bool start = lane < nu && (lane == 0 || prev_slot != slot || prev_i + 1 != i);
         const unsigned starts = __ballot_sync(0xffffffffu, start);
         __syncwarp();
-        if (start) {
+        if constexpr (kChain) {  // a row per copy, each at its padded place: lane v copies unit v's rows
+          if (lane < nu) {
+            const unsigned char* gate = w13 + (e * 2 * I + i) * row_a;
+            bulk_load(dst + lane * pitch_a, gate, row_a, &full[st]);
+            bulk_load(dst + (U + lane) * pitch_a, gate + I * row_a, row_a, &full[st]);
+          }
+        } else if (start) {
           const unsigned later = starts & ~((2u << lane) - 1u);
           const int64_t n = (later != 0 ? __ffs(static_cast<int>(later)) - 1 : nu) - lane;
           const unsigned char* gate = w13 + (e * 2 * I + i) * row_a;
@@ -329,7 +370,11 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
         const int64_t sb = (q - n_a) / chunks, rb = j0 + (q - n_a) % chunks * R;
         const int64_t nr = std::min<int64_t>(R, j1 - rb);
         const int64_t e = __shfl_sync(0xffffffffu, my_e, static_cast<int>(sb));
-        if (lane == 0) {
+        if constexpr (kChain) {  // lane r copies row rb + r to its padded place
+          if (lane == 0) mbar_arrive_expect_tx(&full[st], static_cast<uint32_t>(nr) * row_b);
+          __syncwarp();
+          if (lane < nr) bulk_load(dst + lane * pitch_b, w2 + (e * D + rb + lane) * row_b, row_b, &full[st]);
+        } else if (lane == 0) {
           mbar_arrive_expect_tx(&full[st], static_cast<uint32_t>(nr) * row_b);
           bulk_load(dst, w2 + (e * D + rb) * row_b, static_cast<uint32_t>(nr) * row_b, &full[st]);
         }
@@ -358,9 +403,35 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
   }
   if (t == 0) mark(5);
 
+  // The chain form: warp w < kStages takes every stage of ring slot w (q ≡ w mod kStages, so it
+  // meets each of the slot's phases in order) and all of its 8 rows in one MMA chain (chain_dot8).
+  // Phase A: lanes 0, 1 hold the gate sums of units 2l, 2l + 1 and lanes 2, 3 their up sums.
+  if constexpr (kChain) {
+    if (warp < kStages) {
+      for (int64_t q = warp; q < n_a; q += kStages) {
+        mbar_wait(&full[warp], static_cast<uint32_t>((q / kStages) & 1));
+        if (q == 0 && lane == 0) mark(6);
+        float y0, y1;
+        chain_dot8(ring + warp * C::kStride, static_cast<uint32_t>(D * 2) + C::kPad, static_cast<int>(D), sx, lane, y0,
+                   y1);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[warp]);
+        const float u0v = __shfl_sync(0xffffffffu, y0, (lane + 2) % 32), u1v = __shfl_sync(0xffffffffu, y1, (lane + 2) % 32);
+        const int64_t u0 = q * U, nu = std::min<int64_t>(U, n_units - u0);
+        for (int j = 0; j < 2; ++j) {
+          if (lane < 2 && 2 * lane + j < nu) {
+            int64_t slot, i;
+            unit(u0 + 2 * lane + j, slot, i);
+            a.h[slot * I + i] = silu_times(j == 0 ? y0 : y1, j == 0 ? u0v : u1v);
+          }
+        }
+      }
+    }
+  }
+
   // Phase A: warp w takes rows w, w + 8, ... of the stage (row ρ: unit ρ % U's gate row, or
   // its up row).
-  for (int64_t q = 0; q < n_a; ++q) {
+  for (int64_t q = 0; q < (kChain ? 0 : n_a); ++q) {
     const int st = static_cast<int>(q % kStages);
     mbar_wait(&full[st], static_cast<uint32_t>((q / kStages) & 1));
     if (q == 0 && t == 0) mark(6);
@@ -409,9 +480,29 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
     math_sync();
   }
 
+  // Phase B, the chain form: warp w < kStages takes ring slot w's stages (lane i < 4: rows 2i,
+  // 2i + 1 of slot sb's rows c0 ..).
+  if constexpr (kChain) {
+    if (warp < kStages) {
+      for (int64_t q = n_a + ((warp - n_a) % kStages + kStages) % kStages; q < n_a + n_b; q += kStages) {
+        mbar_wait(&full[warp], static_cast<uint32_t>((q / kStages) & 1));
+        const int64_t sb = (q - n_a) / chunks, c0 = (q - n_a) % chunks * R;
+        float y0, y1;
+        chain_dot8(ring + warp * C::kStride, static_cast<uint32_t>(I * 2) + C::kPad, static_cast<int>(I), sh + sb * I,
+                   lane, y0, y1);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[warp]);
+        if (lane < 4) {
+          if (c0 + 2 * lane < rows) ys[sb * rows_max + c0 + 2 * lane] = y0;
+          if (c0 + 2 * lane + 1 < rows) ys[sb * rows_max + c0 + 2 * lane + 1] = y1;
+        }
+      }
+    }
+  }
+
   // Phase B: warp w takes rows w, w + 8, ... of the stage (slot sb's rows c0 ..), then the
   // combine.
-  for (int64_t q = n_a; q < n_a + n_b; ++q) {
+  for (int64_t q = n_a; q < (kChain ? n_a : n_a + n_b); ++q) {
     const int st = static_cast<int>(q % kStages);
     mbar_wait(&full[st], static_cast<uint32_t>((q / kStages) & 1));
     const int64_t sb = (q - n_a) / chunks, c0 = (q - n_a) % chunks * R;
@@ -449,9 +540,13 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
 #endif
 }
 
-bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared, bool fp8, int64_t block_k) {
+bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared, bool fp8, int64_t block_k, bool chain) {
   const int64_t slots = k + n_shared;
   if (D <= 0 || I <= 0 || k <= 0 || D % 16 != 0 || I % 16 != 0 || slots > kMaxSlots || !sm90a_device()) return false;
+  if (chain) {  // K in whole small_m_gemm steps: the same chunks, no zero padding to match
+    return !fp8 && D % kChainK == 0 && I % kChainK == 0 && stages_fit<false, true>(D, I) &&
+           layout<false, true>(D, I, slots, sm_count()).total <= static_cast<uint32_t>(kOptinSmem);
+  }
   if (fp8) {
     if (block_k <= 0 || block_k % kMmaGroup != 0 || D % block_k != 0 || I % block_k != 0 ||
         (D + block_k - 1) / block_k > kMaxBlocksK || (I + block_k - 1) / block_k > kMaxBlocksK)
@@ -463,18 +558,25 @@ bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared, bool fp8, i
 
 void moe_one(const MoeOneArgs& a, cudaStream_t s) {
   const int64_t slots = a.k + a.n_shared;
-  const uint32_t bytes = a.fp8 ? layout<true>(a.D, a.I, slots, sm_count()).total
-                               : layout<false>(a.D, a.I, slots, sm_count()).total;
+  DI_CUDA_REQUIRE(!(a.fp8 && a.chain));
+  const uint32_t bytes = a.fp8     ? layout<true>(a.D, a.I, slots, sm_count()).total
+                         : a.chain ? layout<false, true>(a.D, a.I, slots, sm_count()).total
+                                   : layout<false>(a.D, a.I, slots, sm_count()).total;
   DI_CUDA_REQUIRE(bytes <= static_cast<uint32_t>(kOptinSmem));
   static const bool attr = [] {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(moe_one_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
-    DI_CUDA_CHECK(cudaFuncSetAttribute(moe_one_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
+    DI_CUDA_CHECK(
+        cudaFuncSetAttribute(moe_one_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
+    DI_CUDA_CHECK(
+        cudaFuncSetAttribute(moe_one_kernel<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
+    DI_CUDA_CHECK(
+        cudaFuncSetAttribute(moe_one_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
     return true;
   }();
   (void)attr;
   const dim3 grid(static_cast<unsigned>(sm_count()));
-  if (a.fp8) launch_pdl(moe_one_kernel<true>, grid, dim3(kThreads), bytes, s, a);
-  else launch_pdl(moe_one_kernel<false>, grid, dim3(kThreads), bytes, s, a);
+  if (a.fp8) launch_pdl(moe_one_kernel<true, false>, grid, dim3(kThreads), bytes, s, a);
+  else if (a.chain) launch_pdl(moe_one_kernel<false, true>, grid, dim3(kThreads), bytes, s, a);
+  else launch_pdl(moe_one_kernel<false, false>, grid, dim3(kThreads), bytes, s, a);
 }
 
 }  // namespace deepinfer::cuda
