@@ -145,12 +145,13 @@ class CudaBackend : public Backend {
   // construction.
   void set_mla_sublayer_fused(bool on);
   // Whether moe_ffn may run a one-token step's experts as one persistent kernel (cuda::moe_one;
-  // default mode, bf16 weights, sizes moe_one_fits takes) — the default — or always the grouped
-  // GEMVs (false). DEEPINFER_CUDA_MOE_ONE=0|1 sets it at construction.
+  // bf16 weights, sizes moe_one_fits takes; in the batch-invariant mode its chain form, with the
+  // one-chain structure on) — the default — or always the grouped GEMVs (false).
+  // DEEPINFER_CUDA_MOE_ONE=0|1 sets it at construction.
   void set_moe_one_fused(bool on);
-  // Whether that kernel also takes FP8 experts (e4m3 with per-row scales; its CUDA-core dot is
-  // instruction-bound at 0.38 of the copy rate, slower than the grouped tensor-core GEMVs:
-  // docs/perf.md, version 23). Default false; DEEPINFER_CUDA_MOE_ONE_FP8=0|1.
+  // Whether that kernel also takes FP8 experts in the default mode (e4m3 with per-row scales; its
+  // tensor-core form runs at 0.41 of the copy rate, slower than the grouped tensor-core GEMVs:
+  // docs/perf.md, version 24). Default false; DEEPINFER_CUDA_MOE_ONE_FP8=0|1.
   void set_moe_one_fp8(bool on);
   // The batch-invariant mode's naive MLA form (the kv_b decompression on invariant_gemm, then
   // the flash kernel, whose rows do not depend on their chunk): whether MlaPolicy::kByOrigin may
