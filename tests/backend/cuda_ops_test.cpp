@@ -733,6 +733,9 @@ TEST_F(CudaOps, MoeOneTokenKernelAtV2LiteSizes) {
     if (!fp8) {
       auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
       gpu_->set_batch_invariant(true);
+      // The chain form is the one-chain structure's one-token form: on here whatever
+      // DEEPINFER_CUDA_INVARIANT_MOE_CHAIN says (gpu_check's switched-on suites set it to 0).
+      cuda.set_invariant_moe_one_chain(true);
       const bool chain_applies = cuda::moe_one_fits(D, I, k, S, false, 0, true);
       const int64_t T = 5, at = 3;
       const Tensor xs = randn({T, D});

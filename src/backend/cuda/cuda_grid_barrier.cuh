@@ -30,18 +30,27 @@ __device__ __forceinline__ unsigned long long grid_base(const unsigned long long
 // The grid barrier among the threads that call block_sync (every block's same set): returns when
 // every block has arrived target − base times in all. `leader` is one of those threads (the one
 // that read base). block_sync: __syncthreads, or a named barrier when a warp stays out.
-template <typename BlockSync>
+// meanwhile(): work of this block's threads between its arrival and its wait (no block barrier
+// inside; what it writes is visible to the block after the barrier, to other blocks only after
+// the next one).
+template <typename BlockSync, typename Meanwhile>
 __device__ __forceinline__ void grid_sync(unsigned long long* counter, unsigned long long target, bool leader,
-                                          BlockSync block_sync) {
+                                          BlockSync block_sync, Meanwhile meanwhile) {
   block_sync();
+  if (leader) asm volatile("red.release.gpu.global.add.u64 [%0], 1;\n" ::"l"(counter) : "memory");
+  meanwhile();
   if (leader) {
-    asm volatile("red.release.gpu.global.add.u64 [%0], 1;\n" ::"l"(counter) : "memory");
     unsigned long long v;
     do {
       asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(counter) : "memory");
     } while (v < target);
   }
   block_sync();
+}
+template <typename BlockSync>
+__device__ __forceinline__ void grid_sync(unsigned long long* counter, unsigned long long target, bool leader,
+                                          BlockSync block_sync) {
+  grid_sync(counter, target, leader, block_sync, [] {});
 }
 
 // The global timer in ns (the lab timelines: MlaSublayerArgs::trace, MoeOneArgs::trace).

@@ -9,10 +9,11 @@
 // an SM) runs five phases separated by grid barriers (an arrival counter in global memory), and
 // every weight byte a block will need — its rows of q_proj | kv_a, its slices of W_UK and W_UV,
 // its rows of o_proj, and the cached latents of its key range — is copied into its shared
-// memory by the TMA unit up front: before the wait for the previous kernel (cuda_launch.cuh's
-// contract: weights, step inputs and latents of earlier steps are never written by this step's
-// kernels before this one), and o_proj's rows as soon as the first phase frees their space. The
-// phases then compute on shared memory; only the small activations cross the barriers.
+// memory up front (by the TMA unit; W_UK's 128 short rows by cp.async from every thread):
+// before the wait for the previous kernel (cuda_launch.cuh's contract: weights, step inputs
+// and latents of earlier steps are never written by this step's kernels before this one), and
+// o_proj's rows as soon as the first phase frees their space. The phases then compute on shared
+// memory; only the small activations cross the barriers.
 //
 //   P1 GEMV:    q = W_q x, kv = W_kv x (x rounded to bf16 as the GEMV does, fp32 sums). Block b
 //               owns rows [b·N/G, (b+1)·N/G) of the stacked [W_q; W_kv] (N = H·(dn + dr) + r + dr).
@@ -177,6 +178,14 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   const int64_t n_tiles = b < n_splits ? (k_end - k_begin + kTileKeys - 1) / kTileKeys : 0;
   const int64_t new_key = n_keys - 1;  // written in P2: never read by TMA
   const uint32_t bs = static_cast<uint32_t>(a.block_size);
+  // Step inputs the later phases need, loaded now (off their latency chains): the new key's
+  // cache row for the block whose span holds it (P3), the token's slot for the latent's writer
+  // (P2), and the RoPE angles for the blocks that rotate (P2; their cosines and sines are
+  // computed while B1 waits).
+  const int64_t new_row = new_key >= k_begin && new_key < k_end ? int64_t{pages[new_key / bs]} * bs + new_key % bs : 0;
+  const int64_t latent_row = b == G - 1 ? int64_t{a.slots[0]} : 0;
+  const bool needs_rope = b == G - 1 || (item && islice == 0);
+  const float rope_ang = needs_rope && t < a.rope.half ? rope_angle(a.rope, a.positions[0], t) : 0.0f;
 
   // Warp 0 issues a key tile's TMA copies into its ring slot: one 1,152-byte row per key.
   auto issue_tile = [&](int64_t tile) {
@@ -194,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
 
   // ---- Before the wait: barriers, every weight copy, the first key tiles, the RoPE table ----
   if (t == 0) {
-    for (int i = 0; i < 6; ++i) mbar_init(&bars[i], 1);
+    for (int i = 0; i < 6; ++i) mbar_init(&bars[i], &bars[i] == bar_uk ? kThreads : 1);  // W_UK: cp.async arrivals
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -212,18 +221,22 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
       if (item) {
         mbar_arrive_expect_tx(bar_uv, kUvRows * kR * 2);
         bulk_load(suv, a.kv_b + (int64_t{ih} * (kDn + kDv) + kDn + islice * kUvRows) * kR, kUvRows * kR * 2, bar_uv);
-        mbar_arrive_expect_tx(bar_uk, kDn * kAbsorbCols * 2);
       }
     }
     __syncwarp();
-    if (item)  // W_UK[h][d][c0 .. c0 + 63]: 128 rows of 128 bytes
-      for (int d = lane; d < kDn; d += 32)
-        bulk_load(suk + d * kAbsorbCols, a.kv_b + (int64_t{ih} * (kDn + kDv) + d) * kR + islice * kAbsorbCols,
-                  kAbsorbCols * 2, bar_uk);
     for (int64_t tile = 0; tile < std::min<int64_t>(n_tiles, kSlots); ++tile) issue_tile(tile);
   }
-  const bool needs_rope = b == G - 1 || (item && islice == 0);
-  if (needs_rope) rope_table(a.rope, a.positions[0], cs);  // ends with a barrier
+  // W_UK[h][d][c0 .. c0 + 63] (128 rows of 128 bytes) by cp.async from every thread, 16 bytes a
+  // copy: as 128 TMA copies (with the RoPE table computed here) the prologue took 5.4 µs, now
+  // 1.7 (run s27-3; the TMA unit seems to take a block's copies one after another, ~20–30 ns each).
+  if (item) {
+    const bf16* uk = a.kv_b + int64_t{ih} * (kDn + kDv) * kR + islice * kAbsorbCols;
+    for (int e = t; e < kDn * kAbsorbCols / 8; e += kThreads) {
+      const int d = e / (kAbsorbCols / 8), c = 8 * (e % (kAbsorbCols / 8));
+      cp_async16(smem_u32(suk + d * kAbsorbCols + c), uk + int64_t{d} * kR + c, true);
+    }
+    cp_async_arrive(bar_uk);
+  }
   mark(1);
 
   pdl_wait();
@@ -248,7 +261,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
     if (bytes > 0) bulk_load(sw, a.w_o + r5_begin * kK5, bytes, bar_o);
   }
   mark(3);
-  grid_sync(a.counter, base + 1ull * G, t == 0, [] { __syncthreads(); });
+  grid_sync(a.counter, base + 1ull * G, t == 0, [] { __syncthreads(); }, [&] {
+    if (needs_rope && t < a.rope.half) rope_entries(a.rope, rope_ang, t, cs);  // read in P2, after the barrier
+  });
   mark(4);
 
   // ---- P2: the new latent to the cache; q̃ = W_UKᵀ q_nope and q_pe rotated ----
@@ -266,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
     float tot = 0.0f;
     for (int w = 0; w < kThreads / 32; ++w) tot += red[w];
     const float inv = rsqrtf(tot / static_cast<float>(kR) + a.eps);
-    bf16* dst = a.cache + static_cast<int64_t>(a.slots[0]) * kWidth;
+    bf16* dst = a.cache + latent_row * kWidth;
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const int j = t + u * kThreads;
@@ -343,10 +358,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
       const int n_valid = static_cast<int>(std::min<int64_t>(kTileKeys, k_end - t0));
       mbar_wait(&bar_key[slot], static_cast<uint32_t>((it / kSlots) & 1));
       const int64_t nk = new_key - t0;  // the step's own key: from the cache by plain loads
-      if (nk >= 0 && nk < kTileKeys && t < kWidth / 8) {
-        const int64_t row = static_cast<int64_t>(pages[new_key / bs]) * bs + new_key % bs;
-        *reinterpret_cast<uint4*>(lat + nk * kTcStride + 8 * t) = ldcg16(a.cache + row * kWidth + 8 * t);
-      }
+      if (nk >= 0 && nk < kTileKeys && t < kWidth / 8)
+        *reinterpret_cast<uint4*>(lat + nk * kTcStride + 8 * t) = ldcg16(a.cache + new_row * kWidth + 8 * t);
       for (int e = t; e < (kTileKeys - n_valid) * (kWidth / 8); e += kThreads)  // P·V reads zeros past the keys
         *reinterpret_cast<uint4*>(lat + (n_valid + e / (kWidth / 8)) * kTcStride + 8 * (e % (kWidth / 8))) =
             make_uint4(0, 0, 0, 0);

@@ -23,21 +23,24 @@
 //              [b·S·I/G, (b+1)·S·I/G) of the shared slots, then [b·k·I/G, (b+1)·k·I/G) of the
 //              routed ones; a stage holds U units (bf16 4, FP8 8) — their gate rows, then their
 //              up rows, each run of consecutive rows of one expert in one copy (a slot's rows i,
-//              i+1, ... are contiguous: usually two 16 KB copies a stage) — and warp w takes rows
-//              w, w + 8, ....
+//              i+1, ... are contiguous: usually two 16 KB copies a stage) — and (bf16) warp w
+//              takes rows w, w + 8, ... of every stage, or (FP8, the chain form) warp w < 6 takes
+//              every row of every stage in ring slot w.
 //   Barrier:   a grid barrier among the math warps (cuda_grid_barrier.cuh; a launch adds G).
 //   Phase B (down + combine): block b owns output rows [b·D/G, (b+1)·D/G); a stage holds up to
 //              R of those rows (bf16 8, FP8 16) of one slot's W_down — contiguous, one copy
 //              (per-row copies of every slot, 2.8 KB each, ran at ~0.7 of the copy rate: run
-//              s26-3) — slot after slot, warp w takes rows w, w + 8, ... against bf16(h[s]) into
-//              y[s][row]; at the end out[j] = Σ_{s<k} w_s·y_s[j] in slot order, then + y_s[j] of
+//              s26-3) — slot after slot, its rows shared by the warps as in phase A, against
+//              bf16(h[s]) into y[s][row]; at the end out[j] = Σ_{s<k} w_s·y_s[j] in slot order, then + y_s[j] of
 //              each shared slot in order — the grouped kernel's combine order.
 // A row's dot: bf16, Σ w·x in two fp32 chains per lane, then the warp's butterfly (a warp per
 // row). FP8, on the tensor cores (a CUDA-core dot — e4m3x2 → f16x2 → f32 per pair, FMAs —
 // was instruction-bound at 0.38 of the copy rate: run s26-5): a stage's 16 rows are the A
 // operand of m16n8k16 f16 MMAs against x in f16 (bf16(x)·2^−e, exact in the range the decode
-// GEMV's tensor-core form keeps), K split over the 8 warps by scale block, each block's MMA sum
-// times the row's scale, the warps' parts added in warp order (stage_mma_fp8).
+// GEMV's tensor-core form keeps), each scale block's MMA sum times the row's scale, added in
+// block order (fp8_rows_dot) — the stage's warp alone (the 8 warps splitting a stage's K, their
+// parts added after a block barrier, ran at 0.41 of the copy rate: run s27-1). The chain form
+// (MoeOneArgs::chain, the batch-invariant mode): chain_dot8.
 //
 // Shapes: U·2·D and R·I codes ≤ 32 KB (D, I ≤ 2048), k + S ≤ 32, D % 16 == I % 16 == 0; FP8
 // block_k % 64 == 0 dividing D and I, D / block_k, I / block_k ≤ 16; the whole layout within 227 KB
@@ -103,7 +106,7 @@ __host__ __device__ inline Layout layout(int64_t D, int64_t I, int64_t slots, in
   l.x = kStages * Cfg<kFp8, kChain>::kStride;
   l.h = l.x + align16(uint64_t{2} * D);
   l.red = l.h + align16(uint64_t{2} * slots * I);
-  l.y = l.red + (kFp8 ? 2 * kMath * kMmaRows : 2 * 2 * Cfg<kFp8>::kUnits) * 4;
+  l.y = l.red + 2 * 2 * Cfg<kFp8>::kUnits * 4;
   l.bars = l.y + align16(uint64_t{4} * slots * ((D + G - 1) / G));
   l.total = l.bars + 2 * kStages * 8;
   return l;
@@ -154,20 +157,19 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
   return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
 }
 // FP8: a stage's 16 rows (row ρ: K e4m3 codes at sw + ρ·K, its nk scales at sc + ρ·nk, one per
-// block_k = gpb·64 columns) against xs (K f16: bf16(x)·2^−e) on the tensor cores — the weights
-// as the A operand of m16n8k16 f16 MMAs (fp32 sums), x as column 0 of B (the other columns
-// zero). Warp w takes scale blocks [w·nk/8, (w+1)·nk/8); per block its MMAs sum from zero, then
-// · the row's scale is added to the row's sum in block order; part[w][ρ] = the warp's sum (lanes
-// 4g hold rows g and g + 8). K is permuted as the decode GEMV's tensor-core form permutes it:
-// lane (g = lane/4, i = lane%4) holds row g's and row g+8's 16 codes at columns 64·c + 16i ..
-// + 15 of 64-column group c, and MMA j of the group takes codes 4j .. 4j + 3 of them in its k
-// slots 2i, 2i + 1, 2i + 8, 2i + 9 — B's lanes 0..3 hold x at the same columns.
-__device__ __forceinline__ void stage_mma_fp8(const unsigned char* sw, int64_t K, const float* sc, int nk, int gpb,
-                                              const __half* xs, float* part, int warp, int lane) {
+// block_k = gpb·64 columns) against xs (K f16: bf16(x)·2^−e) on the tensor cores, by one warp —
+// the weights as the A operand of m16n8k16 f16 MMAs (fp32 sums), x as column 0 of B (the other
+// columns zero). Per scale block the MMAs sum from zero, then · the row's scale is added to the
+// row's sum, blocks in order; lanes 4g return rows g and g + 8 in y0, y8. K is permuted as the
+// decode GEMV's tensor-core form permutes it: lane (g = lane/4, i = lane%4) holds row g's and
+// row g+8's 16 codes at columns 64·c + 16i .. + 15 of 64-column group c, and MMA j of the group
+// takes codes 4j .. 4j + 3 of them in its k slots 2i, 2i + 1, 2i + 8, 2i + 9 — B's lanes 0..3
+// hold x at the same columns.
+__device__ __forceinline__ void fp8_rows_dot(const unsigned char* sw, int64_t K, const float* sc, int nk, int gpb,
+                                             const __half* xs, int lane, float& y0, float& y8) {
   const int g = lane / 4, i = lane % 4;
-  const int kb0 = warp * nk / kMath, kb1 = (warp + 1) * nk / kMath;
-  float y0 = 0.0f, y8 = 0.0f;
-  for (int kb = kb0; kb < kb1; ++kb) {
+  y0 = 0.0f, y8 = 0.0f;
+  for (int kb = 0; kb < nk; ++kb) {
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int gr = 0; gr < gpb; ++gr) {
       const int64_t col = (int64_t{kb} * gpb + gr) * kMmaGroup + 16 * i;
@@ -192,17 +194,6 @@ __device__ __forceinline__ void stage_mma_fp8(const unsigned char* sw, int64_t K
       y8 = fmaf(c[2], sc[(g + 8) * nk + kb], y8);
     }
   }
-  if (i == 0) {
-    part[warp * kMmaRows + g] = y0;
-    part[warp * kMmaRows + g + 8] = y8;
-  }
-}
-// Row ρ's sum over the warps' parts, in warp order.
-__device__ __forceinline__ float parts_sum(const float* part, int rho) {
-  float y = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kMath; ++w) y += part[w * kMmaRows + rho];
-  return y;
 }
 // The math warps' barrier (named barrier 1: the producer warp never joins).
 __device__ __forceinline__ void math_sync() { named_barrier(1, 32 * kMath); }
@@ -241,11 +232,6 @@ __device__ __forceinline__ float stage_f16_scaled(const float* src, int64_t n, _
   math_sync();  // red8 read by every thread and dst written before anyone goes on
   return ldexpf(1.0f, e);
 }
-// When this thread's cp.async copies so far have landed, one arrival on bar (counted in its
-// initial count: .noinc).
-__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
 #endif
 
 }  // namespace
@@ -255,6 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<kFp8, kChain>;
   constexpr int U = C::kUnits, R = C::kRowsB;
+  constexpr bool kOwned = kFp8 || kChain;  // a warp per stage (below)
   extern __shared__ __align__(1024) unsigned char smem[];
   const int G = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
@@ -301,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
   if (t == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], kFp8 ? 1 + 32 : 1);  // FP8: + the producer lanes' cp.async arrivals
-      mbar_init(&empty[s], kChain ? 1 : kMath);  // chain form: stage s is warp s's alone
+      mbar_init(&empty[s], kOwned ? 1 : kMath);  // warp-owned stages: stage s is warp s's alone
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -403,54 +390,51 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
   }
   if (t == 0) mark(5);
 
-  // The chain form: warp w < kStages takes every stage of ring slot w (q ≡ w mod kStages, so it
-  // meets each of the slot's phases in order) and all of its 8 rows in one MMA chain (chain_dot8).
-  // Phase A: lanes 0, 1 hold the gate sums of units 2l, 2l + 1 and lanes 2, 3 their up sums.
-  if constexpr (kChain) {
+  // Warp-owned stages (the chain form and FP8): warp w < kStages takes every stage of ring slot w
+  // (q ≡ w mod kStages, so it meets each of the slot's phases in order) and all of its rows, with
+  // no block barrier per stage (FP8 with the warps splitting each stage's K and adding their
+  // parts after a barrier ran at ~1.9 µs a stage, half the bf16 form's rate: run s27-1). bf16:
+  // warp w takes rows w, w + 8, ... of every stage.
+  if constexpr (kOwned) {
     if (warp < kStages) {
       for (int64_t q = warp; q < n_a; q += kStages) {
         mbar_wait(&full[warp], static_cast<uint32_t>((q / kStages) & 1));
         if (q == 0 && lane == 0) mark(6);
-        float y0, y1;
-        chain_dot8(ring + warp * C::kStride, static_cast<uint32_t>(D * 2) + C::kPad, static_cast<int>(D), sx, lane, y0,
-                   y1);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[warp]);
-        const float u0v = __shfl_sync(0xffffffffu, y0, (lane + 2) % 32), u1v = __shfl_sync(0xffffffffu, y1, (lane + 2) % 32);
+        const unsigned char* sw = ring + warp * C::kStride;
         const int64_t u0 = q * U, nu = std::min<int64_t>(U, n_units - u0);
-        for (int j = 0; j < 2; ++j) {
-          if (lane < 2 && 2 * lane + j < nu) {
-            int64_t slot, i;
-            unit(u0 + 2 * lane + j, slot, i);
-            a.h[slot * I + i] = silu_times(j == 0 ? y0 : y1, j == 0 ? u0v : u1v);
+        int64_t slot, i;
+        if constexpr (kChain) {  // lanes 0, 1: the gate sums of units 2l, 2l + 1; lanes 2, 3: their up sums
+          float y0, y1;
+          chain_dot8(sw, static_cast<uint32_t>(D * 2) + C::kPad, static_cast<int>(D), sx, lane, y0, y1);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(&empty[warp]);
+          const float u0v = __shfl_sync(0xffffffffu, y0, (lane + 2) % 32), u1v = __shfl_sync(0xffffffffu, y1, (lane + 2) % 32);
+          for (int j = 0; j < 2; ++j) {
+            if (lane < 2 && 2 * lane + j < nu) {
+              unit(u0 + 2 * lane + j, slot, i);
+              a.h[slot * I + i] = silu_times(j == 0 ? y0 : y1, j == 0 ? u0v : u1v);
+            }
+          }
+        } else {  // lane 4v: unit v's gate (row v) and up (row U + v) sums
+          float y0, y8;
+          fp8_rows_dot(sw, D, reinterpret_cast<const float*>(sw + kStageBytes), nk_a, gpb, sxh, lane, y0, y8);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(&empty[warp]);
+          if (lane % 4 == 0 && lane / 4 < nu) {
+            unit(u0 + lane / 4, slot, i);
+            a.h[slot * I + i] = silu_times(y0 * x_up, y8 * x_up);
           }
         }
       }
     }
-  }
-
-  // Phase A: warp w takes rows w, w + 8, ... of the stage (row ρ: unit ρ % U's gate row, or
-  // its up row).
-  for (int64_t q = 0; q < (kChain ? 0 : n_a); ++q) {
-    const int st = static_cast<int>(q % kStages);
-    mbar_wait(&full[st], static_cast<uint32_t>((q / kStages) & 1));
-    if (q == 0 && t == 0) mark(6);
-    const int64_t u0 = q * U, nu = std::min<int64_t>(U, n_units - u0);
-    const unsigned char* sw = ring + st * C::kStride;
-    const float* ssc = reinterpret_cast<const float*>(sw + kStageBytes);
-    if constexpr (kFp8) {  // the stage's 16 rows on the tensor cores, K split over the warps
-      float* part = red + (q & 1) * kMath * kMmaRows;
-      stage_mma_fp8(sw, D, ssc, nk_a, gpb, sxh, part, warp, lane);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[st]);
-      math_sync();
-      if (t < nu) {
-        int64_t slot, i;
-        unit(u0 + t, slot, i);
-        a.h[slot * I + i] = silu_times(parts_sum(part, t) * x_up, parts_sum(part, U + t) * x_up);
-      }
-    } else {
-      float* r = red + (q & 1) * 2 * U;
+  } else {
+    for (int64_t q = 0; q < n_a; ++q) {
+      const int st = static_cast<int>(q % kStages);
+      mbar_wait(&full[st], static_cast<uint32_t>((q / kStages) & 1));
+      if (q == 0 && t == 0) mark(6);
+      const int64_t u0 = q * U, nu = std::min<int64_t>(U, n_units - u0);
+      const unsigned char* sw = ring + st * C::kStride;
+      float* r = red + (q & 1) * 2 * U;  // the stage's row sums
 #pragma unroll
       for (int rho = warp; rho < 2 * U; rho += kMath) {
         if (rho % U < nu) {
@@ -461,7 +445,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[st]);
       math_sync();
-      if (t < nu) {
+      if (t < nu) {  // unit t: its gate and up sums
         int64_t slot, i;
         unit(u0 + t, slot, i);
         a.h[slot * I + i] = silu_times(r[t], r[U + t]);
@@ -480,42 +464,37 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
     math_sync();
   }
 
-  // Phase B, the chain form: warp w < kStages takes ring slot w's stages (lane i < 4: rows 2i,
-  // 2i + 1 of slot sb's rows c0 ..).
-  if constexpr (kChain) {
+  // Phase B (slot sb's rows c0 ..), stages owned as in phase A, then the combine.
+  if constexpr (kOwned) {
     if (warp < kStages) {
       for (int64_t q = n_a + ((warp - n_a) % kStages + kStages) % kStages; q < n_a + n_b; q += kStages) {
         mbar_wait(&full[warp], static_cast<uint32_t>((q / kStages) & 1));
         const int64_t sb = (q - n_a) / chunks, c0 = (q - n_a) % chunks * R;
-        float y0, y1;
-        chain_dot8(ring + warp * C::kStride, static_cast<uint32_t>(I * 2) + C::kPad, static_cast<int>(I), sh + sb * I,
-                   lane, y0, y1);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[warp]);
-        if (lane < 4) {
-          if (c0 + 2 * lane < rows) ys[sb * rows_max + c0 + 2 * lane] = y0;
-          if (c0 + 2 * lane + 1 < rows) ys[sb * rows_max + c0 + 2 * lane + 1] = y1;
+        const unsigned char* sw = ring + warp * C::kStride;
+        float* y = ys + sb * rows_max + c0;
+        if constexpr (kChain) {  // lane l < 4: rows 2l, 2l + 1
+          float y0, y1;
+          chain_dot8(sw, static_cast<uint32_t>(I * 2) + C::kPad, static_cast<int>(I), sh + sb * I, lane, y0, y1);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(&empty[warp]);
+          if (lane < 4 && c0 + 2 * lane < rows) y[2 * lane] = y0;
+          if (lane < 4 && c0 + 2 * lane + 1 < rows) y[2 * lane + 1] = y1;
+        } else {  // lane 4g: rows g, g + 8
+          float y0, y8;
+          fp8_rows_dot(sw, I, reinterpret_cast<const float*>(sw + kStageBytes), nk_b, gpb, shh + sb * I, lane, y0, y8);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(&empty[warp]);
+          if (lane % 4 == 0 && c0 + lane / 4 < rows) y[lane / 4] = y0 * h_up;
+          if (lane % 4 == 0 && c0 + lane / 4 + 8 < rows) y[lane / 4 + 8] = y8 * h_up;
         }
       }
     }
-  }
-
-  // Phase B: warp w takes rows w, w + 8, ... of the stage (slot sb's rows c0 ..), then the
-  // combine.
-  for (int64_t q = n_a; q < (kChain ? n_a : n_a + n_b); ++q) {
-    const int st = static_cast<int>(q % kStages);
-    mbar_wait(&full[st], static_cast<uint32_t>((q / kStages) & 1));
-    const int64_t sb = (q - n_a) / chunks, c0 = (q - n_a) % chunks * R;
-    const unsigned char* sw = ring + st * C::kStride;
-    const float* ssc = reinterpret_cast<const float*>(sw + kStageBytes);
-    if constexpr (kFp8) {
-      float* part = red + ((q - n_a) & 1) * kMath * kMmaRows;
-      stage_mma_fp8(sw, I, ssc, nk_b, gpb, shh + sb * I, part, warp, lane);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[st]);
-      math_sync();
-      if (t < R && c0 + t < rows) ys[sb * rows_max + c0 + t] = parts_sum(part, t) * h_up;
-    } else {
+  } else {
+    for (int64_t q = n_a; q < n_a + n_b; ++q) {  // warp w: rows w, w + 8, ... of the stage
+      const int st = static_cast<int>(q % kStages);
+      mbar_wait(&full[st], static_cast<uint32_t>((q / kStages) & 1));
+      const int64_t sb = (q - n_a) / chunks, c0 = (q - n_a) % chunks * R;
+      const unsigned char* sw = ring + st * C::kStride;
 #pragma unroll
       for (int rho = warp; rho < R; rho += kMath) {
         if (c0 + rho < rows) {

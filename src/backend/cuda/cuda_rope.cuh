@@ -7,15 +7,20 @@
 
 namespace deepinfer::cuda {
 
-// A token's RoPE table at position pos: cs[i] = cos(pos · inv_freq[i]) · attention_factor,
-// cs[kRopeMaxHalf + i] the sine — fp32 angle like transformers, cos/sin in double like the
-// reference backend. Block-wide; ends with a barrier.
+// Pair i's angle, pos · inv_freq[i] in fp32 (like transformers), and its entries of a RoPE table
+// from it: cs[i] = cos(angle) · attention_factor, cs[kRopeMaxHalf + i] the sine, in double like
+// the reference backend. Apart, a kernel may load the angles early and hide the cosines and
+// sines behind another wait (cuda_mla_sublayer.cu).
+__device__ __forceinline__ float rope_angle(const RopeArgs& a, int32_t pos, int i) {
+  return static_cast<float>(pos) * a.inv_freq[i];
+}
+__device__ __forceinline__ void rope_entries(const RopeArgs& a, float angle, int i, float* cs) {
+  cs[i] = static_cast<float>(cos(static_cast<double>(angle))) * a.attention_factor;
+  cs[kRopeMaxHalf + i] = static_cast<float>(sin(static_cast<double>(angle))) * a.attention_factor;
+}
+// A token's RoPE table at position pos (every pair's entries). Block-wide; ends with a barrier.
 __device__ inline void rope_table(const RopeArgs& a, int32_t pos, float* cs) {
-  for (int i = threadIdx.x; i < a.half; i += blockDim.x) {
-    const float angle = static_cast<float>(pos) * a.inv_freq[i];
-    cs[i] = static_cast<float>(cos(static_cast<double>(angle))) * a.attention_factor;
-    cs[kRopeMaxHalf + i] = static_cast<float>(sin(static_cast<double>(angle))) * a.attention_factor;
-  }
+  for (int i = threadIdx.x; i < a.half; i += blockDim.x) rope_entries(a, rope_angle(a, pos, i), i, cs);
   __syncthreads();
 }
 
