@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
     }
   };
 
-  // ---- Before the wait: barriers, every weight copy, the first key tiles, the RoPE table ----
+  // ---- Before the wait: barriers, every weight copy, the first key tiles, the RoPE angles ----
   if (t == 0) {
     for (int i = 0; i < 6; ++i) mbar_init(&bars[i], &bars[i] == bar_uk ? kThreads : 1);  // W_UK: cp.async arrivals
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
