@@ -43,8 +43,8 @@
 // (MoeOneArgs::chain, the batch-invariant mode): chain_dot8.
 //
 // Shapes: U·2·D and R·I codes ≤ 32 KB (D, I ≤ 2048), k + S ≤ 32, D % 16 == I % 16 == 0; FP8
-// block_k % 64 == 0 dividing D and I, D / block_k, I / block_k ≤ 16; the whole layout within 227 KB
-// (moe_one_fits). Deterministic: every sum in a fixed order, no splits.
+// block_k % 64 == 0 dividing D and I, D / block_k, I / block_k ≤ 16; the chain form D % 64 ==
+// I % 64 == 0; the whole layout within 227 KB (moe_one_fits). Deterministic: every sum in a fixed order, no splits.
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_grid_barrier.cuh"
 #include "backend/cuda/cuda_launch.cuh"
@@ -247,6 +247,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int64_t D = a.D, I = a.I, k = a.k, S = a.n_shared, slots = k + S;
   const Layout L = layout<kFp8, kChain>(D, I, slots, G);
+  // A staged row's bytes, and its pitch in a stage (the chain form pads each row).
+  const uint32_t row_a = static_cast<uint32_t>(D * C::kEsz), row_b = static_cast<uint32_t>(I * C::kEsz);
+  const uint32_t pitch_a = row_a + C::kPad, pitch_b = row_b + C::kPad;
   unsigned char* ring = smem + L.ring;
   bf16* sx = reinterpret_cast<bf16*>(smem + L.x);
   bf16* sh = reinterpret_cast<bf16*>(smem + L.h);
@@ -300,8 +303,6 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
     // register: lane s < k + S keeps slot s's expert (the shared ones from the start, the
     // routed ones once the wait has returned), passed around by shuffles — no load between a
     // stage's copies.
-    const uint32_t row_a = static_cast<uint32_t>(D * C::kEsz), row_b = static_cast<uint32_t>(I * C::kEsz);
-    const uint32_t pitch_a = row_a + C::kPad, pitch_b = row_b + C::kPad;  // chain form: padded rows
     const int64_t n_shared_stages = (s1 - s0) / U;  // stages of shared units only
     int64_t my_e = lane >= k && lane < slots ? a.E + (lane - k) : 0;
     bool waited = false;
@@ -405,7 +406,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
         int64_t slot, i;
         if constexpr (kChain) {  // lanes 0, 1: the gate sums of units 2l, 2l + 1; lanes 2, 3: their up sums
           float y0, y1;
-          chain_dot8(sw, static_cast<uint32_t>(D * 2) + C::kPad, static_cast<int>(D), sx, lane, y0, y1);
+          chain_dot8(sw, pitch_a, static_cast<int>(D), sx, lane, y0, y1);
           __syncwarp();
           if (lane == 0) mbar_arrive(&empty[warp]);
           const float u0v = __shfl_sync(0xffffffffu, y0, (lane + 2) % 32), u1v = __shfl_sync(0xffffffffu, y1, (lane + 2) % 32);
@@ -474,7 +475,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
         float* y = ys + sb * rows_max + c0;
         if constexpr (kChain) {  // lane l < 4: rows 2l, 2l + 1
           float y0, y1;
-          chain_dot8(sw, static_cast<uint32_t>(I * 2) + C::kPad, static_cast<int>(I), sh + sb * I, lane, y0, y1);
+          chain_dot8(sw, pitch_b, static_cast<int>(I), sh + sb * I, lane, y0, y1);
           __syncwarp();
           if (lane == 0) mbar_arrive(&empty[warp]);
           if (lane < 4 && c0 + 2 * lane < rows) y[2 * lane] = y0;
