@@ -8,8 +8,9 @@
 // replays of back-to-back launches (PDL lets each one's weight copies start under the previous
 // one), the median of --reps. Then one eager launch with the kernel's timeline (trace): per mark,
 // the median and latest block's time since the earliest block entered, in µs.
-// Does not check results (CudaMlaSublayer tests do).
-// Usage: mla_sublayer_bench [--contexts 512,4096,32768] [--reps 9]
+// --invariant: the kernel's invariant form (the batch-invariant mode's: 128-key splits, at most
+// 32, the dense linears' K structure). Does not check results (CudaMlaSublayer tests do).
+// Usage: mla_sublayer_bench [--contexts 512,4096,32768] [--reps 9] [--invariant]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -49,7 +50,7 @@ struct Weights {
   }
 };
 
-void bench_case(int64_t context, int reps, double copy_bps, cudaStream_t s) {
+void bench_case(int64_t context, int reps, bool invariant, double copy_bps, cudaStream_t s) {
   const double weight_bytes = 2.0 * static_cast<double>((kH * (kDn + kDr) + kWidth) * kD + kH * (kDn + kDv) * kR +
                                                         kD * kH * kDv);
   const double latent_bytes = static_cast<double>(context * kWidth * 2);
@@ -109,6 +110,10 @@ void bench_case(int64_t context, int reps, double copy_bps, cudaStream_t s) {
   a.part_ml = static_cast<float2*>(part_ml.p);
   a.o = static_cast<float*>(o.p);
   a.counter = static_cast<unsigned long long*>(counter.p);
+  if (invariant) {  // the backend's rule (cuda_backend.cpp: kMlaInvariantSplitKeys, kMlaInvariantMaxSplits)
+    a.split_keys = 128;
+    a.max_splits = 32;
+  }
   auto args = [&](int i) {
     MlaSublayerArgs c = a;
     const auto& wi = w[static_cast<size_t>(i % copies)];
@@ -131,11 +136,11 @@ void bench_case(int64_t context, int reps, double copy_bps, cudaStream_t s) {
   mla_sublayer(ta, s);
   const std::string tl = timeline_json(trace.p, G, kMlaSublayerMarks, s);
   std::printf(
-      "{\"kernel\": \"deepinfer_mla_sublayer\", \"D\": %ld, \"H\": %ld, \"context\": %ld, \"us\": %.2f, "
+      "{\"kernel\": \"deepinfer_mla_sublayer\", \"form\": \"%s\", \"D\": %ld, \"H\": %ld, \"context\": %ld, \"us\": %.2f, "
       "\"mb\": %.2f, \"gbps\": %.1f, \"copy_gbps\": %.1f, \"frac_of_copy\": %.3f, "
       "\"marks\": \"entry, issued, waited, P1, B1, P2, B2, P3, B3, P4, B4, exit\", %s}\n",
-      static_cast<long>(kD), static_cast<long>(kH), static_cast<long>(context), t * 1e6, bytes * 1e-6,
-      bytes / t * 1e-9, copy_bps * 1e-9, bytes / t / copy_bps, tl.c_str());
+      invariant ? "invariant" : "default", static_cast<long>(kD), static_cast<long>(kH), static_cast<long>(context),
+      t * 1e6, bytes * 1e-6, bytes / t * 1e-9, copy_bps * 1e-9, bytes / t / copy_bps, tl.c_str());
   std::fflush(stdout);
 }
 
@@ -147,6 +152,8 @@ int main(int argc, char** argv) {
   int reps = 9;
   app.add_option("--contexts", contexts, "cached keys (the step's own included), comma-separated");
   app.add_option("--reps", reps, "timed batches (median)");
+  bool invariant = false;
+  app.add_flag("--invariant", invariant, "the kernel's invariant form");
   CLI11_PARSE(app, argc, argv);
   if (!mla_sublayer_fits(kD, kH, kDn, kDr, kDv, kR, kDr / 2)) {
     std::fprintf(stderr, "mla_sublayer_bench: the fused kernel does not run on this GPU (sm_90a, >= 128 SMs)\n");
@@ -156,7 +163,7 @@ int main(int argc, char** argv) {
   DI_CUDA_CHECK(cudaStreamCreate(&s));
   const double copy_bps = copy_rate(s);
   std::printf("{\"kernel\": \"d2d_copy\", \"copy_gbps\": %.1f}\n", copy_bps * 1e-9);
-  for (int64_t c : parse_list(contexts)) bench_case(c, reps, copy_bps, s);
+  for (int64_t c : parse_list(contexts)) bench_case(c, reps, invariant, copy_bps, s);
   DI_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

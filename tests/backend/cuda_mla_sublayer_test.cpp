@@ -2,7 +2,7 @@
 // the op-by-op path it replaces — against the reference backend's ops (matmul_parts,
 // mla_rope_kv_write, the absorbed mla_attention, the o_proj matmul) at DeepSeek-V2-Lite's
 // attention shape (D 2048, H 16, dn 128, dr 64, dv 128, r 512): contexts of 1 to 20,000 keys
-// (one 32-key tile, a partial tile, page boundaries, the two-slot key ring refilled several
+// (one 32-key tile, a partial tile, page boundaries, the four-slot key ring refilled several
 // times, the most splits), pages of 16 and 64 tokens shuffled over the pool, both RoPE layouts.
 //
 // Inputs are bf16-exact (weights, cache), so the backends differ only by what the GPU rounds to
@@ -15,7 +15,11 @@
 // the GPU, so a kernel reading past its keys fails the bound.
 // Also: the fused kernel ran (the op timer names it), it is bitwise deterministic across launches
 // (its grid barrier's counter carries over between them), and the op-by-op path (fused off) meets
-// the same bound. Skipped without a GPU (CI), or where the kernel does not apply (not sm_90a).
+// the same bound. In the batch-invariant mode the kernel's invariant form must equal that mode's
+// op-by-op path bit for bit — the output row and the cached latent — at contexts that change
+// its split rule (one split of 128 keys, partial splits, 4,096 → 4,097 keys: spans of 128 → 256,
+// up to 32 splits of 640 keys). Skipped without a GPU (CI), or where the kernel does not apply
+// (not sm_90a).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -88,8 +92,8 @@ class CudaMlaSublayer : public ::testing::Test {
 
   // One decode step of one sequence holding n_keys keys (the last one new) on pages of bs tokens:
   // the fused and op-by-op GPU results against the reference, and the fused kernel's determinism.
-  void check(int32_t n_keys, int64_t bs, bool interleave, float attention_factor) {
-    SCOPED_TRACE(::testing::Message() << "keys " << n_keys << ", pages of " << bs);
+  void check(int32_t n_keys, int64_t bs, bool interleave, float attention_factor, bool invariant = false) {
+    SCOPED_TRACE(::testing::Message() << "keys " << n_keys << ", pages of " << bs << (invariant ? ", invariant" : ""));
     LinearWeight wq = weight(kH * (kDn + kDr), kD), wkv = weight(kWidth, kD), wo = weight(kD, kH * kDv),
                  kvb = weight(kH * (kDn + kDv), kR);
     LinearWeight d_wq = gpu_->place_linear({&wq}), d_wkv = gpu_->place_linear({&wkv}), d_wo = gpu_->place_linear({&wo}),
@@ -154,7 +158,9 @@ class CudaMlaSublayer : public ::testing::Test {
     // GPU: fused (twice, bitwise equal), then op by op.
     w.q_proj = &d_wq, w.kv_a_proj = &d_wkv, w.o_proj = &d_wo, w.mla.kv_b_proj = &d_kvb, w.kv_a_layernorm = &d_norm;
     const Tensor d_x = gpu_->upload(x), d_pos = gpu_->upload(positions), d_slots = gpu_->upload(slots);
+    gpu_->set_batch_invariant(invariant);
     Tensor outs[3];
+    std::vector<uint16_t> rows[3];  // each run's cached latent row, bf16
     for (int run = 0; run < 3; ++run) {
       const bool fused = run < 2;
       set_fused(fused);
@@ -173,13 +179,22 @@ class CudaMlaSublayer : public ::testing::Test {
       const Tensor c = gpu_->to_host(d_cache);
       std::vector<float> row(kWidth);
       for (int64_t j = 0; j < kWidth; ++j) row[static_cast<size_t>(j)] = bf16_to_f32(c.data<uint16_t>()[slot * kWidth + j]);
+      rows[run].assign(c.data<uint16_t>() + slot * kWidth, c.data<uint16_t>() + (slot + 1) * kWidth);
       const double ec = rel_err(row.data(), cache.data<float>() + static_cast<int64_t>(slot) * kWidth, kWidth);
-      std::printf("[mla sublayer] keys %6d pages %2lld %s: out rel err %.2e, latent row %.2e\n", n_keys,
-                  static_cast<long long>(bs), fused ? "fused   " : "op by op", e, ec);
+      std::printf("[mla sublayer] keys %6d pages %2lld %s%s: out rel err %.2e, latent row %.2e\n", n_keys,
+                  static_cast<long long>(bs), fused ? "fused   " : "op by op", invariant ? " (invariant)" : "", e, ec);
       EXPECT_LT(e, 1e-2) << "run " << run;
       EXPECT_LT(ec, 1e-2) << "run " << run;
     }
     EXPECT_EQ(0, std::memcmp(outs[0].raw_data(), outs[1].raw_data(), outs[0].n_bytes())) << "fused runs differ";
+    if (invariant) {
+      int64_t differ = 0;
+      for (int64_t i = 0; i < kD; ++i)
+        differ += std::memcmp(outs[0].data<float>() + i, outs[2].data<float>() + i, sizeof(float)) != 0 ? 1 : 0;
+      EXPECT_EQ(differ, 0) << "of " << kD << " outputs differ between the invariant form and the invariant ops";
+      EXPECT_EQ(rows[0], rows[2]) << "the cached latent rows differ";
+    }
+    gpu_->set_batch_invariant(false);
     set_fused(true);
   }
 
@@ -198,9 +213,21 @@ TEST_F(CudaMlaSublayer, MatchesReferenceOps) {
   check(4100, 64, true, 1.0f);
 }
 
+TEST_F(CudaMlaSublayer, InvariantFormIsTheInvariantOpsBitwise) {
+  check(1, 64, true, 1.0f, true);
+  check(33, 16, true, 1.0f, true);
+  check(128, 64, false, 1.2f, true);   // one split of four tiles
+  check(129, 64, true, 1.0f, true);    // a second split of one key
+  check(530, 16, true, 1.0f, true);
+  check(4096, 64, true, 1.0f, true);   // 32 splits of 128 keys
+  check(4097, 64, false, 1.0f, true);  // 17 splits of 256 keys
+  check(20000, 64, true, 1.0f, true);  // 32 splits of 640 keys: the ring refilled 9 times
+}
+
 TEST_F(CudaMlaSublayer, LongContextsRefillTheKeyRing) {
-  check(9000, 16, true, 1.0f);   // spans of 96 keys: three tiles, one refill
-  check(20000, 64, false, 1.0f);  // spans of 160 keys: five tiles
+  check(9000, 16, true, 1.0f);    // spans of 96 keys: three tiles (slot 2 filled after P1, o_proj after P3)
+  check(20000, 64, false, 1.0f);  // spans of 160 keys: five tiles, slot 0 refilled
+  check(40000, 64, true, 1.0f);   // spans of 320 keys: ten tiles, every slot refilled
 }
 
 }  // namespace

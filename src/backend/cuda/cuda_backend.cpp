@@ -1084,7 +1084,7 @@ void CudaBackend::mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor&
   const bool one_row = x.size(0) == 1 && decode.n_seqs == 1 && decode.n_rows == 1 && decode.selected(0) &&
                        decode.q_indptr[1] - decode.q_indptr[0] == 1;
   const DType norm_dt = w.kv_a_layernorm->dtype();
-  if (!one_row || s_->batch_invariant || !s_->mla_sublayer || cache.dtype() != DType::kBF16 ||
+  if (!one_row || !s_->mla_sublayer || cache.dtype() != DType::kBF16 ||
       cache.size(2) != r + dr || (norm_dt != DType::kF32 && norm_dt != DType::kBF16) ||
       !cuda::mla_sublayer_fits(D, H, dn, dr, dv, r, static_cast<int64_t>(w.rope->inv_freq.size())) ||
       !bf16_linear(w.q_proj, H * (dn + dr), D) || !bf16_linear(w.kv_a_proj, r + dr, D) ||
@@ -1126,6 +1126,10 @@ void CudaBackend::mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor&
   a.part_ml = reinterpret_cast<float2*>(dptr<float>(empty(DType::kF32, {n_splits, H, 2})));
   a.o = dptr<float>(empty(DType::kF32, {H * dv}));
   a.counter = s_->grid_counter;
+  if (s_->batch_invariant) {  // the invariant form: the op-by-op path's bits (the rule mla_attention uses)
+    a.split_keys = s_->mla_invariant_split_keys;
+    a.max_splits = kMlaInvariantMaxSplits;
+  }
   cuda::mla_sublayer(a, s_->stream);
 }
 

@@ -78,8 +78,9 @@ class CudaBackend : public Backend {
   // rope then mla_kv_write).
   void mla_rope_kv_write(Tensor& q, int64_t q_offset, Tensor& kv, const Tensor& norm, float eps,
                          const Tensor& positions, const RopeParams& rope, const Tensor& slots, Tensor& cache) override;
-  // One token of one sequence (default mode, bf16 weights, DeepSeek's MLA dims at H = 16, sm_90a):
-  // one persistent kernel (cuda::mla_sublayer); otherwise Backend's ops.
+  // One token of one sequence (bf16 weights, DeepSeek's MLA dims at H = 16, sm_90a): one
+  // persistent kernel (cuda::mla_sublayer; in the batch-invariant mode its invariant form, the
+  // op-by-op path's bits); otherwise Backend's ops.
   void mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor& x, const QuantizedRows* xq,
                            const Tensor& positions, const Tensor& slots, const AttentionBatch& decode, Tensor& cache,
                            Tensor& out) override;

@@ -264,6 +264,11 @@ struct MlaSublayerArgs {
   float2* part_ml = nullptr;
   float* o = nullptr;
   unsigned long long* counter = nullptr;  // the grid barrier's: zero at first use, only this kernel's
+  // The invariant form (split_keys > 0: the batch-invariant mode's arithmetic, so the result is
+  // that mode's op-by-op bits for this token in any batch): its MLA split rule, mla_split_span
+  // (split_keys % 32 == 0, max_splits 1..32); 0 = the default form.
+  int64_t split_keys = 0;
+  int64_t max_splits = 0;
   // A lab timeline, or null: [G][kMlaSublayerMarks] global-timer ns per block at entry, before
   // and after the PDL wait, and before and after each grid barrier, and at exit.
   unsigned long long* trace = nullptr;

@@ -9,28 +9,40 @@
 // an SM) runs five phases separated by grid barriers (an arrival counter in global memory), and
 // every weight byte a block will need — its rows of q_proj | kv_a, its slices of W_UK and W_UV,
 // its rows of o_proj, and the cached latents of its key range — is copied into its shared
-// memory up front (by the TMA unit; W_UK's 128 short rows by cp.async from every thread):
-// before the wait for the previous kernel (cuda_launch.cuh's contract: weights, step inputs
-// and latents of earlier steps are never written by this step's kernels before this one), and
-// o_proj's rows as soon as the first phase frees their space. The phases then compute on shared
-// memory; only the small activations cross the barriers.
+// memory up front (the weight rows by the TMA unit, the W_UK slice and the key tiles by cp.async
+// from every thread; Layout says why): before the wait for the previous kernel
+// (cuda_launch.cuh's contract: weights, step inputs and latents of earlier steps are never
+// written by this step's kernels before this one), the rest of the key ring and o_proj's rows
+// once the first phase frees their space (o_proj's after P3 where the ring needs that space).
+// The phases then compute on shared memory; only the small activations cross the barriers.
 //
 //   P1 GEMV:    q = W_q x, kv = W_kv x (x rounded to bf16 as the GEMV does, fp32 sums). Block b
 //               owns rows [b·N/G, (b+1)·N/G) of the stacked [W_q; W_kv] (N = H·(dn + dr) + r + dr).
 //   P2 absorb:  block G − 1: the new latent, rms_norm(kv[:r]) ⊙ w and RoPE(kv[r:]), to the cache
-//               (bf16). Blocks 0..127: item (h, c0) = (b / 8, 64·(b % 8)): q̃[h][c0..c0+63] =
-//               Σ_d bf16(q_nope[h][d]) · W_UK[h][d][c], rounded to bf16; items with c0 = 0 also
-//               rotate head h's q_pe (bf16).
-//   P3 split:   the sequence's L keys cut into spans of max(32, ⌈L/128⌉ rounded up to 32) keys;
+//               (bf16; mla_kv_write_kernel's arithmetic). Blocks 0..127: item (h, c0) = (b / 8,
+//               64·(b % 8)): q̃[h][c0..c0+63] = Σ_d bf16(q_nope[h][d]) · W_UK[h][d][c] on the
+//               tensor cores — mla_absorb_tc_kernel's chain (one m16n8k16 MMA per 16 d from zero,
+//               q_nope as A's row 0), warp w the 8 channels c0 + 8w.. — rounded to bf16; items with
+//               c0 = 0 also rotate head h's q_pe (bf16).
+//   P3 split:   the sequence's L keys cut into spans of max(32, ⌈L/128⌉ rounded up to 32) keys
+//               (the invariant form: mla_split_span's, as the batch-invariant mode's split kernel);
 //               block s < ⌈L/span⌉ attends all 16 heads over span s — mla_split_tc_kernel's
 //               numerics (bf16 [q̃ | q_pe] and P on m16n8k16 MMAs, fp32 scores, state and o_lat;
-//               the same tc_softmax_update) over 32-key tiles in a two-slot ring — and writes its
+//               the same tc_softmax_update) over 32-key tiles in a four-slot ring — and writes its
 //               unnormalized o_lat and (m, l). The step's own key (position L − 1, written in P2)
-//               is read with plain loads after the barrier; every other key came by TMA.
+//               is read with plain loads after the barrier; every other key came by cp.async.
 //   P4 W_UV:    blocks 0..127, item (h, v0) = (b / 8, 16·(b % 8)): o_lat[h] = Σ_s w_s · acc_s
 //               (merge_weights' rule: w_s = e^{m_s − M} / Σ e^{m_s' − M} l_s'), rounded to bf16,
 //               then o[h][v0..v0+15] = W_UV[h][v] · o_lat[h].
 //   P5 o_proj:  out = W_o bf16(o), block b owning rows [b·D/G, (b+1)·D/G).
+//
+// The invariant form (MlaSublayerArgs::split_keys > 0, the batch-invariant mode) computes every
+// value as that mode's op-by-op path computes it for this token in any batch, so a one-token step
+// keeps the mode's bits: P1 and P5 in the dense linears' K structure (chain_dot8_splits: 512-wide
+// K splits, each an MMA chain from zero, added in order — small_m_gemm's sums), P3 on the
+// invariant split rule, P4 merging the splits in split order by merge_coefs / merge_step (as
+// mla_merge_running_kernel) and W_UV as mla_apply_tc_kernel's chain (chain_dot8 over r). The
+// latent row, RoPE and P2's absorb are the same in both forms.
 //
 // The grid barrier (cuda_grid_barrier.cuh): a 64-bit arrival counter that only this kernel
 // touches; a launch adds exactly 4·G, so base = counter − counter mod 4G, read after the wait.
@@ -38,7 +50,9 @@
 // Shapes: DeepSeek's MLA heads (dn 128, dr 64, r 512, dv 128) with H = 16 (V2 and V2-Lite),
 // D % 256 == 0, bf16 weights, a bf16 cache; one query row of one sequence; G ≥ 128 SMs; the
 // whole layout within 227 KB (mla_sublayer_fits). Deterministic: no atomics on data, every sum
-// in a fixed order; the result depends on the launch only through G.
+// in a fixed order; the default form's result depends on the launch only through G, the
+// invariant form's on nothing but the token's inputs.
+#include "backend/cuda/cuda_chain_dot.cuh"
 #include "backend/cuda/cuda_grid_barrier.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mla_decode.cuh"
@@ -63,74 +77,115 @@ constexpr int kItems = 128;                      // P2 / P4 work items: 16 heads
 constexpr int kAbsorbCols = kR / 8;              // 64 q̃ channels per P2 item
 constexpr int kUvRows = kDv / 8;                 // 16 output channels per P4 item
 constexpr int kTileKeys = 32;                    // keys per ring slot
-constexpr int kSlots = 2;
+constexpr int kSlots = 4;                        // the key ring: slots 0, 1 of their own; 2, 3 in P1's space
+constexpr int kFrontSlots = 2;                   // slots filled before the wait
 constexpr int kMaxSplits = 128;
+constexpr int kInvMaxSplits = 32;                // the invariant form's merge: a split per lane
 constexpr int kOptinSmem = 227 * 1024;
+constexpr int kRowPad = 8;                       // bf16 after each staged P1 / P5 row
+static_assert(kAbsorbCols == 8 * (kThreads / 32), "P2: a warp per 8 q̃ channels");
+static_assert(kUvRows == 16, "P4's invariant form: two 8-row chains");
 
-// Byte offsets of the dynamic shared memory (every piece 16-byte aligned, barriers 8).
+// Byte offsets of the dynamic shared memory (every piece 16-byte aligned, barriers 8). P1's and
+// P5's weight rows are staged in pairs: rows 2p and 2p + 1 back to back, pair p at p·pair bytes.
+// The default form's pairs are back to back too (one TMA copy per block: the TMA unit issues a
+// block's copies one after another, ~50 ns each, and the prologue is on the step's critical
+// path); the invariant form's lie 16 bytes past a multiple of 128 apart (a TMA copy per pair),
+// so its ldmatrix over 8 rows meets 2-way bank conflicts, not 8-way (a copy per padded row, or
+// 16-byte cp.async from every thread, put ~2–3 µs more into the prologue: runs s28-2, s28-3).
+// The invariant form's W_UV rows are padded (cp.async); W_UK's slice (128-byte rows) is
+// XOR-swizzled by 16-byte chunk in both (chunk j of row d at j ^ (d % 8)).
+//
+// The key ring's slots 0 and 1 have their own space (filled before the wait); slots 2 and 3
+// lie at the start of P1's space, filled once P1 is done. A block with more than two key tiles
+// (P3) loads its o_proj rows there after its last tile; the others load them after P1.
 struct Layout {
-  int rows1, rows5;       // most P1 / P5 rows of one block
-  uint32_t w;             // P1's rows [rows1][D] bf16, then o_proj's [rows5][kK5] bf16
-  uint32_t attn;          // P2 / P3 scratch inside w past o_proj's rows (free once P1 is done)
-  uint32_t uk, uv, keys;  // W_UK slice [128][64], W_UV slice [16][512], key ring [2][32][584] bf16
-  uint32_t x;             // P1's x, P5's o: [max(D, kK5)] bf16
-  uint32_t cs;            // the RoPE table [2 · kRopeMaxHalf] fp32
-  uint32_t bars;          // mbarriers: w1, uk, uv, o, key[2]
+  int rows1, rows5;          // most P1 / P5 rows of one block
+  uint32_t pair1, pair5;     // staged row pairs' bytes: 4·D, 4·kK5 (+ 16 in the invariant form)
+  int uv_pitch;              // a staged W_UV row, elements: kR (+ 8 in the invariant form)
+  uint32_t w;                // P1's rows [rows1 / 2][pair1]; then key slots 2, 3 or o_proj's rows [rows5 / 2][pair5]
+  uint32_t attn;             // P2 / P3 scratch inside w past slots 2, 3 and o_proj's rows (free once P1 is done)
+  uint32_t uk, uv, keys;     // W_UK slice [128][64] (swizzled), W_UV slice [16][uv_pitch], key slots 0, 1 [2][32][584] bf16
+  uint32_t x;                // P1's x, P5's o: [max(D, kK5)] bf16
+  uint32_t cs;               // the RoPE table [2 · kRopeMaxHalf] fp32
+  uint32_t bars;             // mbarriers: w1, uk, uv, o, key[4]
   uint32_t total;
 };
+constexpr int kBars = 4 + kSlots;
+constexpr uint32_t kSlotBytes = kTileKeys * kTcStride * 2;  // one key tile: [32][584] bf16
 // P3's scratch inside `attn`: q tile [16][584] bf16, scores [2][16][36] fp32, P [16][40] bf16,
-// corr [16] fp32; P2's partial sums [4][64] fp32 and q_nope [128] fp32 alias it.
+// corr [16] fp32; P2's bf16 q_nope [128] and the latent writer's warp sums [8] alias it.
 constexpr uint32_t kAttnQ = 0;
 constexpr uint32_t kAttnRed = kAttnQ + kH * kTcStride * 2;
 constexpr uint32_t kAttnP = kAttnRed + 2 * kH * kTcRedStride * 4;
 constexpr uint32_t kAttnCorr = kAttnP + kH * kTcPStride * 2;
 constexpr uint32_t kAttnBytes = kAttnCorr + kH * 4;
-static_assert(kAttnBytes >= (4 * kAbsorbCols + kDn) * 4, "P2's sums fit in P3's scratch");
 static_assert(kAttnRed % 16 == 0 && kAttnP % 16 == 0 && kAttnCorr % 16 == 0, "aligned scratch pieces");
 
 __host__ __device__ inline uint32_t align16(uint64_t v) { return static_cast<uint32_t>((v + 15) / 16 * 16); }
 
-__host__ __device__ inline Layout layout(int64_t D, int G) {
+__host__ __device__ inline Layout layout(int64_t D, int G, bool inv) {
   Layout l;
   l.rows1 = (kN1 + G - 1) / G;
   l.rows5 = static_cast<int>((D + G - 1) / G);
-  const uint64_t o_bytes = uint64_t{2} * l.rows5 * kK5;
+  const int pad = inv ? kRowPad : 0;
+  l.pair1 = static_cast<uint32_t>(4 * D + 2 * pad);
+  l.pair5 = 4 * kK5 + 2 * pad;
+  l.uv_pitch = kR + pad;
+  const uint64_t o_bytes = uint64_t{l.pair5} * ((l.rows5 + 1) / 2), ring_bytes = uint64_t{kSlots - kFrontSlots} * kSlotBytes;
   l.w = 0;
-  l.attn = align16(o_bytes);
-  const uint64_t w_bytes = uint64_t{2} * l.rows1 * D;
+  l.attn = align16(o_bytes > ring_bytes ? o_bytes : ring_bytes);
+  const uint64_t w_bytes = uint64_t{l.pair1} * ((l.rows1 + 1) / 2);
   const uint64_t w_end = w_bytes > l.attn + kAttnBytes ? w_bytes : l.attn + kAttnBytes;
   l.uk = align16(w_end);
   l.uv = l.uk + kDn * kAbsorbCols * 2;
-  l.keys = l.uv + kUvRows * kR * 2;
-  l.x = l.keys + kSlots * kTileKeys * kTcStride * 2;
+  l.keys = l.uv + kUvRows * l.uv_pitch * 2;
+  l.x = l.keys + kFrontSlots * kSlotBytes;
   l.cs = l.x + align16(uint64_t{2} * (D > kK5 ? D : kK5));
   l.bars = l.cs + 2 * kRopeMaxHalf * 4;
-  l.total = l.bars + 6 * 8;
+  l.total = l.bars + kBars * 8;
   return l;
 }
+// P4's scratch in key slots 0, 1 (free once P3 is done): default form, the split weights [128]
+// and o_lat [512] fp32; invariant form, (α, β) [32] and l [32] per split, o_lat [512] bf16.
+static_assert(kFrontSlots * kSlotBytes >= (kMaxSplits + kR) * 4, "P4's scratch fits in the key ring");
 
 // Fixed dims of the shape this kernel serves.
 static_assert(kTcStride == kWidth + 8, "the key ring and q tile use the tensor-core split kernel's stride");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 constexpr int kPhases = 4;                  // grid barriers per launch
-constexpr uint32_t kKeyBytes = kWidth * 2;  // 1,152
 
 __device__ __forceinline__ uint4 ldcg16(const void* p) { return __ldcg(static_cast<const uint4*>(p)); }
 
-// y[i] = W[i]·x for the block's n rows of K bf16 in shared memory (row stride K), x [K] bf16 in
-// shared memory: warp w takes rows w, w + 8, …; lane 0 hands each sum to emit(i, y).
-template <typename Emit>
-__device__ __forceinline__ void smem_gemv(const bf16* w, const bf16* x, int n, int K, Emit emit) {
+// y[i] = W[i]·x for the block's n rows of K bf16 in shared memory (row i at w + (i / 2)·pair +
+// (i % 2)·2K bytes: Layout's row pairs), x [K] bf16 in shared memory; emit(i, y) takes each sum. Default form: warp w takes rows w,
+// w + 8, … (mla::dot8_bf16's two fp32 chains per lane, then the butterfly; lane 0 emits).
+// Invariant form: warp w takes the 8-row groups w, w + 8, … (chain_dot8_splits: the dense
+// linears' K structure; a group past the block's rows repeats its last row, its sums dropped).
+template <bool kInv, typename Emit>
+__device__ __forceinline__ void rows_gemv(const unsigned char* w, uint32_t pair, const bf16* x, int n, int K,
+                                          Emit emit) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const uint4* xv = reinterpret_cast<const uint4*>(x);
-  for (int i = warp; i < n; i += kThreads / 32) {
-    const uint4* wr = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(i) * K);
-    float acc = 0.0f;
+  auto row_at = [&](int i) { return static_cast<uint32_t>(i / 2) * pair + static_cast<uint32_t>(i % 2 * K * 2); };
+  if constexpr (kInv) {
+    for (int g = warp; 8 * g < n; g += kThreads / 32) {
+      const int row = std::min(8 * g + lane % 8, n - 1);
+      float y0, y1;
+      chain_dot8_splits(smem_u32(w) + row_at(row), K, x, lane, y0, y1);
+      if (lane < 4 && 8 * g + 2 * lane < n) emit(8 * g + 2 * lane, y0);
+      if (lane < 4 && 8 * g + 2 * lane + 1 < n) emit(8 * g + 2 * lane + 1, y1);
+    }
+  } else {
+    const uint4* xv = reinterpret_cast<const uint4*>(x);
+    for (int i = warp; i < n; i += kThreads / 32) {
+      const uint4* wr = reinterpret_cast<const uint4*>(w + row_at(i));
+      float acc = 0.0f;
 #pragma unroll 4
-    for (int c = lane; c < K / 8; c += 32) acc = mla::dot8_bf16(wr[c], xv[c], acc);
-    acc = mla::warp_sum(acc);
-    if (lane == 0) emit(i, acc);
+      for (int c = lane; c < K / 8; c += 32) acc = mla::dot8_bf16(wr[c], xv[c], acc);
+      acc = mla::warp_sum(acc);
+      if (lane == 0) emit(i, acc);
+    }
   }
 }
 
@@ -141,13 +196,14 @@ __device__ __forceinline__ float load_elem(const void* p, Elem e, int64_t i) {
 
 }  // namespace
 
+template <bool kInv>
 __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem[];
   const int G = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-  const Layout L = layout(a.D, G);
-  bf16* sw = reinterpret_cast<bf16*>(smem + L.w);
+  const Layout L = layout(a.D, G, kInv);
+  unsigned char* sw = smem + L.w;  // P1's rows, then P5's (Layout::pair1, pair5)
   bf16* suk = reinterpret_cast<bf16*>(smem + L.uk);
   bf16* suv = reinterpret_cast<bf16*>(smem + L.uv);
   bf16* skeys = reinterpret_cast<bf16*>(smem + L.keys);
@@ -155,6 +211,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   float* cs = reinterpret_cast<float*>(smem + L.cs);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bars);
   uint64_t *bar_w1 = bars, *bar_uk = bars + 1, *bar_uv = bars + 2, *bar_o = bars + 3, *bar_key = bars + 4;
+  auto slot_tile = [&](int slot) {  // key slot `slot`: [32][kTcStride] bf16
+    return slot < kFrontSlots ? skeys + slot * (kSlotBytes / 2)
+                              : reinterpret_cast<bf16*>(sw) + (slot - kFrontSlots) * (kSlotBytes / 2);
+  };
   unsigned char* attn = smem + L.attn;
   // The phase timeline (MlaSublayerArgs::trace): thread 0's global timer at mark m.
   auto mark = [&](int m) {
@@ -171,12 +231,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   // The key range of this block's split (P3), from step inputs only.
   const int64_t n_keys = a.kv_len[0];
   const int32_t* pages = a.block_ids + a.block_indptr[0];
-  const int64_t span = std::max<int64_t>(kTileKeys, ((n_keys + kMaxSplits - 1) / kMaxSplits + kTileKeys - 1) /
-                                                        kTileKeys * kTileKeys);
+  const int64_t span = kInv ? mla_split_span(n_keys, a.split_keys, a.max_splits)
+                            : std::max<int64_t>(kTileKeys, ((n_keys + kMaxSplits - 1) / kMaxSplits + kTileKeys - 1) /
+                                                               kTileKeys * kTileKeys);
   const int n_splits = static_cast<int>((n_keys + span - 1) / span);
   const int64_t k_begin = int64_t{b} * span, k_end = std::min(n_keys, k_begin + span);
   const int64_t n_tiles = b < n_splits ? (k_end - k_begin + kTileKeys - 1) / kTileKeys : 0;
-  const int64_t new_key = n_keys - 1;  // written in P2: never read by TMA
+  const int64_t new_key = n_keys - 1;  // written in P2: never in the ring's copies
   const uint32_t bs = static_cast<uint32_t>(a.block_size);
   // Step inputs the later phases need, loaded now (off their latency chains): the new key's
   // cache row for the block whose span holds it (P3), the token's slot for the latent's writer
@@ -187,55 +248,117 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   const bool needs_rope = b == G - 1 || (item && islice == 0);
   const float rope_ang = needs_rope && t < a.rope.half ? rope_angle(a.rope, a.positions[0], t) : 0.0f;
 
-  // Warp 0 issues a key tile's TMA copies into its ring slot: one 1,152-byte row per key.
-  auto issue_tile = [&](int64_t tile) {
-    const int slot = static_cast<int>(tile % kSlots);
+  // Every thread copies its share of a key tile into its ring slot by cp.async — 16 bytes a
+  // copy, the slot's mbarrier counting each thread's arrival (cp.async.mbarrier.arrive): as 32
+  // TMA row copies from one warp a tile took ~1.6 µs to issue (the TMA unit takes a block's
+  // copies one after another, ~50 ns each: run s28-2), on P3's critical path at every refill.
+  // Lane l looks up the cache row of the tile's key l (tile_row; −1: none), the copies take their
+  // keys' rows from the lanes by shuffles. Keys past the span and the step's own key (written in
+  // P2, stored from registers in P3) are zero-filled.
+  auto tile_row = [&](int64_t tile) {
     const int64_t key = k_begin + tile * kTileKeys + lane;
-    const bool load = key < k_end && key != new_key;
-    const unsigned n = __popc(__ballot_sync(0xffffffffu, load));
-    if (lane == 0) mbar_arrive_expect_tx(&bar_key[slot], n * kKeyBytes);
-    __syncwarp();
-    if (load) {
-      const int64_t row = static_cast<int64_t>(pages[key / bs]) * bs + key % bs;
-      bulk_load(skeys + (slot * kTileKeys + lane) * kTcStride, a.cache + row * kWidth, kKeyBytes, &bar_key[slot]);
+    return key < k_end && key != new_key ? int64_t{pages[key / bs]} * bs + key % bs : int64_t{-1};
+  };
+  auto load_tile = [&](int64_t tile, int64_t my_row) {
+    const int slot = static_cast<int>(tile % kSlots);
+    bf16* dst = slot_tile(slot);
+#pragma unroll
+    for (int j = 0; j < kTileKeys * (kWidth / 8) / kThreads; ++j) {
+      const int e = t + j * kThreads, k = e / (kWidth / 8), c8 = e % (kWidth / 8);
+      const int64_t row = __shfl_sync(0xffffffffu, my_row, k);
+      cp_async16(smem_u32(dst + k * kTcStride + 8 * c8), row >= 0 ? a.cache + row * kWidth + 8 * c8 : a.cache, row >= 0);
+    }
+    cp_async_arrive(&bar_key[slot]);
+  };
+  static_assert(kTileKeys * (kWidth / 8) % kThreads == 0, "a key tile in whole rounds of 16-byte copies");
+  // A block with more than kFrontSlots key tiles fills slots 2, 3 once P1 is done and loads its
+  // o_proj rows into that space after its last tile; every other block loads them after P1.
+  const bool late_o = n_tiles > kFrontSlots;
+  // This block's o_proj rows: default form, one TMA copy; invariant form, a copy per row pair
+  // from warp 0's lanes.
+  auto load_o_rows = [&] {
+    const int n_rows = static_cast<int>(r5_end - r5_begin);
+    if constexpr (kInv) {
+      if (warp == 0) {
+        if (lane == 0) mbar_arrive_expect_tx(bar_o, static_cast<uint32_t>(n_rows * kK5 * 2));
+        __syncwarp();
+        for (int p = lane; 2 * p < n_rows; p += 32)
+          bulk_load(sw + p * L.pair5, a.w_o + (r5_begin + 2 * p) * kK5,
+                    static_cast<uint32_t>(std::min(2, n_rows - 2 * p) * kK5 * 2), bar_o);
+      }
+    } else if (t == 0) {
+      mbar_arrive_expect_tx(bar_o, static_cast<uint32_t>(n_rows * kK5 * 2));
+      if (n_rows > 0) bulk_load(sw, a.w_o + r5_begin * kK5, static_cast<uint32_t>(n_rows * kK5 * 2), bar_o);
     }
   };
 
   // ---- Before the wait: barriers, every weight copy, the first key tiles, the RoPE angles ----
-  if (t == 0) {
-    for (int i = 0; i < 6; ++i) mbar_init(&bars[i], &bars[i] == bar_uk ? kThreads : 1);  // W_UK: cp.async arrivals
+  if (t == 0) {  // cp.async arrivals of every thread: W_UK, the key slots, and the invariant form's copies
+    for (int i = 0; i < kBars; ++i) {
+      const bool cp = &bars[i] == bar_uk || i >= 4 || (kInv && &bars[i] == bar_uv);
+      mbar_init(&bars[i], cp ? kThreads : 1);
+    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  if (warp == 0) {
-    if (lane == 0) {
+  // P1's rows: default form, one TMA copy from each of W_q and W_kv (and W_UV's slice); the
+  // invariant form, a copy per row pair from warp 0's lanes (two where a pair straddles W_q and
+  // W_kv). Then the first key tiles.
+  if constexpr (kInv) {
+    if (warp == 0) {
       const int n_rows = r1_end - r1_begin;
-      mbar_arrive_expect_tx(bar_w1, static_cast<uint32_t>(n_rows * D * 2));
-      const int q_end = std::min(r1_end, int{kQRows});
-      if (r1_begin < q_end)
-        bulk_load(sw, a.w_q + int64_t{r1_begin} * D, static_cast<uint32_t>((q_end - r1_begin) * D * 2), bar_w1);
-      const int kv_begin = std::max(r1_begin, int{kQRows});
-      if (kv_begin < r1_end)
-        bulk_load(sw + int64_t{kv_begin - r1_begin} * D, a.w_kv + int64_t{kv_begin - kQRows} * D,
-                  static_cast<uint32_t>((r1_end - kv_begin) * D * 2), bar_w1);
-      if (item) {
-        mbar_arrive_expect_tx(bar_uv, kUvRows * kR * 2);
-        bulk_load(suv, a.kv_b + (int64_t{ih} * (kDn + kDv) + kDn + islice * kUvRows) * kR, kUvRows * kR * 2, bar_uv);
+      if (lane == 0) mbar_arrive_expect_tx(bar_w1, static_cast<uint32_t>(n_rows * D * 2));
+      __syncwarp();
+      auto src = [&](int row) { return row < kQRows ? a.w_q + int64_t{row} * D : a.w_kv + int64_t{row - kQRows} * D; };
+      for (int p = lane; 2 * p < n_rows; p += 32) {
+        const int row = r1_begin + 2 * p, n = std::min(2, n_rows - 2 * p);
+        if (n == 2 && row + 1 == kQRows) {  // W_q's last row, then W_kv's first
+          bulk_load(sw + p * L.pair1, src(row), static_cast<uint32_t>(D * 2), bar_w1);
+          bulk_load(sw + p * L.pair1 + D * 2, src(row + 1), static_cast<uint32_t>(D * 2), bar_w1);
+        } else {
+          bulk_load(sw + p * L.pair1, src(row), static_cast<uint32_t>(n * D * 2), bar_w1);
+        }
       }
     }
-    __syncwarp();
-    for (int64_t tile = 0; tile < std::min<int64_t>(n_tiles, kSlots); ++tile) issue_tile(tile);
+  } else if (t == 0) {
+    mbar_arrive_expect_tx(bar_w1, static_cast<uint32_t>((r1_end - r1_begin) * D * 2));
+    const int q_end = std::min(r1_end, int{kQRows});
+    if (r1_begin < q_end)
+      bulk_load(sw, a.w_q + int64_t{r1_begin} * D, static_cast<uint32_t>((q_end - r1_begin) * D * 2), bar_w1);
+    const int kv_begin = std::max(r1_begin, int{kQRows});
+    if (kv_begin < r1_end)
+      bulk_load(sw + int64_t{kv_begin - r1_begin} * D * 2, a.w_kv + int64_t{kv_begin - kQRows} * D,
+                static_cast<uint32_t>((r1_end - kv_begin) * D * 2), bar_w1);
+    if (item) {
+      mbar_arrive_expect_tx(bar_uv, kUvRows * kR * 2);
+      bulk_load(suv, a.kv_b + (int64_t{ih} * (kDn + kDv) + kDn + islice * kUvRows) * kR, kUvRows * kR * 2, bar_uv);
+    }
   }
-  // W_UK[h][d][c0 .. c0 + 63] (128 rows of 128 bytes) by cp.async from every thread, 16 bytes a
-  // copy: as 128 TMA copies (with the RoPE table computed here) the prologue took 5.4 µs, now
-  // 1.7 (run s27-3; the TMA unit seems to take a block's copies one after another, ~20–30 ns each).
+  {
+    const int64_t row0 = tile_row(0), row1 = tile_row(1);  // both lookups in flight at once
+    if (n_tiles > 0) load_tile(0, row0);
+    if (n_tiles > 1) load_tile(1, row1);
+  }
+  // W_UK[h][d][c0 .. c0 + 63] (128 rows of 128 bytes, swizzled) and, in the invariant form,
+  // W_UV[h][v0 .. v0 + 15] (16 padded rows of 1 KB) by cp.async from every thread, 16 bytes a
+  // copy: W_UK as 128 TMA copies (with the RoPE table computed here) put the prologue at 5.4 µs,
+  // by cp.async 1.7 (run s27-3; the TMA unit takes a block's copies one after another, ~20–30
+  // ns each).
   if (item) {
     const bf16* uk = a.kv_b + int64_t{ih} * (kDn + kDv) * kR + islice * kAbsorbCols;
     for (int e = t; e < kDn * kAbsorbCols / 8; e += kThreads) {
-      const int d = e / (kAbsorbCols / 8), c = 8 * (e % (kAbsorbCols / 8));
-      cp_async16(smem_u32(suk + d * kAbsorbCols + c), uk + int64_t{d} * kR + c, true);
+      const int d = e / (kAbsorbCols / 8), j = e % (kAbsorbCols / 8);
+      cp_async16(smem_u32(suk + d * kAbsorbCols + 8 * (j ^ (d % 8))), uk + int64_t{d} * kR + 8 * j, true);
     }
     cp_async_arrive(bar_uk);
+    if constexpr (kInv) {
+      const bf16* uv = a.kv_b + (int64_t{ih} * (kDn + kDv) + kDn + islice * kUvRows) * kR;
+      for (int e = t; e < kUvRows * kR / 8; e += kThreads) {
+        const int v = e / (kR / 8), c = 8 * (e % (kR / 8));
+        cp_async16(smem_u32(suv + v * L.uv_pitch + c), uv + int64_t{v} * kR + c, true);
+      }
+      cp_async_arrive(bar_uv);
+    }
   }
   mark(1);
 
@@ -248,17 +371,19 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   mla::stage_bf16<kThreads>(a.x, D, sx, threadIdx.x);
   __syncthreads();
   mbar_wait(bar_w1, 0);
-  smem_gemv(sw, sx, r1_end - r1_begin, static_cast<int>(D), [&](int i, float y) {
+  rows_gemv<kInv>(sw, L.pair1, sx, r1_end - r1_begin, static_cast<int>(D), [&](int i, float y) {
     const int row = r1_begin + i;
     if (row < kQRows) a.q[row] = y;
     else a.kv[row - kQRows] = y;
   });
   fence_proxy_async();  // P1's reads of sw before the async proxy overwrites it
   __syncthreads();
-  if (t == 0) {
-    const uint32_t bytes = static_cast<uint32_t>((r5_end - r5_begin) * kK5 * 2);
-    mbar_arrive_expect_tx(bar_o, bytes);
-    if (bytes > 0) bulk_load(sw, a.w_o + r5_begin * kK5, bytes, bar_o);
+  if (late_o) {  // into the space P1's rows leave: key tiles 2, 3, or o_proj's rows
+    const int64_t row2 = tile_row(2), row3 = tile_row(3);
+    load_tile(2, row2);
+    if (n_tiles > 3) load_tile(3, row3);
+  } else {
+    load_o_rows();
   }
   mark(3);
   grid_sync(a.counter, base + 1ull * G, t == 0, [] { __syncthreads(); }, [&] {
@@ -296,10 +421,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
     }
   }
   if (item) {
-    float* qn = reinterpret_cast<float*>(attn) + 4 * kAbsorbCols;  // [128] bf16-rounded q_nope[h]
-    float* part = reinterpret_cast<float*>(attn);                  // [4][64]
+    bf16* qn = reinterpret_cast<bf16*>(attn);  // [128] bf16(q_nope[h])
     __syncthreads();  // block G − 1 (when it is also an item) is done with `red`
-    if (t < kDn) qn[t] = __bfloat162float(__float2bfloat16(__ldcg(a.q + ih * (kDn + kDr) + t)));
+    if (t < kDn) qn[t] = __float2bfloat16(__ldcg(a.q + ih * (kDn + kDr) + t));
     if (islice == 0 && t < a.rope.half) {
       const float* qp = a.q + ih * (kDn + kDr) + kDn;
       const int64_t ia = pair_a(a.rope, t), ib = pair_b(a.rope, t);
@@ -310,16 +434,23 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
     }
     __syncthreads();
     mbar_wait(bar_uk, 0);
-    const int c = t % kAbsorbCols, dg = t / kAbsorbCols;  // 4 groups of 32 d
-    float acc = 0.0f;
-#pragma unroll 8
-    for (int d = 32 * dg; d < 32 * dg + 32; ++d) acc = fmaf(qn[d], __bfloat162float(suk[d * kAbsorbCols + c]), acc);
-    part[dg * kAbsorbCols + c] = acc;
-    __syncthreads();
-    if (t < kAbsorbCols) {
-      const float s = ((part[t] + part[kAbsorbCols + t]) + part[2 * kAbsorbCols + t]) + part[3 * kAbsorbCols + t];
-      a.q_lat[ih * kR + islice * kAbsorbCols + t] = __float2bfloat16(s);
+    // Warp w: channels c0 + 8w .. + 7, one MMA chain over d (k) in 16-wide chunks from zero —
+    // mla_absorb_tc_kernel's: q_nope as A's row 0, W_UK[d][c] as B (k-major: ldmatrix.trans,
+    // lane l addressing row d = 16·ks + l, two chunks per load, chunk w of the swizzled row).
+    const uint32_t* xw = reinterpret_cast<const uint32_t*>(qn);
+    const uint32_t b_addr = smem_u32(suk + lane * kAbsorbCols + 8 * (warp ^ (lane % 8)));
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int ks = 0; ks < kDn / 16; ks += 2) {
+      uint32_t bm[4], a0[4], a1[4];
+      ldmatrix_x4_trans(bm, b_addr + 2 * 16 * ks * kAbsorbCols);
+      chain_a_row0(xw, 16 * ks, lane, a0, a1);
+      mma_bf16_16816(c, a0, bm[0], bm[1]);
+      mma_bf16_16816(c, a1, bm[2], bm[3]);
     }
+    if (lane < 4)  // q̃[h][c0 + 8w + 2i], + 1: row 0's sums (lanes 0..3), rounded to bf16
+      *reinterpret_cast<uint32_t*>(a.q_lat + ih * kR + islice * kAbsorbCols + 8 * warp + 2 * lane) =
+          mla::pack_bf16(c[0], c[1]);
   }
   mark(5);
   grid_sync(a.counter, base + 2ull * G, t == 0, [] { __syncthreads(); });
@@ -331,14 +462,21 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
     float* sred = reinterpret_cast<float*>(attn + kAttnRed);
     bf16* sp = reinterpret_cast<bf16*>(attn + kAttnP);
     float* scorr = reinterpret_cast<float*>(attn + kAttnCorr);
+    // The step's own key (written in P2), 16 bytes each for threads kNewKeyT0 .. + 71 — the
+    // threads with one q load fewer — loaded beside the q tile (one L2 latency for both).
+    constexpr int kVecs = kH * (kWidth / 8), kIters = (kVecs + kThreads - 1) / kThreads;
+    constexpr int kNewKeyT0 = kVecs - (kIters - 1) * kThreads;
+    static_assert(kNewKeyT0 + kWidth / 8 <= kThreads, "the new key's loaders have a free load slot");
+    const bool new_loader = new_key >= k_begin && new_key < k_end && t >= kNewKeyT0 && t < kNewKeyT0 + kWidth / 8;
+    uint4 new_v = make_uint4(0, 0, 0, 0);
     {  // [q̃ | q_pe] per head, bf16: every load issued before the first store (one L2 latency)
-      constexpr int kVecs = kH * (kWidth / 8), kIters = (kVecs + kThreads - 1) / kThreads;
       uint4 v[kIters];
 #pragma unroll
       for (int x = 0; x < kIters; ++x) {
         const int e = t + x * kThreads, h = e / (kWidth / 8), c = 8 * (e % (kWidth / 8));
         if (e < kVecs) v[x] = c < kR ? ldcg16(a.q_lat + h * kR + c) : ldcg16(a.q_pe + h * kDr + (c - kR));
       }
+      if (new_loader) new_v = ldcg16(a.cache + new_row * kWidth + 8 * (t - kNewKeyT0));
 #pragma unroll
       for (int x = 0; x < kIters; ++x) {
         const int e = t + x * kThreads, h = e / (kWidth / 8), c = 8 * (e % (kWidth / 8));
@@ -353,16 +491,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
     float acc[8][4] = {};
     for (int64_t it = 0; it < n_tiles; ++it) {
       const int slot = static_cast<int>(it % kSlots);
-      bf16* lat = skeys + slot * kTileKeys * kTcStride;
+      bf16* lat = slot_tile(slot);
+      // The refill's cache rows, looked up now: the load's latency passes under this tile's math.
+      const int64_t refill_row = it + kSlots < n_tiles ? tile_row(it + kSlots) : int64_t{-1};
       const int64_t t0 = k_begin + it * kTileKeys;
       const int n_valid = static_cast<int>(std::min<int64_t>(kTileKeys, k_end - t0));
       mbar_wait(&bar_key[slot], static_cast<uint32_t>((it / kSlots) & 1));
-      const int64_t nk = new_key - t0;  // the step's own key: from the cache by plain loads
-      if (nk >= 0 && nk < kTileKeys && t < kWidth / 8)
-        *reinterpret_cast<uint4*>(lat + nk * kTcStride + 8 * t) = ldcg16(a.cache + new_row * kWidth + 8 * t);
-      for (int e = t; e < (kTileKeys - n_valid) * (kWidth / 8); e += kThreads)  // P·V reads zeros past the keys
-        *reinterpret_cast<uint4*>(lat + (n_valid + e / (kWidth / 8)) * kTcStride + 8 * (e % (kWidth / 8))) =
-            make_uint4(0, 0, 0, 0);
+      const int64_t nk = new_key - t0;  // the step's own key, loaded with the q tile (past the span: zeros)
+      if (nk >= 0 && nk < kTileKeys && new_loader)
+        *reinterpret_cast<uint4*>(lat + nk * kTcStride + 8 * (t - kNewKeyT0)) = new_v;
       __syncthreads();
       {
         float s[4] = {};
@@ -409,10 +546,14 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
         }
       }
       if (it + kSlots < n_tiles) {
-        fence_proxy_async();  // this slot's generic reads and writes before the TMA refills it
-        __syncthreads();
-        if (warp == 0) issue_tile(it + kSlots);
+        __syncthreads();  // every thread is done with this slot
+        load_tile(it + kSlots, refill_row);
       }
+    }
+    if (late_o) {  // every slot read: o_proj's rows into slots 2, 3's space (P5 waits for them)
+      fence_proxy_async();  // the slots' generic reads before the TMA copies overwrite them
+      __syncthreads();
+      load_o_rows();
     }
     float* acc_out = a.part_acc + int64_t{b} * kH * kR;
 #pragma unroll
@@ -428,8 +569,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   mark(8);
 
   // ---- P4: the splits merged, then W_UV ----
-  if (item) {
-    float* sws = reinterpret_cast<float*>(smem + L.keys);        // [128] split weights
+  if (item && !kInv) {
+    float* sws = reinterpret_cast<float*>(smem + L.keys);              // [128] split weights
     float* so = reinterpret_cast<float*>(smem + L.keys) + kMaxSplits;  // [512] o_lat[h], bf16-rounded
     if (warp == 0) {
       float2 st[kMaxSplits / 32];
@@ -463,7 +604,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
     __syncthreads();
     mbar_wait(bar_uv, 0);
     for (int i = warp; i < kUvRows; i += kThreads / 32) {
-      const uint4* wr = reinterpret_cast<const uint4*>(suv + i * kR);
+      const uint4* wr = reinterpret_cast<const uint4*>(suv + i * L.uv_pitch);
       float y = 0.0f;
 #pragma unroll
       for (int c = lane; c < kR / 8; c += 32) {
@@ -482,6 +623,62 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
       if (lane == 0) a.o[ih * kDv + islice * kUvRows + i] = y;
     }
   }
+  if (item && kInv) {
+    // mla_merge_running_kernel's merge: warp 0 gives split s (lane s) its (α, β) from the running
+    // max before it (an exclusive scan of the live splits' maxima: a max is exact in any order),
+    // then each thread runs L's chain and its 2 channels' over the splits in order.
+    float2* sab = reinterpret_cast<float2*>(smem + L.keys);  // [32] (α, β)
+    float* sls = reinterpret_cast<float*>(sab + kInvMaxSplits);  // [32] l_s, 0 for an empty split
+    bf16* sob = reinterpret_cast<bf16*>(sls + kInvMaxSplits);    // [512] o_lat[h] in bf16
+    if (warp == 0) {
+      const float2 ml = lane < n_splits ? __ldcg(a.part_ml + lane * kH + ih) : make_float2(-INFINITY, 0.0f);
+      const bool live = ml.y > 0.0f;
+      float mx = live ? ml.x : -INFINITY;
+      for (int o = 1; o < 32; o <<= 1) {
+        const float y = __shfl_up_sync(0xffffffffu, mx, o);
+        if (lane >= o) mx = fmaxf(mx, y);
+      }
+      float m_all = __shfl_up_sync(0xffffffffu, mx, 1);
+      if (lane == 0) m_all = -INFINITY;
+      if (lane < n_splits) {
+        sab[lane] = live ? mla::merge_coefs(m_all, ml.x) : make_float2(0.0f, 0.0f);
+        sls[lane] = live ? ml.y : 0.0f;
+      }
+    }
+    __syncthreads();
+    float o[2] = {0.0f, 0.0f}, l = 0.0f;
+    for (int s0 = 0; s0 < n_splits; s0 += 8) {  // eight splits' loads issued together
+      float x[8][2];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+          x[j][u] = s0 + j < n_splits && sls[s0 + j] > 0.0f
+                        ? __ldcg(a.part_acc + (int64_t{s0 + j} * kH + ih) * kR + t + u * kThreads)
+                        : 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (s0 + j >= n_splits || sls[s0 + j] == 0.0f) continue;
+        const float2 ab = sab[s0 + j];
+        l = mla::merge_step(sls[s0 + j], ab, l);
+#pragma unroll
+        for (int u = 0; u < 2; ++u) o[u] = mla::merge_step(x[j][u], ab, o[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) sob[t + u * kThreads] = __float2bfloat16(__fdiv_rn(o[u], l));
+    __syncthreads();
+    mbar_wait(bar_uv, 0);
+    if (warp < kUvRows / 8) {  // mla_apply_tc_kernel's chain over r: rows 8w .. 8w + 7 of the slice
+      float y0, y1;
+      chain_dot8(smem_u32(suv + (8 * warp + lane % 8) * L.uv_pitch), kR, sob, lane, y0, y1);
+      if (lane < 4) {
+        float* o_out = a.o + ih * kDv + islice * kUvRows + 8 * warp + 2 * lane;
+        o_out[0] = y0;
+        o_out[1] = y1;
+      }
+    }
+  }
   mark(9);
   grid_sync(a.counter, base + 4ull * G, t == 0, [] { __syncthreads(); });
   mark(10);
@@ -490,7 +687,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   mla::stage_bf16<kThreads>(a.o, kK5, sx, threadIdx.x);
   __syncthreads();
   mbar_wait(bar_o, 0);
-  smem_gemv(sw, sx, static_cast<int>(r5_end - r5_begin), kK5, [&](int i, float y) { a.out[r5_begin + i] = y; });
+  rows_gemv<kInv>(sw, L.pair5, sx, static_cast<int>(r5_end - r5_begin), kK5,
+                  [&](int i, float y) { a.out[r5_begin + i] = y; });
   mark(11);
 #else
   __trap();  // sm_90a only (mla_sublayer_fits)
@@ -501,19 +699,27 @@ bool mla_sublayer_fits(int64_t D, int64_t H, int64_t dn, int64_t dr, int64_t dv,
   if (H != kH || dn != kDn || dr != kDr || dv != kDv || r != kR || rope_half * 2 != kDr) return false;
   if (D <= 0 || D % 256 != 0 || !sm90a_device()) return false;
   const int G = sm_count();
-  return G >= kItems && layout(D, G).total <= static_cast<uint32_t>(kOptinSmem);
+  return G >= kItems && layout(D, G, false).total <= static_cast<uint32_t>(kOptinSmem) &&
+         layout(D, G, true).total <= static_cast<uint32_t>(kOptinSmem);
 }
 
 void mla_sublayer(const MlaSublayerArgs& a, cudaStream_t s) {
   const int G = sm_count();
-  const Layout l = layout(a.D, G);
+  const bool inv = a.split_keys > 0;
+  const Layout l = layout(a.D, G, inv);
   DI_CUDA_REQUIRE(l.total <= static_cast<uint32_t>(kOptinSmem));
+  DI_CUDA_REQUIRE_MSG(!inv || (a.split_keys % kTileKeys == 0 && a.max_splits >= 1 && a.max_splits <= kInvMaxSplits),
+                      "mla_sublayer: the invariant split rule needs split_keys % 32 == 0 and 1..32 splits");
   static const bool attr = [] {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_sublayer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_sublayer_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       kOptinSmem));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_sublayer_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       kOptinSmem));
     return true;
   }();
   (void)attr;
-  launch_pdl(mla_sublayer_kernel, dim3(static_cast<unsigned>(G)), dim3(kThreads), l.total, s, a);
+  if (inv) launch_pdl(mla_sublayer_kernel<true>, dim3(static_cast<unsigned>(G)), dim3(kThreads), l.total, s, a);
+  else launch_pdl(mla_sublayer_kernel<false>, dim3(static_cast<unsigned>(G)), dim3(kThreads), l.total, s, a);
 }
 
 int64_t mla_sublayer_max_splits() { return kMaxSplits; }

@@ -40,12 +40,14 @@
 // GEMV's tensor-core form keeps), each scale block's MMA sum times the row's scale, added in
 // block order (fp8_rows_dot) — the stage's warp alone (the 8 warps splitting a stage's K, their
 // parts added after a block barrier, ran at 0.41 of the copy rate: run s27-1). The chain form
-// (MoeOneArgs::chain, the batch-invariant mode): chain_dot8.
+// (MoeOneArgs::chain, the batch-invariant mode): chain_dot8 (cuda_chain_dot.cuh), all of K in one
+// chain.
 //
 // Shapes: U·2·D and R·I codes ≤ 32 KB (D, I ≤ 2048), k + S ≤ 32, D % 16 == I % 16 == 0; FP8
 // block_k % 64 == 0 dividing D and I, D / block_k, I / block_k ≤ 16; the chain form D % 64 ==
 // I % 64 == 0; the whole layout within 227 KB (moe_one_fits). Deterministic: every sum in a fixed order, no splits.
 #include "backend/cuda/cuda_activation.cuh"
+#include "backend/cuda/cuda_chain_dot.cuh"
 #include "backend/cuda/cuda_grid_barrier.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mla_decode.cuh"
@@ -122,34 +124,6 @@ __device__ __forceinline__ float warp_dot(const unsigned char* row, const bf16* 
 #pragma unroll 4
   for (int c = lane; c < n / 8; c += 32) acc = mla::dot8_bf16(w[c], xv[c], acc);
   return mla::warp_sum(acc);
-}
-// The chain form's dot products: a stage's 8 rows (row j: K bf16 at sw + j·pitch, pitch ≡ 16
-// mod 128) against x (K bf16 in shared memory), as the batch-invariant mode's bf16 MoE computes
-// each output — one mma.sync.m16n8k16 (fp32) per 16-wide k chunk, in k order, from zero
-// (small_m_gemm with one K split, whose WMMA m16n16k16 is two of these MMAs): x as row 0 of A
-// (rows 1..15 zero), the rows as B's 8 columns (B column-major = the rows as stored), read by
-// ldmatrix — lane l addresses row l % 8 at k offset 8·(l / 8) of a 32-wide span, and the rows'
-// 16-byte offsets differ mod 128, so no bank conflicts. K % 32 == 0. Lane i < 4 returns the sums
-// of rows 2i and 2i + 1.
-__device__ __forceinline__ void chain_dot8(const unsigned char* sw, uint32_t pitch, int K, const bf16* x, int lane,
-                                           float& y0, float& y1) {
-  const bool row0 = lane < 4;  // A's row 0: lanes 0..3
-  const int i = lane % 4;
-  const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
-  uint32_t addr = smem_u32(sw) + static_cast<uint32_t>(lane % 8) * pitch + static_cast<uint32_t>(lane / 8) * 16;
-  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-  for (int k0 = 0; k0 < K; k0 += 32, addr += 64) {
-    uint32_t b[4];  // chunk k0: b[0], b[1]; chunk k0 + 16: b[2], b[3]
-    ldmatrix_x4(b, addr);
-    const int w = k0 / 2 + i;  // x's word holding k = k0 + 2i, k0 + 2i + 1
-    const uint32_t a0[4] = {row0 ? xw[w] : 0u, 0u, row0 ? xw[w + 4] : 0u, 0u};
-    const uint32_t a1[4] = {row0 ? xw[w + 8] : 0u, 0u, row0 ? xw[w + 12] : 0u, 0u};
-    mma_bf16_16816(c, a0, b[0], b[1]);
-    mma_bf16_16816(c, a1, b[2], b[3]);
-  }
-  y0 = c[0];
-  y1 = c[1];
 }
 // Two e4m3 codes (the low byte first) as an f16x2 (exact).
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
@@ -406,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
         int64_t slot, i;
         if constexpr (kChain) {  // lanes 0, 1: the gate sums of units 2l, 2l + 1; lanes 2, 3: their up sums
           float y0, y1;
-          chain_dot8(sw, pitch_a, static_cast<int>(D), sx, lane, y0, y1);
+          chain_dot8(smem_u32(sw) + static_cast<uint32_t>(lane % 8) * pitch_a, static_cast<int>(D), sx, lane, y0, y1);
           __syncwarp();
           if (lane == 0) mbar_arrive(&empty[warp]);
           const float u0v = __shfl_sync(0xffffffffu, y0, (lane + 2) % 32), u1v = __shfl_sync(0xffffffffu, y1, (lane + 2) % 32);
@@ -475,7 +449,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
         float* y = ys + sb * rows_max + c0;
         if constexpr (kChain) {  // lane l < 4: rows 2l, 2l + 1
           float y0, y1;
-          chain_dot8(sw, pitch_b, static_cast<int>(I), sh + sb * I, lane, y0, y1);
+          chain_dot8(smem_u32(sw) + static_cast<uint32_t>(lane % 8) * pitch_b, static_cast<int>(I), sh + sb * I, lane,
+                     y0, y1);
           __syncwarp();
           if (lane == 0) mbar_arrive(&empty[warp]);
           if (lane < 4 && c0 + 2 * lane < rows) y[2 * lane] = y0;
