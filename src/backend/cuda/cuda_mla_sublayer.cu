@@ -132,10 +132,14 @@ __host__ __device__ inline Layout layout(int64_t D, int G, bool inv) {
   l.pair1 = static_cast<uint32_t>(4 * D + 2 * pad);
   l.pair5 = 4 * kK5 + 2 * pad;
   l.uv_pitch = kR + pad;
-  const uint64_t o_bytes = uint64_t{l.pair5} * ((l.rows5 + 1) / 2), ring_bytes = uint64_t{kSlots - kFrontSlots} * kSlotBytes;
+  // The bytes up to the end of staged row n (pairs of `pair` bytes, rows of `row`; an odd n ends
+  // half-way into a pair).
+  auto rows_end = [](int n, uint64_t pair, uint64_t row) { return uint64_t(n / 2) * pair + uint64_t(n % 2) * row; };
+  const uint64_t o_bytes = rows_end(l.rows5, l.pair5, 2 * kK5);
+  const uint64_t ring_bytes = uint64_t{kSlots - kFrontSlots} * kSlotBytes;
   l.w = 0;
   l.attn = align16(o_bytes > ring_bytes ? o_bytes : ring_bytes);
-  const uint64_t w_bytes = uint64_t{l.pair1} * ((l.rows1 + 1) / 2);
+  const uint64_t w_bytes = rows_end(l.rows1, l.pair1, 2 * static_cast<uint64_t>(D));
   const uint64_t w_end = w_bytes > l.attn + kAttnBytes ? w_bytes : l.attn + kAttnBytes;
   l.uk = align16(w_end);
   l.uv = l.uk + kDn * kAbsorbCols * 2;
