@@ -1,7 +1,7 @@
 // Backend::mla_decode_sublayer on CUDA — the fused one-token kernel (cuda_mla_sublayer.cu) and
 // the op-by-op path it replaces — against the reference backend's ops (matmul_parts,
 // mla_rope_kv_write, the absorbed mla_attention, the o_proj matmul) at DeepSeek-V2-Lite's
-// attention shape (D 2048, H 16, dn 128, dr 64, dv 128, r 512): contexts of 1 to 20,000 keys
+// attention shape (D 2048, H 16, dn 128, dr 64, dv 128, r 512): contexts of 1 to 40,000 keys
 // (one 32-key tile, a partial tile, page boundaries, the four-slot key ring refilled several
 // times, the most splits), pages of 16 and 64 tokens shuffled over the pool, both RoPE layouts.
 //
@@ -9,9 +9,9 @@
 // bf16 — x, q̃, the probabilities, o_lat and o (each ~1.7e-3 relative, see
 // cuda_mla_prefill_test.cpp's error model) — and fp32 summation order: ≈ √5 · 1.7e-3 ≈ 4e-3
 // relative L2 over the output row. Bound: 1e-2, which a wrong page, key, head or split (O(1)) or
-// one key too many or too few (≥ 1/√N_keys ≈ 7e-3 at 20,000 keys, more below) exceeds — except
-// a one-key slip at the longest context, which the shorter cases catch. The latent row the step
-// writes: 1e-2 as well (bf16 x and the cache's own rounding). Slots past the context hold NaN on
+// one key too many or too few (≥ 1/√N_keys, more below) exceeds — except a one-key slip at the
+// longest contexts (7e-3 at 20,000 keys, 5e-3 at 40,000), which the shorter cases catch. The
+// latent row the step writes: 1e-2 as well (bf16 x and the cache's own rounding). Slots past the context hold NaN on
 // the GPU, so a kernel reading past its keys fails the bound.
 // Also: the fused kernel ran (the op timer names it), it is bitwise deterministic across launches
 // (its grid barrier's counter carries over between them), and the op-by-op path (fused off) meets

@@ -82,7 +82,7 @@ constexpr int kFrontSlots = 2;                   // slots filled before the wait
 constexpr int kMaxSplits = 128;
 constexpr int kInvMaxSplits = 32;                // the invariant form's merge: a split per lane
 constexpr int kOptinSmem = 227 * 1024;
-constexpr int kRowPad = 8;                       // bf16 after each staged P1 / P5 row
+constexpr int kRowPad = 8;                       // invariant form: bf16 of padding per P1 / P5 row pair, per W_UV row
 static_assert(kAbsorbCols == 8 * (kThreads / 32), "P2: a warp per 8 q̃ channels");
 static_assert(kUvRows == 16, "P4's invariant form: two 8-row chains");
 
