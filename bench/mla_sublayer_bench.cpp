@@ -9,8 +9,10 @@
 // one), the median of --reps. Then one eager launch with the kernel's timeline (trace): per mark,
 // the median and latest block's time since the earliest block entered, in µs.
 // --invariant: the kernel's invariant form (the batch-invariant mode's: 128-key splits, at most
-// 32, the dense linears' K structure). Does not check results (CudaMlaSublayer tests do).
-// Usage: mla_sublayer_bench [--contexts 512,4096,32768] [--reps 9] [--invariant]
+// 32, the dense linears' K structure). --fp8: the FP8 form (q_proj | kv_a_proj and o_proj as e4m3
+// codes with a scale per row and 128-column block, counted at a byte per weight plus the
+// scales). Does not check results (CudaMlaSublayer tests do).
+// Usage: mla_sublayer_bench [--contexts 512,4096,32768] [--reps 9] [--invariant | --fp8]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -39,26 +41,37 @@ constexpr int64_t kD = 2048, kH = 16, kR = 512, kDr = 64, kDn = 128, kDv = 128, 
 constexpr int64_t kWidth = kR + kDr;
 
 
+// One copy of the weights: q_proj, kv_a_proj, o_proj in bf16 or (fp8) e4m3 with fp32 scales
+// [rows, K / 128]; kv_b in bf16.
 struct Weights {
-  Dev wq, wkv, kvb, wo;
-  explicit Weights(cudaStream_t s, uint64_t seed)
-      : wq(kH * (kDn + kDr) * kD * 2), wkv(kWidth * kD * 2), kvb(kH * (kDn + kDv) * kR * 2), wo(kD * kH * kDv * 2) {
-    fill_random(wq.p, Elem::kBF16, kH * (kDn + kDr) * kD, seed, true, 0.02f, 0.0f, s);
-    fill_random(wkv.p, Elem::kBF16, kWidth * kD, seed + 1, true, 0.02f, 0.0f, s);
+  Dev wq, wkv, kvb, wo, sq, skv, so;
+  Weights(cudaStream_t s, uint64_t seed, bool fp8)
+      : wq(kH * (kDn + kDr) * kD * (fp8 ? 1 : 2)), wkv(kWidth * kD * (fp8 ? 1 : 2)), kvb(kH * (kDn + kDv) * kR * 2),
+        wo(kD * kH * kDv * (fp8 ? 1 : 2)), sq(fp8 ? kH * (kDn + kDr) * (kD / 128) * 4 : 4),
+        skv(fp8 ? kWidth * (kD / 128) * 4 : 4), so(fp8 ? kD * (kH * kDv / 128) * 4 : 4) {
+    const Elem e = fp8 ? Elem::kF8 : Elem::kBF16;
+    const float sd = fp8 ? 1.0f : 0.02f;  // FP8: codes of N(0, 1), scales ~0.02
+    fill_random(wq.p, e, kH * (kDn + kDr) * kD, seed, true, sd, 0.0f, s);
+    fill_random(wkv.p, e, kWidth * kD, seed + 1, true, sd, 0.0f, s);
     fill_random(kvb.p, Elem::kBF16, kH * (kDn + kDv) * kR, seed + 2, true, 0.05f, 0.0f, s);
-    fill_random(wo.p, Elem::kBF16, kD * kH * kDv, seed + 3, true, 0.02f, 0.0f, s);
+    fill_random(wo.p, e, kD * kH * kDv, seed + 3, true, sd, 0.0f, s);
+    if (fp8) {
+      fill_random(sq.p, Elem::kF32, kH * (kDn + kDr) * (kD / 128), seed + 4, false, 0.01f, 0.03f, s);
+      fill_random(skv.p, Elem::kF32, kWidth * (kD / 128), seed + 5, false, 0.01f, 0.03f, s);
+      fill_random(so.p, Elem::kF32, kD * (kH * kDv / 128), seed + 6, false, 0.01f, 0.03f, s);
+    }
   }
 };
 
-void bench_case(int64_t context, int reps, bool invariant, double copy_bps, cudaStream_t s) {
-  const double weight_bytes = 2.0 * static_cast<double>((kH * (kDn + kDr) + kWidth) * kD + kH * (kDn + kDv) * kR +
-                                                        kD * kH * kDv);
+void bench_case(int64_t context, int reps, bool invariant, bool fp8, double copy_bps, cudaStream_t s) {
+  const double dense = static_cast<double>((kH * (kDn + kDr) + kWidth) * kD + kD * kH * kDv);  // three linears
+  const double weight_bytes = (fp8 ? dense * (1.0 + 4.0 / 128) : 2.0 * dense) + 2.0 * kH * (kDn + kDv) * kR;
   const double latent_bytes = static_cast<double>(context * kWidth * 2);
   const int copies = static_cast<int>(std::clamp<int64_t>(
       static_cast<int64_t>(2.0 * static_cast<double>(l2_bytes()) / (weight_bytes + latent_bytes)) + 1, 1, 16));
   const int64_t pages = (context + kBlock - 1) / kBlock, n_pages = pages * copies;
   std::vector<Weights> w;
-  for (int c = 0; c < copies; ++c) w.emplace_back(s, 10 + 4 * static_cast<uint64_t>(c));
+  for (int c = 0; c < copies; ++c) w.emplace_back(s, 10 + 8 * static_cast<uint64_t>(c), fp8);
   Dev cache(static_cast<size_t>(n_pages * kBlock * kWidth) * 2), norm(kR * 4), x(kD * 4), out(kD * 4);
   fill_random(cache.p, Elem::kBF16, n_pages * kBlock * kWidth, 1, true, 1.0f, 0.0f, s);
   fill_random(norm.p, Elem::kF32, kR, 2, false, 0.9f, 1.1f, s);
@@ -110,6 +123,7 @@ void bench_case(int64_t context, int reps, bool invariant, double copy_bps, cuda
   a.part_ml = static_cast<float2*>(part_ml.p);
   a.o = static_cast<float*>(o.p);
   a.counter = static_cast<unsigned long long*>(counter.p);
+  a.fp8 = fp8;
   if (invariant) {  // the backend's rule (cuda_backend.cpp: kMlaInvariantSplitKeys, kMlaInvariantMaxSplits)
     a.split_keys = 128;
     a.max_splits = 32;
@@ -117,10 +131,15 @@ void bench_case(int64_t context, int reps, bool invariant, double copy_bps, cuda
   auto args = [&](int i) {
     MlaSublayerArgs c = a;
     const auto& wi = w[static_cast<size_t>(i % copies)];
-    c.w_q = static_cast<const bf16*>(wi.wq.p);
-    c.w_kv = static_cast<const bf16*>(wi.wkv.p);
+    c.w_q = wi.wq.p;
+    c.w_kv = wi.wkv.p;
     c.kv_b = static_cast<const bf16*>(wi.kvb.p);
-    c.w_o = static_cast<const bf16*>(wi.wo.p);
+    c.w_o = wi.wo.p;
+    if (fp8) {
+      c.s_q = static_cast<const float*>(wi.sq.p);
+      c.s_kv = static_cast<const float*>(wi.skv.p);
+      c.s_o = static_cast<const float*>(wi.so.p);
+    }
     c.block_ids = static_cast<const int32_t*>(d_ids[static_cast<size_t>(i % copies)].p);
     c.slots = static_cast<const int32_t*>(d_slots[static_cast<size_t>(i % copies)].p);
     return c;
@@ -139,7 +158,7 @@ void bench_case(int64_t context, int reps, bool invariant, double copy_bps, cuda
       "{\"kernel\": \"deepinfer_mla_sublayer\", \"form\": \"%s\", \"D\": %ld, \"H\": %ld, \"context\": %ld, \"us\": %.2f, "
       "\"mb\": %.2f, \"gbps\": %.1f, \"copy_gbps\": %.1f, \"frac_of_copy\": %.3f, "
       "\"marks\": \"entry, issued, waited, P1, B1, P2, B2, P3, B3, P4, B4, exit\", %s}\n",
-      invariant ? "invariant" : "default", static_cast<long>(kD), static_cast<long>(kH), static_cast<long>(context),
+      invariant ? "invariant" : fp8 ? "fp8" : "default", static_cast<long>(kD), static_cast<long>(kH), static_cast<long>(context),
       t * 1e6, bytes * 1e-6, bytes / t * 1e-9, copy_bps * 1e-9, bytes / t / copy_bps, tl.c_str());
   std::fflush(stdout);
 }
@@ -154,7 +173,13 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed batches (median)");
   bool invariant = false;
   app.add_flag("--invariant", invariant, "the kernel's invariant form");
+  bool fp8 = false;
+  app.add_flag("--fp8", fp8, "the kernel's FP8 form (FP8 q_proj | kv_a_proj and o_proj)");
   CLI11_PARSE(app, argc, argv);
+  if (invariant && fp8) {
+    std::fprintf(stderr, "mla_sublayer_bench: --fp8 is the default form's (not --invariant)\n");
+    return 2;
+  }
   if (!mla_sublayer_fits(kD, kH, kDn, kDr, kDv, kR, kDr / 2)) {
     std::fprintf(stderr, "mla_sublayer_bench: the fused kernel does not run on this GPU (sm_90a, >= 128 SMs)\n");
     return 2;
@@ -163,7 +188,7 @@ int main(int argc, char** argv) {
   DI_CUDA_CHECK(cudaStreamCreate(&s));
   const double copy_bps = copy_rate(s);
   std::printf("{\"kernel\": \"d2d_copy\", \"copy_gbps\": %.1f}\n", copy_bps * 1e-9);
-  for (int64_t c : parse_list(contexts)) bench_case(c, reps, invariant, copy_bps, s);
+  for (int64_t c : parse_list(contexts)) bench_case(c, reps, invariant, fp8, copy_bps, s);
   DI_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

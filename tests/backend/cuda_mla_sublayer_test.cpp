@@ -13,6 +13,7 @@
 // longest contexts (7e-3 at 20,000 keys, 5e-3 at 40,000), which the shorter cases catch. The
 // latent row the step writes: 1e-2 as well (bf16 x and the cache's own rounding). Slots past the context hold NaN on
 // the GPU, so a kernel reading past its keys fails the bound.
+// FP8 q_proj / kv_a_proj / o_proj (the kernel's FP8 form, the default mode) meet the same bound.
 // Also: the fused kernel ran (the op timer names it), it is bitwise deterministic across launches
 // (its grid barrier's counter carries over between them), and the op-by-op path (fused off) meets
 // the same bound. In the batch-invariant mode the kernel's invariant form must equal that mode's
@@ -92,9 +93,16 @@ class CudaMlaSublayer : public ::testing::Test {
 
   // One decode step of one sequence holding n_keys keys (the last one new) on pages of bs tokens:
   // the fused and op-by-op GPU results against the reference, and the fused kernel's determinism.
-  void check(int32_t n_keys, int64_t bs, bool interleave, float attention_factor, bool invariant = false) {
-    SCOPED_TRACE(::testing::Message() << "keys " << n_keys << ", pages of " << bs << (invariant ? ", invariant" : ""));
-    LinearWeight wq = weight(kH * (kDn + kDr), kD), wkv = weight(kWidth, kD), wo = weight(kD, kH * kDv),
+  // fp8: q_proj, kv_a_proj and o_proj as FP8 (e4m3 codes, 128×128 block scales; the reference
+  // dequantizes the same codes), kv_b in bf16 as the model passes it (kv_b_proj_bf16).
+  void check(int32_t n_keys, int64_t bs, bool interleave, float attention_factor, bool invariant = false,
+             bool fp8 = false) {
+    SCOPED_TRACE(::testing::Message() << "keys " << n_keys << ", pages of " << bs << (invariant ? ", invariant" : "")
+                                      << (fp8 ? ", FP8" : ""));
+    auto linear = [&](int64_t n, int64_t k) {
+      return fp8 ? testing::random_linear(rng_, n, k, DType::kF8E4M3) : weight(n, k);
+    };
+    LinearWeight wq = linear(kH * (kDn + kDr), kD), wkv = linear(kWidth, kD), wo = linear(kD, kH * kDv),
                  kvb = weight(kH * (kDn + kDv), kR);
     LinearWeight d_wq = gpu_->place_linear({&wq}), d_wkv = gpu_->place_linear({&wkv}), d_wo = gpu_->place_linear({&wo}),
                  d_kvb = gpu_->place_linear({&kvb});
@@ -181,8 +189,9 @@ class CudaMlaSublayer : public ::testing::Test {
       for (int64_t j = 0; j < kWidth; ++j) row[static_cast<size_t>(j)] = bf16_to_f32(c.data<uint16_t>()[slot * kWidth + j]);
       rows[run].assign(c.data<uint16_t>() + slot * kWidth, c.data<uint16_t>() + (slot + 1) * kWidth);
       const double ec = rel_err(row.data(), cache.data<float>() + static_cast<int64_t>(slot) * kWidth, kWidth);
-      std::printf("[mla sublayer] keys %6d pages %2lld %s%s: out rel err %.2e, latent row %.2e\n", n_keys,
-                  static_cast<long long>(bs), fused ? "fused   " : "op by op", invariant ? " (invariant)" : "", e, ec);
+      std::printf("[mla sublayer] keys %6d pages %2lld %s%s%s: out rel err %.2e, latent row %.2e\n", n_keys,
+                  static_cast<long long>(bs), fused ? "fused   " : "op by op", invariant ? " (invariant)" : "",
+                  fp8 ? " (FP8)" : "", e, ec);
       EXPECT_LT(e, 1e-2) << "run " << run;
       EXPECT_LT(ec, 1e-2) << "run " << run;
     }
@@ -222,6 +231,16 @@ TEST_F(CudaMlaSublayer, InvariantFormIsTheInvariantOpsBitwise) {
   check(4096, 64, true, 1.0f, true);   // 32 splits of 128 keys
   check(4097, 64, false, 1.0f, true);  // 17 splits of 256 keys
   check(20000, 64, true, 1.0f, true);  // 32 splits of 640 keys: the ring refilled 9 times
+}
+
+// FP8 attention linears (the default mode's FP8 form: e4m3 rows and their block scales staged,
+// bf16 x, fp32 sums per 128-wide block times its scale) at the same bound: one tile, a partial
+// tile over pages of 16, 4,100 keys, and the ring refilled (20,000 keys).
+TEST_F(CudaMlaSublayer, Fp8LinearsMatchReferenceOps) {
+  check(1, 64, true, 1.0f, false, true);
+  check(530, 16, true, 1.0f, false, true);
+  check(4100, 64, false, 1.2f, false, true);
+  check(20000, 64, true, 1.0f, false, true);
 }
 
 TEST_F(CudaMlaSublayer, LongContextsRefillTheKeyRing) {

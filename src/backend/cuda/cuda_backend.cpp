@@ -133,6 +133,8 @@ struct CudaState {
   int64_t dense_w8a8_rows = 0;
   bool mla_wgmma = true;  // set_mla_prefill_wgmma; DEEPINFER_CUDA_MLA_WGMMA=0|1
   bool mla_sublayer = true;  // set_mla_sublayer_fused; DEEPINFER_CUDA_MLA_SUBLAYER=0|1
+  // The sublayer kernel's FP8 form for FP8 attention linears (default mode); DEEPINFER_CUDA_MLA_SUBLAYER_FP8=0|1.
+  bool mla_sublayer_fp8 = true;
   bool moe_one = true;       // set_moe_one_fused; DEEPINFER_CUDA_MOE_ONE=0|1
   bool moe_one_fp8 = false;  // set_moe_one_fp8; DEEPINFER_CUDA_MOE_ONE_FP8=0|1
   // The persistent kernels' grid-barrier counters (zeroed): [0] cuda::mla_sublayer, [1] cuda::moe_one.
@@ -258,6 +260,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_FP8_W8A8", on)) s_->dense_w8a8 = on ? 1 : 0;
   read_env_switch("DEEPINFER_CUDA_MLA_WGMMA", s_->mla_wgmma);
   read_env_switch("DEEPINFER_CUDA_MLA_SUBLAYER", s_->mla_sublayer);
+  read_env_switch("DEEPINFER_CUDA_MLA_SUBLAYER_FP8", s_->mla_sublayer_fp8);
   read_env_switch("DEEPINFER_CUDA_MOE_ONE", s_->moe_one);
   read_env_switch("DEEPINFER_CUDA_MOE_ONE_FP8", s_->moe_one_fp8);
   DI_CUDA_CHECK(cudaMalloc(&s_->grid_counter, 2 * sizeof(unsigned long long)));
@@ -1080,6 +1083,17 @@ void CudaBackend::mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor&
   auto bf16_linear = [](const LinearWeight* l, int64_t n, int64_t k) {
     return l->dtype() == DType::kBF16 && l->n_out() == n && l->n_in() == k;
   };
+  // FP8 linears as the CUDA placement stores them (a scale per row and 128-column block).
+  auto fp8_linear = [](const LinearWeight* l, int64_t n, int64_t k) {
+    return l->dtype() == DType::kF8E4M3 && l->n_out() == n && l->n_in() == k && l->block_n == 1 &&
+           l->block_k == cuda::kFp8GroupK && k % cuda::kFp8GroupK == 0 && l->scale_inv.defined() &&
+           l->scale_inv.size(0) == n && l->scale_inv.size(1) == k / cuda::kFp8GroupK;
+  };
+  const bool bf16_w = bf16_linear(w.q_proj, H * (dn + dr), D) && bf16_linear(w.kv_a_proj, r + dr, D) &&
+                      bf16_linear(w.o_proj, D, H * dv);
+  // The FP8 form is the default mode's (the batch-invariant mode's FP8 linears are W8A8: other bits).
+  const bool fp8_w = s_->mla_sublayer_fp8 && !s_->batch_invariant && fp8_linear(w.q_proj, H * (dn + dr), D) &&
+                     fp8_linear(w.kv_a_proj, r + dr, D) && fp8_linear(w.o_proj, D, H * dv);
   // One row of one selected sequence: host-side sizes, the same at every replay of a decode graph.
   const bool one_row = x.size(0) == 1 && decode.n_seqs == 1 && decode.n_rows == 1 && decode.selected(0) &&
                        decode.q_indptr[1] - decode.q_indptr[0] == 1;
@@ -1087,8 +1101,7 @@ void CudaBackend::mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor&
   if (!one_row || !s_->mla_sublayer || cache.dtype() != DType::kBF16 ||
       cache.size(2) != r + dr || (norm_dt != DType::kF32 && norm_dt != DType::kBF16) ||
       !cuda::mla_sublayer_fits(D, H, dn, dr, dv, r, static_cast<int64_t>(w.rope->inv_freq.size())) ||
-      !bf16_linear(w.q_proj, H * (dn + dr), D) || !bf16_linear(w.kv_a_proj, r + dr, D) ||
-      !bf16_linear(w.o_proj, D, H * dv) || !bf16_linear(p.kv_b_proj, H * (dn + dv), r)) {
+      !(bf16_w || fp8_w) || !bf16_linear(p.kv_b_proj, H * (dn + dv), r)) {
     Backend::mla_decode_sublayer(w, x, xq, positions, slots, decode, cache, out);
     return;
   }
@@ -1097,8 +1110,15 @@ void CudaBackend::mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor&
   cuda::MlaSublayerArgs a;
   a.x = cdptr<float>(x);
   a.D = D;
-  a.w_q = cdptr<cuda::bf16>(w.q_proj->weight);
-  a.w_kv = cdptr<cuda::bf16>(w.kv_a_proj->weight);
+  a.fp8 = fp8_w;
+  a.w_q = w.q_proj->weight.raw_data();
+  a.w_kv = w.kv_a_proj->weight.raw_data();
+  a.w_o = w.o_proj->weight.raw_data();
+  if (fp8_w) {
+    a.s_q = cdptr<float>(w.q_proj->scale_inv);
+    a.s_kv = cdptr<float>(w.kv_a_proj->scale_inv);
+    a.s_o = cdptr<float>(w.o_proj->scale_inv);
+  }
   a.kv_norm = w.kv_a_layernorm->raw_data();
   a.kv_norm_elem = elem_of(norm_dt);
   a.eps = w.eps;
@@ -1115,7 +1135,6 @@ void CudaBackend::mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor&
   a.block_ids = decode.dev.block_ids;
   a.kv_b = cdptr<cuda::bf16>(p.kv_b_proj->weight);
   a.scale = p.softmax_scale;
-  a.w_o = cdptr<cuda::bf16>(w.o_proj->weight);
   a.out = dptr<float>(out);
   const int64_t n_splits = cuda::mla_sublayer_max_splits();
   a.q = dptr<float>(empty(DType::kF32, {H * (dn + dr)}));

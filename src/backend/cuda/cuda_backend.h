@@ -143,7 +143,7 @@ class CudaBackend : public Backend {
   void set_mla_prefill_wgmma(bool on);
   // Whether mla_decode_sublayer may run its fused kernel (cuda::mla_sublayer) where it applies —
   // the default — or always the op-by-op path (false). DEEPINFER_CUDA_MLA_SUBLAYER=0|1 sets it at
-  // construction.
+  // construction (DEEPINFER_CUDA_MLA_SUBLAYER_FP8=0: FP8 attention linears keep the op path).
   void set_mla_sublayer_fused(bool on);
   // Whether moe_ffn may run a one-token step's experts as one persistent kernel (cuda::moe_one;
   // bf16 weights, sizes moe_one_fits takes; in the batch-invariant mode its chain form, with the

@@ -237,8 +237,16 @@ void causal_softmax(const float* scores, int64_t H, int64_t rows, int64_t S, int
 struct MlaSublayerArgs {
   const float* x = nullptr;   // [D] the sublayer's normed input
   int64_t D = 0;              // hidden size, % 256 == 0
-  const bf16* w_q = nullptr;  // [H·(dn + dr), D] q_proj
-  const bf16* w_kv = nullptr; // [r + dr, D] kv_a_proj_with_mqa
+  // The three dense linears: bf16, or (fp8, the default form only) e4m3 codes with one fp32 scale
+  // per row and 128-column block — s_q, s_kv, s_o [rows, K / 128] (the CUDA placement's block_n 1,
+  // block_k 128) — multiplied as the FP8 decode GEMV does (bf16 x, fp32 sums per block, times the
+  // block's scale).
+  bool fp8 = false;
+  const void* w_q = nullptr;   // [H·(dn + dr), D] q_proj
+  const void* w_kv = nullptr;  // [r + dr, D] kv_a_proj_with_mqa
+  const float* s_q = nullptr;
+  const float* s_kv = nullptr;
+  const float* s_o = nullptr;
   const void* kv_norm = nullptr;  // [r] kv_a_layernorm (F32 or BF16: kv_norm_elem)
   Elem kv_norm_elem = Elem::kF32;
   float eps = 0;
@@ -252,7 +260,7 @@ struct MlaSublayerArgs {
   const int32_t* block_ids = nullptr;     // the sequence's pages (a step input)
   const bf16* kv_b = nullptr;             // [H·(dn + dv), r]: per head W_UK [dn, r], W_UV [dv, r]
   float scale = 0;                        // softmax scale
-  const bf16* w_o = nullptr;              // [D, H·dv] o_proj
+  const void* w_o = nullptr;              // [D, H·dv] o_proj (bf16, or e4m3 with s_o)
   float* out = nullptr;                   // [D]
   // Scratch (step memory): q [H·(dn + dr)] f32, kv [r + dr] f32, q_lat [H, r] bf16, q_pe
   // [H, dr] bf16, part_acc [mla_sublayer_max_splits(), H, r] f32, part_ml [same, H], o [H·dv] f32.
@@ -275,7 +283,8 @@ struct MlaSublayerArgs {
 };
 constexpr int kMlaSublayerMarks = 12;
 // Whether mla_sublayer serves these dims on this GPU: H 16, dn 128, dr 64, dv 128, r 512, RoPE
-// over all of dr, D % 256 == 0, sm_90a with ≥ 128 SMs, its shared memory within 227 KB.
+// over all of dr, D % 256 == 0, sm_90a with ≥ 128 SMs, its shared memory within 227 KB (each form:
+// default, invariant, FP8).
 bool mla_sublayer_fits(int64_t D, int64_t H, int64_t dn, int64_t dr, int64_t dv, int64_t r, int64_t rope_half);
 int64_t mla_sublayer_max_splits();
 void mla_sublayer(const MlaSublayerArgs& a, cudaStream_t s);

@@ -16,7 +16,8 @@
 // once the first phase frees their space (o_proj's after P3 where the ring needs that space).
 // The phases then compute on shared memory; only the small activations cross the barriers.
 //
-//   P1 GEMV:    q = W_q x, kv = W_kv x (x rounded to bf16 as the GEMV does, fp32 sums). Block b
+//   P1 GEMV:    q = W_q x, kv = W_kv x (x rounded to bf16 as the GEMV does, fp32 sums; FP8 rows
+//               times their block scales). Block b
 //               owns rows [b·N/G, (b+1)·N/G) of the stacked [W_q; W_kv] (N = H·(dn + dr) + r + dr).
 //   P2 absorb:  block G − 1: the new latent, rms_norm(kv[:r]) ⊙ w and RoPE(kv[r:]), to the cache
 //               (bf16; mla_kv_write_kernel's arithmetic). Blocks 0..127: item (h, c0) = (b / 8,
@@ -48,10 +49,15 @@
 // touches; a launch adds exactly 4·G, so base = counter − counter mod 4G, read after the wait.
 //
 // Shapes: DeepSeek's MLA heads (dn 128, dr 64, r 512, dv 128) with H = 16 (V2 and V2-Lite),
-// D % 256 == 0, bf16 weights, a bf16 cache; one query row of one sequence; G ≥ 128 SMs; the
+// D % 256 == 0, bf16 weights (or, in the default form, FP8 q_proj, kv_a_proj and o_proj: e4m3
+// rows staged with their 128-column block scales and dotted as the FP8 decode GEMV does —
+// rows_gemv; kv_b in bf16), a bf16 cache; one query row of one sequence; G ≥ 128 SMs; the
 // whole layout within 227 KB (mla_sublayer_fits). Deterministic: no atomics on data, every sum
 // in a fixed order; the default form's result depends on the launch only through G, the
 // invariant form's on nothing but the token's inputs.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include "backend/cuda/cuda_chain_dot.cuh"
 #include "backend/cuda/cuda_grid_barrier.cuh"
 #include "backend/cuda/cuda_launch.cuh"
@@ -101,13 +107,15 @@ static_assert(kUvRows == 16, "P4's invariant form: two 8-row chains");
 // (P3) loads its o_proj rows there after its last tile; the others load them after P1.
 struct Layout {
   int rows1, rows5;          // most P1 / P5 rows of one block
-  uint32_t pair1, pair5;     // staged row pairs' bytes: 4·D, 4·kK5 (+ 16 in the invariant form)
+  int eb;                    // bytes per weight element of P1 / P5: 2 (bf16), 1 (FP8)
+  uint32_t pair1, pair5;     // staged row pairs' bytes: 2·eb·D, 2·eb·kK5 (+ 16 in the invariant form)
   int uv_pitch;              // a staged W_UV row, elements: kR (+ 8 in the invariant form)
   uint32_t w;                // P1's rows [rows1 / 2][pair1]; then key slots 2, 3 or o_proj's rows [rows5 / 2][pair5]
   uint32_t attn;             // P2 / P3 scratch inside w past slots 2, 3 and o_proj's rows (free once P1 is done)
   uint32_t uk, uv, keys;     // W_UK slice [128][64] (swizzled), W_UV slice [16][uv_pitch], key slots 0, 1 [2][32][584] bf16
   uint32_t x;                // P1's x, P5's o: [max(D, kK5)] bf16
   uint32_t cs;               // the RoPE table [2 · kRopeMaxHalf] fp32
+  uint32_t sc1, sc5;         // FP8: P1's and P5's rows' block scales [rows][K / 128] fp32 (else empty)
   uint32_t bars;             // mbarriers: w1, uk, uv, o, key[4]
   uint32_t total;
 };
@@ -124,29 +132,32 @@ static_assert(kAttnRed % 16 == 0 && kAttnP % 16 == 0 && kAttnCorr % 16 == 0, "al
 
 __host__ __device__ inline uint32_t align16(uint64_t v) { return static_cast<uint32_t>((v + 15) / 16 * 16); }
 
-__host__ __device__ inline Layout layout(int64_t D, int G, bool inv) {
+__host__ __device__ inline Layout layout(int64_t D, int G, bool inv, bool fp8) {
   Layout l;
   l.rows1 = (kN1 + G - 1) / G;
   l.rows5 = static_cast<int>((D + G - 1) / G);
+  l.eb = fp8 ? 1 : 2;
   const int pad = inv ? kRowPad : 0;
-  l.pair1 = static_cast<uint32_t>(4 * D + 2 * pad);
-  l.pair5 = 4 * kK5 + 2 * pad;
+  l.pair1 = static_cast<uint32_t>(2 * l.eb * D + 2 * pad);
+  l.pair5 = 2 * l.eb * kK5 + 2 * pad;
   l.uv_pitch = kR + pad;
   // The bytes up to the end of staged row n (pairs of `pair` bytes, rows of `row`; an odd n ends
   // half-way into a pair).
   auto rows_end = [](int n, uint64_t pair, uint64_t row) { return uint64_t(n / 2) * pair + uint64_t(n % 2) * row; };
-  const uint64_t o_bytes = rows_end(l.rows5, l.pair5, 2 * kK5);
+  const uint64_t o_bytes = rows_end(l.rows5, l.pair5, static_cast<uint64_t>(l.eb) * kK5);
   const uint64_t ring_bytes = uint64_t{kSlots - kFrontSlots} * kSlotBytes;
   l.w = 0;
   l.attn = align16(o_bytes > ring_bytes ? o_bytes : ring_bytes);
-  const uint64_t w_bytes = rows_end(l.rows1, l.pair1, 2 * static_cast<uint64_t>(D));
+  const uint64_t w_bytes = rows_end(l.rows1, l.pair1, static_cast<uint64_t>(l.eb) * static_cast<uint64_t>(D));
   const uint64_t w_end = w_bytes > l.attn + kAttnBytes ? w_bytes : l.attn + kAttnBytes;
   l.uk = align16(w_end);
   l.uv = l.uk + kDn * kAbsorbCols * 2;
   l.keys = l.uv + kUvRows * l.uv_pitch * 2;
   l.x = l.keys + kFrontSlots * kSlotBytes;
   l.cs = l.x + align16(uint64_t{2} * (D > kK5 ? D : kK5));
-  l.bars = l.cs + 2 * kRopeMaxHalf * 4;
+  l.sc1 = l.cs + 2 * kRopeMaxHalf * 4;
+  l.sc5 = l.sc1 + (fp8 ? align16(uint64_t{4} * l.rows1 * (D / 128)) : 0u);
+  l.bars = l.sc5 + (fp8 ? align16(uint64_t{4} * l.rows5 * (kK5 / 128)) : 0u);
   l.total = l.bars + kBars * 8;
   return l;
 }
@@ -162,17 +173,48 @@ constexpr int kPhases = 4;                  // grid barriers per launch
 
 __device__ __forceinline__ uint4 ldcg16(const void* p) { return __ldcg(static_cast<const uint4*>(p)); }
 
-// y[i] = W[i]·x for the block's n rows of K bf16 in shared memory (row i at w + (i / 2)·pair +
-// (i % 2)·2K bytes: Layout's row pairs), x [K] bf16 in shared memory; emit(i, y) takes each sum. Default form: warp w takes rows w,
-// w + 8, … (mla::dot8_bf16's two fp32 chains per lane, then the butterfly; lane 0 emits).
+// y[i] = W[i]·x for the block's n rows of K weights in shared memory (row i at w + (i / 2)·pair +
+// (i % 2)·K·eb bytes: Layout's row pairs), x [K] bf16 in shared memory; emit(i, y) takes each sum.
+// Default form: warp w takes rows w, w + 8, … (mla::dot8_bf16's two fp32 chains per lane, then
+// the butterfly; lane 0 emits). FP8 rows (kFp8, sc: their block scales [n][K / 128]): the same
+// rows per warp, lane l the 16-code chunks l, l + 32, … (chunk c in scale block c / 8), each
+// chunk's 16 products summed in fp32 from zero (e4m3x2 → f16x2 → f32, exact) and added times its
+// block's scale — the FP8 decode GEMV's arithmetic class (bf16 x, fp32 sums, the scale per block).
 // Invariant form: warp w takes the 8-row groups w, w + 8, … (chain_dot8_splits: the dense
 // linears' K structure; a group past the block's rows repeats its last row, its sums dropped).
-template <bool kInv, typename Emit>
+template <bool kInv, bool kFp8, typename Emit>
 __device__ __forceinline__ void rows_gemv(const unsigned char* w, uint32_t pair, const bf16* x, int n, int K,
-                                          Emit emit) {
+                                          const float* sc, Emit emit) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  auto row_at = [&](int i) { return static_cast<uint32_t>(i / 2) * pair + static_cast<uint32_t>(i % 2 * K * 2); };
-  if constexpr (kInv) {
+  constexpr int kEb = kFp8 ? 1 : 2;
+  auto row_at = [&](int i) { return static_cast<uint32_t>(i / 2) * pair + static_cast<uint32_t>(i % 2 * K * kEb); };
+  if constexpr (kFp8) {
+    static_assert(!kInv, "the FP8 form is the default form's");
+    const uint4* xv = reinterpret_cast<const uint4*>(x);
+    const int n_kb = K / 128;
+    for (int i = warp; i < n; i += kThreads / 32) {
+      const uint4* wr = reinterpret_cast<const uint4*>(w + row_at(i));
+      const float* srow = sc + i * n_kb;
+      float acc = 0.0f;
+#pragma unroll 4
+      for (int c = lane; c < K / 16; c += 32) {
+        const uint4 q = wr[c], x0 = xv[2 * c], x1 = xv[2 * c + 1];
+        const uint32_t qw[4] = {q.x, q.y, q.z, q.w}, xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        float part = 0.0f;
+#pragma unroll
+        for (int v = 0; v < 8; ++v) {  // codes 2v, 2v + 1 of the chunk
+          const __half2_raw hr =
+              __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(qw[v / 2] >> (16 * (v % 2))), __NV_E4M3);
+          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&hr));
+          part = fmaf(f.x, mla::bf16_lo(xw[v]), part);
+          part = fmaf(f.y, mla::bf16_hi(xw[v]), part);
+        }
+        acc = fmaf(part, srow[c / 8], acc);
+      }
+      acc = mla::warp_sum(acc);
+      if (lane == 0) emit(i, acc);
+    }
+  } else if constexpr (kInv) {
     for (int g = warp; 8 * g < n; g += kThreads / 32) {
       const int row = std::min(8 * g + lane % 8, n - 1);
       float y0, y1;
@@ -200,19 +242,21 @@ __device__ __forceinline__ float load_elem(const void* p, Elem e, int64_t i) {
 
 }  // namespace
 
-template <bool kInv>
+template <bool kInv, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem[];
   const int G = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-  const Layout L = layout(a.D, G, kInv);
+  const Layout L = layout(a.D, G, kInv, kFp8);
   unsigned char* sw = smem + L.w;  // P1's rows, then P5's (Layout::pair1, pair5)
   bf16* suk = reinterpret_cast<bf16*>(smem + L.uk);
   bf16* suv = reinterpret_cast<bf16*>(smem + L.uv);
   bf16* skeys = reinterpret_cast<bf16*>(smem + L.keys);
   bf16* sx = reinterpret_cast<bf16*>(smem + L.x);
   float* cs = reinterpret_cast<float*>(smem + L.cs);
+  float* sc1 = reinterpret_cast<float*>(smem + L.sc1);  // FP8: P1's rows' block scales
+  float* sc5 = reinterpret_cast<float*>(smem + L.sc5);  // FP8: P5's
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bars);
   uint64_t *bar_w1 = bars, *bar_uk = bars + 1, *bar_uv = bars + 2, *bar_o = bars + 3, *bar_key = bars + 4;
   auto slot_tile = [&](int slot) {  // key slot `slot`: [32][kTcStride] bf16
@@ -287,12 +331,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
         if (lane == 0) mbar_arrive_expect_tx(bar_o, static_cast<uint32_t>(n_rows * kK5 * 2));
         __syncwarp();
         for (int p = lane; 2 * p < n_rows; p += 32)
-          bulk_load(sw + p * L.pair5, a.w_o + (r5_begin + 2 * p) * kK5,
+          bulk_load(sw + p * L.pair5, static_cast<const bf16*>(a.w_o) + (r5_begin + 2 * p) * kK5,
                     static_cast<uint32_t>(std::min(2, n_rows - 2 * p) * kK5 * 2), bar_o);
       }
     } else if (t == 0) {
-      mbar_arrive_expect_tx(bar_o, static_cast<uint32_t>(n_rows * kK5 * 2));
-      if (n_rows > 0) bulk_load(sw, a.w_o + r5_begin * kK5, static_cast<uint32_t>(n_rows * kK5 * 2), bar_o);
+      const uint32_t sc_bytes = kFp8 ? static_cast<uint32_t>(n_rows * (kK5 / 128) * 4) : 0u;
+      mbar_arrive_expect_tx(bar_o, static_cast<uint32_t>(n_rows * kK5 * L.eb) + sc_bytes);
+      if (n_rows > 0) {
+        bulk_load(sw, static_cast<const unsigned char*>(a.w_o) + r5_begin * kK5 * L.eb,
+                  static_cast<uint32_t>(n_rows * kK5 * L.eb), bar_o);
+        if constexpr (kFp8) bulk_load(sc5, a.s_o + r5_begin * (kK5 / 128), sc_bytes, bar_o);
+      }
     }
   };
 
@@ -313,7 +362,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
       const int n_rows = r1_end - r1_begin;
       if (lane == 0) mbar_arrive_expect_tx(bar_w1, static_cast<uint32_t>(n_rows * D * 2));
       __syncwarp();
-      auto src = [&](int row) { return row < kQRows ? a.w_q + int64_t{row} * D : a.w_kv + int64_t{row - kQRows} * D; };
+      auto src = [&](int row) {
+        return row < kQRows ? static_cast<const bf16*>(a.w_q) + int64_t{row} * D
+                            : static_cast<const bf16*>(a.w_kv) + int64_t{row - kQRows} * D;
+      };
       for (int p = lane; 2 * p < n_rows; p += 32) {
         const int row = r1_begin + 2 * p, n = std::min(2, n_rows - 2 * p);
         if (n == 2 && row + 1 == kQRows) {  // W_q's last row, then W_kv's first
@@ -325,14 +377,26 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
       }
     }
   } else if (t == 0) {
-    mbar_arrive_expect_tx(bar_w1, static_cast<uint32_t>((r1_end - r1_begin) * D * 2));
+    // FP8: each part's block scales too (rows of D / 128 fp32, contiguous per part).
+    const int64_t eb = L.eb, n_kb = D / 128;
+    const uint32_t sc_bytes = kFp8 ? static_cast<uint32_t>((r1_end - r1_begin) * n_kb * 4) : 0u;
+    mbar_arrive_expect_tx(bar_w1, static_cast<uint32_t>((r1_end - r1_begin) * D * eb) + sc_bytes);
+    const auto* wq = static_cast<const unsigned char*>(a.w_q);
+    const auto* wkv = static_cast<const unsigned char*>(a.w_kv);
     const int q_end = std::min(r1_end, int{kQRows});
-    if (r1_begin < q_end)
-      bulk_load(sw, a.w_q + int64_t{r1_begin} * D, static_cast<uint32_t>((q_end - r1_begin) * D * 2), bar_w1);
+    if (r1_begin < q_end) {
+      bulk_load(sw, wq + int64_t{r1_begin} * D * eb, static_cast<uint32_t>((q_end - r1_begin) * D * eb), bar_w1);
+      if constexpr (kFp8)
+        bulk_load(sc1, a.s_q + int64_t{r1_begin} * n_kb, static_cast<uint32_t>((q_end - r1_begin) * n_kb * 4), bar_w1);
+    }
     const int kv_begin = std::max(r1_begin, int{kQRows});
-    if (kv_begin < r1_end)
-      bulk_load(sw + int64_t{kv_begin - r1_begin} * D * 2, a.w_kv + int64_t{kv_begin - kQRows} * D,
-                static_cast<uint32_t>((r1_end - kv_begin) * D * 2), bar_w1);
+    if (kv_begin < r1_end) {
+      bulk_load(sw + int64_t{kv_begin - r1_begin} * D * eb, wkv + int64_t{kv_begin - kQRows} * D * eb,
+                static_cast<uint32_t>((r1_end - kv_begin) * D * eb), bar_w1);
+      if constexpr (kFp8)
+        bulk_load(sc1 + (kv_begin - r1_begin) * n_kb, a.s_kv + int64_t{kv_begin - kQRows} * n_kb,
+                  static_cast<uint32_t>((r1_end - kv_begin) * n_kb * 4), bar_w1);
+    }
     if (item) {
       mbar_arrive_expect_tx(bar_uv, kUvRows * kR * 2);
       bulk_load(suv, a.kv_b + (int64_t{ih} * (kDn + kDv) + kDn + islice * kUvRows) * kR, kUvRows * kR * 2, bar_uv);
@@ -375,7 +439,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   mla::stage_bf16<kThreads>(a.x, D, sx, threadIdx.x);
   __syncthreads();
   mbar_wait(bar_w1, 0);
-  rows_gemv<kInv>(sw, L.pair1, sx, r1_end - r1_begin, static_cast<int>(D), [&](int i, float y) {
+  rows_gemv<kInv, kFp8>(sw, L.pair1, sx, r1_end - r1_begin, static_cast<int>(D), sc1, [&](int i, float y) {
     const int row = r1_begin + i;
     if (row < kQRows) a.q[row] = y;
     else a.kv[row - kQRows] = y;
@@ -691,8 +755,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   mla::stage_bf16<kThreads>(a.o, kK5, sx, threadIdx.x);
   __syncthreads();
   mbar_wait(bar_o, 0);
-  rows_gemv<kInv>(sw, L.pair5, sx, static_cast<int>(r5_end - r5_begin), kK5,
-                  [&](int i, float y) { a.out[r5_begin + i] = y; });
+  rows_gemv<kInv, kFp8>(sw, L.pair5, sx, static_cast<int>(r5_end - r5_begin), kK5, sc5,
+                        [&](int i, float y) { a.out[r5_begin + i] = y; });
   mark(11);
 #else
   __trap();  // sm_90a only (mla_sublayer_fits)
@@ -703,27 +767,33 @@ bool mla_sublayer_fits(int64_t D, int64_t H, int64_t dn, int64_t dr, int64_t dv,
   if (H != kH || dn != kDn || dr != kDr || dv != kDv || r != kR || rope_half * 2 != kDr) return false;
   if (D <= 0 || D % 256 != 0 || !sm90a_device()) return false;
   const int G = sm_count();
-  return G >= kItems && layout(D, G, false).total <= static_cast<uint32_t>(kOptinSmem) &&
-         layout(D, G, true).total <= static_cast<uint32_t>(kOptinSmem);
+  return G >= kItems && layout(D, G, false, false).total <= static_cast<uint32_t>(kOptinSmem) &&
+         layout(D, G, true, false).total <= static_cast<uint32_t>(kOptinSmem) &&
+         layout(D, G, false, true).total <= static_cast<uint32_t>(kOptinSmem);
 }
 
 void mla_sublayer(const MlaSublayerArgs& a, cudaStream_t s) {
   const int G = sm_count();
   const bool inv = a.split_keys > 0;
-  const Layout l = layout(a.D, G, inv);
+  const Layout l = layout(a.D, G, inv, a.fp8);
   DI_CUDA_REQUIRE(l.total <= static_cast<uint32_t>(kOptinSmem));
+  DI_CUDA_REQUIRE_MSG(!a.fp8 || (!inv && a.s_q != nullptr && a.s_kv != nullptr && a.s_o != nullptr),
+                      "mla_sublayer: FP8 weights take the default form, with their block scales");
   DI_CUDA_REQUIRE_MSG(!inv || (a.split_keys % kTileKeys == 0 && a.max_splits >= 1 && a.max_splits <= kInvMaxSplits),
                       "mla_sublayer: the invariant split rule needs split_keys % 32 == 0 and 1..32 splits");
   static const bool attr = [] {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_sublayer_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       kOptinSmem));
-    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_sublayer_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       kOptinSmem));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_sublayer_kernel<false, false>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_sublayer_kernel<true, false>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_sublayer_kernel<false, true>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
     return true;
   }();
   (void)attr;
-  if (inv) launch_pdl(mla_sublayer_kernel<true>, dim3(static_cast<unsigned>(G)), dim3(kThreads), l.total, s, a);
-  else launch_pdl(mla_sublayer_kernel<false>, dim3(static_cast<unsigned>(G)), dim3(kThreads), l.total, s, a);
+  auto* kernel = inv ? mla_sublayer_kernel<true, false> : a.fp8 ? mla_sublayer_kernel<false, true>
+                                                                : mla_sublayer_kernel<false, false>;
+  launch_pdl(kernel, dim3(static_cast<unsigned>(G)), dim3(kThreads), l.total, s, a);
 }
 
 int64_t mla_sublayer_max_splits() { return kMaxSplits; }

@@ -15,7 +15,8 @@
 // gate | up phase ends and while the grid barrier between the two phases waits; and the shared
 // slices' rows, whose experts are known before the router runs, are issued before the PDL wait.
 // FP8: a stage also holds its rows' scales (1 KB after the codes), copied by the producer's
-// lanes with cp.async, whose completion the stage's mbarrier counts (cp.async.mbarrier.arrive).
+// lanes with 16-byte cp.async (a 4-byte copy each made the producer the kernel's bound: 42.1 →
+// 34.9 µs, run s29-5), whose completion the stage's mbarrier counts (cp.async.mbarrier.arrive).
 //
 //   Phase A (gate | up): unit u = one h value, h[s][i] = silu(W_gate[e_s][i] · x) · (W_up[e_s][i] · x)
 //              for slot s (routed slots 0..k−1: ids[s]; shared slots k..k+S−1: experts E..E+S−1)
@@ -320,11 +321,22 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
           bulk_load(dst + (U + lane) * row_a, gate + I * row_a, static_cast<uint32_t>(n) * row_a, &full[st]);
         }
         if constexpr (kFp8) {  // stage row ρ (unit ρ % U, gate or up): its nk_a scales
-          for (int p0 = 0; p0 < 2 * U * nk_a; p0 += 32) {
-            const int p = p0 + lane, rho = p / nk_a, v = rho % U;
-            const int64_t ev = __shfl_sync(0xffffffffu, e, v % 32), iv = __shfl_sync(0xffffffffu, i, v % 32);
-            if (p < 2 * U * nk_a && v < nu)
-              cp_async4(smem_u32(dsc + p), a.w13_scale + (ev * 2 * I + (rho / U) * I + iv) * nk_a + p % nk_a, true);
+          if (nk_a % 4 == 0) {  // 16 bytes a copy (run s27-3: 4-byte copies made the producer the bound)
+            const int cpr = nk_a / 4;
+            for (int p0 = 0; p0 < 2 * U * cpr; p0 += 32) {
+              const int p = p0 + lane, rho = p / cpr, v = rho % U;
+              const int64_t ev = __shfl_sync(0xffffffffu, e, v % 32), iv = __shfl_sync(0xffffffffu, i, v % 32);
+              if (p < 2 * U * cpr && v < nu)
+                cp_async16(smem_u32(dsc + 4 * p), a.w13_scale + (ev * 2 * I + (rho / U) * I + iv) * nk_a + 4 * (p % cpr),
+                           true);
+            }
+          } else {
+            for (int p0 = 0; p0 < 2 * U * nk_a; p0 += 32) {
+              const int p = p0 + lane, rho = p / nk_a, v = rho % U;
+              const int64_t ev = __shfl_sync(0xffffffffu, e, v % 32), iv = __shfl_sync(0xffffffffu, i, v % 32);
+              if (p < 2 * U * nk_a && v < nu)
+                cp_async4(smem_u32(dsc + p), a.w13_scale + (ev * 2 * I + (rho / U) * I + iv) * nk_a + p % nk_a, true);
+            }
           }
           cp_async_arrive(&full[st]);
         }
@@ -341,8 +353,13 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
           bulk_load(dst, w2 + (e * D + rb) * row_b, static_cast<uint32_t>(nr) * row_b, &full[st]);
         }
         if constexpr (kFp8) {
-          for (int64_t p = lane; p < nr * nk_b; p += 32)
-            cp_async4(smem_u32(dsc + p), a.w2_scale + (e * D + rb) * nk_b + p, true);
+          // The rows' nr·nk_b scales are contiguous: copied in 16-byte chunks from the aligned
+          // address at or before the first (off floats before it: down_scale_offset), the last
+          // chunk cut at the run's end.
+          const int64_t f0 = (e * D + rb) * nk_b, off = f0 % 4, n = off + nr * nk_b;
+          const float* src0 = a.w2_scale + (f0 - off);
+          for (int64_t c = lane; 4 * c < n; c += 32)
+            cp_async16_n(smem_u32(dsc + 4 * c), src0 + 4 * c, static_cast<uint32_t>(std::min<int64_t>(4, n - 4 * c) * 4));
           cp_async_arrive(&full[st]);
         }
       }
@@ -457,7 +474,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
           if (lane < 4 && c0 + 2 * lane + 1 < rows) y[2 * lane + 1] = y1;
         } else {  // lane 4g: rows g, g + 8
           float y0, y8;
-          fp8_rows_dot(sw, I, reinterpret_cast<const float*>(sw + kStageBytes), nk_b, gpb, shh + sb * I, lane, y0, y8);
+          // The stage's scales start (rb · nk_b) mod 4 floats in (the producer's aligned copy; D % 4 == 0).
+          const float* sc = reinterpret_cast<const float*>(sw + kStageBytes) + (j0 + c0) * nk_b % 4;
+          fp8_rows_dot(sw, I, sc, nk_b, gpb, shh + sb * I, lane, y0, y8);
           __syncwarp();
           if (lane == 0) mbar_arrive(&empty[warp]);
           if (lane % 4 == 0 && c0 + lane / 4 < rows) y[lane / 4] = y0 * h_up;

@@ -19,6 +19,11 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
+// The same copy reading only the first src_bytes (≤ 16) bytes of src, the rest of the 16
+// zero-filled (a run's last chunk, without reading past its end).
+__device__ __forceinline__ void cp_async16_n(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
 // An L2 policy marking lines evict-first (createpolicy), for weight streams read once per step:
 // a decode step's weights pass through L2 without displacing the small activations, partials and
 // cache rows its latency-bound kernels hand each other (the decode GEMV, run s12-1: bf16 B = 1
