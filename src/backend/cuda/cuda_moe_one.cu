@@ -327,8 +327,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
               const int p = p0 + lane, rho = p / cpr, v = rho % U;
               const int64_t ev = __shfl_sync(0xffffffffu, e, v % 32), iv = __shfl_sync(0xffffffffu, i, v % 32);
               if (p < 2 * U * cpr && v < nu)
-                cp_async16(smem_u32(dsc + 4 * p), a.w13_scale + (ev * 2 * I + (rho / U) * I + iv) * nk_a + 4 * (p % cpr),
-                           true);
+                cp_async16(smem_u32(dsc + 4 * p),
+                           a.w13_scale + (ev * 2 * I + (rho / U) * I + iv) * nk_a + 4 * (p % cpr), true);
             }
           } else {
             for (int p0 = 0; p0 < 2 * U * nk_a; p0 += 32) {
@@ -359,7 +359,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
           const int64_t f0 = (e * D + rb) * nk_b, off = f0 % 4, n = off + nr * nk_b;
           const float* src0 = a.w2_scale + (f0 - off);
           for (int64_t c = lane; 4 * c < n; c += 32)
-            cp_async16_n(smem_u32(dsc + 4 * c), src0 + 4 * c, static_cast<uint32_t>(std::min<int64_t>(4, n - 4 * c) * 4));
+            cp_async16_n(smem_u32(dsc + 4 * c), src0 + 4 * c,
+                         static_cast<uint32_t>(std::min<int64_t>(4, n - 4 * c) * 4));
           cp_async_arrive(&full[st]);
         }
       }
