@@ -55,10 +55,8 @@
 // whole layout within 227 KB (mla_sublayer_fits). Deterministic: no atomics on data, every sum
 // in a fixed order; the default form's result depends on the launch only through G, the
 // invariant form's on nothing but the token's inputs.
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-
 #include "backend/cuda/cuda_chain_dot.cuh"
+#include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_grid_barrier.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mla_decode.cuh"
@@ -203,9 +201,7 @@ __device__ __forceinline__ void rows_gemv(const unsigned char* w, uint32_t pair,
         float part = 0.0f;
 #pragma unroll
         for (int v = 0; v < 8; ++v) {  // codes 2v, 2v + 1 of the chunk
-          const __half2_raw hr =
-              __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(qw[v / 2] >> (16 * (v % 2))), __NV_E4M3);
-          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&hr));
+          const float2 f = e4m3x2_to_float2(qw[v / 2] >> (16 * (v % 2)));
           part = fmaf(f.x, mla::bf16_lo(xw[v]), part);
           part = fmaf(f.y, mla::bf16_hi(xw[v]), part);
         }
