@@ -1,6 +1,7 @@
 // The FP8 → bf16 widening of small_m_gemm's kernels (cuda_invariant_gemm.cu, cuda_small_m_fp8.cu):
 // bf16(float(code) · scale), the tiled grouped GEMM's rounding, 16 e4m3 codes at a time; and the
-// two-code conversion it and the sublayer's FP8 rows (cuda_mla_sublayer.cu) share.
+// two-code conversions every CUDA-core or f16-MMA reader of e4m3 codes shares (the decode GEMVs,
+// the tiled MoE GEMM, moe_one, the sublayer's FP8 rows).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,12 @@
 #include <cuda_fp8.h>
 
 namespace deepinfer::cuda {
+
+// Two e4m3 codes (the low byte first) as an f16x2 (exact), e.g. an m16n8k16 f16 MMA operand.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
+}
 
 // Two e4m3 codes (the low byte first) as floats: e4m3x2 → f16x2 → f32, exact.
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two_codes) {

@@ -33,6 +33,7 @@
 // many rows runs the tensor-core form instead (cuda_gemv_fp8_tc.cu; gemv picks it).
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_gemv_walk.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
@@ -74,9 +75,7 @@ __device__ __forceinline__ void widen(const uint4& raw, float* w) {
     for (int i = 0; i < 4; ++i) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const __half2_raw hr =
-            __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(u[i] >> (16 * h)), __NV_E4M3);
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&hr));
+        const float2 f = e4m3x2_to_float2(u[i] >> (16 * h));
         w[4 * i + 2 * h] = f.x;
         w[4 * i + 2 * h + 1] = f.y;
       }

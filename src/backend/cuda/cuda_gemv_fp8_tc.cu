@@ -22,6 +22,7 @@
 // block on the MMA units, then scaled), so results differ by fp32 rounding only.
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_gemv_walk.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
@@ -41,10 +42,6 @@ constexpr int kScaleBlock = 128;  // columns per scale (block_k)
 constexpr int kBatchBlocks = 4;   // scale blocks per batch
 constexpr int kMaxK = 8192;       // a warp's staged A row: kMaxK f16 (16 KB; 64 KB per block)
 
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
-}
 
 
 // A warp's place in its stream of work: unit, pass (A row m of the slot's rows), batch.

@@ -38,6 +38,7 @@
 //    output ~2^-9, as in the reference system's bf16 GEMM outputs), sync-free.
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_moe_slots.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
@@ -706,8 +707,7 @@ __device__ __forceinline__ int v3_swz(int r, int c) { return r * kV3RowBytes + (
 // __float2bfloat16(static_cast<float>(fp8) · scale): e4m3 → f16 → f32 is exact, one fp32
 // multiply, round to nearest even.
 __device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two, float scale) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
-  const float2 f = __half22float2(__half2(h));
+  const float2 f = e4m3x2_to_float2(two & 0xffffu);
   const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
   return *reinterpret_cast<const uint32_t*>(&b);
 }

@@ -49,6 +49,7 @@
 // I % 64 == 0; the whole layout within 227 KB (moe_one_fits). Deterministic: every sum in a fixed order, no splits.
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_chain_dot.cuh"
+#include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_grid_barrier.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mla_decode.cuh"
@@ -125,11 +126,6 @@ __device__ __forceinline__ float warp_dot(const unsigned char* row, const bf16* 
 #pragma unroll 4
   for (int c = lane; c < n / 8; c += 32) acc = mla::dot8_bf16(w[c], xv[c], acc);
   return mla::warp_sum(acc);
-}
-// Two e4m3 codes (the low byte first) as an f16x2 (exact).
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
 }
 // FP8: a stage's 16 rows (row ρ: K e4m3 codes at sw + ρ·K, its nk scales at sc + ρ·nk, one per
 // block_k = gpb·64 columns) against xs (K f16: bf16(x)·2^−e) on the tensor cores, by one warp —
