@@ -11,8 +11,9 @@
 // --invariant: the kernel's invariant form (the batch-invariant mode's: 128-key splits, at most
 // 32, the dense linears' K structure). --fp8: the FP8 form (q_proj | kv_a_proj and o_proj as e4m3
 // codes with a scale per row and 128-column block, counted at a byte per weight plus the
-// scales). Does not check results (CudaMlaSublayer tests do).
-// Usage: mla_sublayer_bench [--contexts 512,4096,32768] [--reps 9] [--invariant | --fp8]
+// scales); with --invariant, the invariant form's FP8 linears on wgmma (the W8A8 GEMM's bits).
+// Does not check results (CudaMlaSublayer tests do).
+// Usage: mla_sublayer_bench [--contexts 512,4096,32768] [--reps 9] [--invariant] [--fp8]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -158,7 +159,7 @@ void bench_case(int64_t context, int reps, bool invariant, bool fp8, double copy
       "{\"kernel\": \"deepinfer_mla_sublayer\", \"form\": \"%s\", \"D\": %ld, \"H\": %ld, \"context\": %ld, \"us\": %.2f, "
       "\"mb\": %.2f, \"gbps\": %.1f, \"copy_gbps\": %.1f, \"frac_of_copy\": %.3f, "
       "\"marks\": \"entry, issued, waited, P1, B1, P2, B2, P3, B3, P4, B4, exit\", %s}\n",
-      invariant ? "invariant" : fp8 ? "fp8" : "default", static_cast<long>(kD), static_cast<long>(kH),
+      invariant ? (fp8 ? "invariant_fp8" : "invariant") : fp8 ? "fp8" : "default", static_cast<long>(kD), static_cast<long>(kH),
       static_cast<long>(context),
       t * 1e6, bytes * 1e-6, bytes / t * 1e-9, copy_bps * 1e-9, bytes / t / copy_bps, tl.c_str());
   std::fflush(stdout);
@@ -177,8 +178,8 @@ int main(int argc, char** argv) {
   bool fp8 = false;
   app.add_flag("--fp8", fp8, "the kernel's FP8 form (FP8 q_proj | kv_a_proj and o_proj)");
   CLI11_PARSE(app, argc, argv);
-  if (invariant && fp8) {
-    std::fprintf(stderr, "mla_sublayer_bench: --fp8 is the default form's (not --invariant)\n");
+  if (invariant && fp8 && !mla_sublayer_invariant_fp8_fits(kD)) {
+    std::fprintf(stderr, "mla_sublayer_bench: the invariant FP8 form does not fit this GPU\n");
     return 2;
   }
   if (!mla_sublayer_fits(kD, kH, kDn, kDr, kDv, kR, kDr / 2)) {

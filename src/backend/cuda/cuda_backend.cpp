@@ -1091,9 +1091,14 @@ void CudaBackend::mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor&
   };
   const bool bf16_w = bf16_linear(w.q_proj, H * (dn + dr), D) && bf16_linear(w.kv_a_proj, r + dr, D) &&
                       bf16_linear(w.o_proj, D, H * dv);
-  // The FP8 form is the default mode's (the batch-invariant mode's FP8 linears are W8A8: other bits).
-  const bool fp8_w = s_->mla_sublayer_fp8 && !s_->batch_invariant && fp8_linear(w.q_proj, H * (dn + dr), D) &&
-                     fp8_linear(w.kv_a_proj, r + dr, D) && fp8_linear(w.o_proj, D, H * dv);
+  // FP8 linears: the default form dots them as the FP8 decode GEMV does; the invariant form as
+  // the mode's W8A8 GEMM does — where the mode's op path takes that form for all three at one
+  // row (dense_w8a8_fits), else its bits are the small-M GEMM's and the op path runs.
+  const bool fp8_w = s_->mla_sublayer_fp8 && fp8_linear(w.q_proj, H * (dn + dr), D) &&
+                     fp8_linear(w.kv_a_proj, r + dr, D) && fp8_linear(w.o_proj, D, H * dv) &&
+                     (!s_->batch_invariant ||
+                      (dense_w8a8_fits(1, *w.q_proj) && dense_w8a8_fits(1, *w.kv_a_proj) &&
+                       dense_w8a8_fits(1, *w.o_proj) && cuda::mla_sublayer_invariant_fp8_fits(D)));
   // One row of one selected sequence: host-side sizes, the same at every replay of a decode graph.
   const bool one_row = x.size(0) == 1 && decode.n_seqs == 1 && decode.n_rows == 1 && decode.selected(0) &&
                        decode.q_indptr[1] - decode.q_indptr[0] == 1;

@@ -237,10 +237,11 @@ void causal_softmax(const float* scores, int64_t H, int64_t rows, int64_t S, int
 struct MlaSublayerArgs {
   const float* x = nullptr;   // [D] the sublayer's normed input
   int64_t D = 0;              // hidden size, % 256 == 0
-  // The three dense linears: bf16, or (fp8, the default form only) e4m3 codes with one fp32 scale
-  // per row and 128-column block — s_q, s_kv, s_o [rows, K / 128] (the CUDA placement's block_n 1,
-  // block_k 128) — multiplied as the FP8 decode GEMV does (bf16 x, fp32 sums per block, times the
-  // block's scale).
+  // The three dense linears: bf16, or (fp8) e4m3 codes with one fp32 scale per row and
+  // 128-column block — s_q, s_kv, s_o [rows, K / 128] (the CUDA placement's block_n 1, block_k
+  // 128) — multiplied as the FP8 decode GEMV does (bf16 x, fp32 sums per block, times the block's
+  // scale), or in the invariant form as the W8A8 wgmma GEMM does (x quantized per 1×128 group:
+  // that mode's FP8 linears; mla_sublayer_invariant_fp8_fits).
   bool fp8 = false;
   const void* w_q = nullptr;   // [H·(dn + dr), D] q_proj
   const void* w_kv = nullptr;  // [r + dr, D] kv_a_proj_with_mqa
@@ -286,6 +287,9 @@ constexpr int kMlaSublayerMarks = 12;
 // over all of dr, D % 256 == 0, sm_90a with ≥ 128 SMs, its shared memory within 227 KB (each form:
 // default, invariant, FP8).
 bool mla_sublayer_fits(int64_t D, int64_t H, int64_t dn, int64_t dr, int64_t dv, int64_t r, int64_t rope_half);
+// Whether the invariant form serves FP8 linears at hidden size D on this GPU (a block per 32 rows
+// of q_proj | kv_a_proj and of o_proj; mla_sublayer_fits too).
+bool mla_sublayer_invariant_fp8_fits(int64_t D);
 int64_t mla_sublayer_max_splits();
 void mla_sublayer(const MlaSublayerArgs& a, cudaStream_t s);
 // ---- cuda_moe_one.cu ----

@@ -43,19 +43,26 @@
 // K splits, each an MMA chain from zero, added in order — small_m_gemm's sums), P3 on the
 // invariant split rule, P4 merging the splits in split order by merge_coefs / merge_step (as
 // mla_merge_running_kernel) and W_UV as mla_apply_tc_kernel's chain (chain_dot8 over r). The
-// latent row, RoPE and P2's absorb are the same in both forms.
+// latent row, RoPE and P2's absorb are the same in both forms. With FP8 linears the mode's dense
+// linears are W8A8 (cuda_fp8_wgmma.cu: x quantized per 1×128 group, each 128-wide K block's
+// e4m3 MMAs promoted by row scale × weight scale in K order), whose accumulation mma.sync e4m3
+// does not reproduce; so the invariant FP8 form issues that GEMM's wgmma itself (rows_wgmma): a
+// block's 32 weight rows are B of m64n32k32 MMAs (the GEMM's m64n128k32 per 32 columns), the
+// token's codes row 0 of A, the block's own quantization of x (fp8_group_scale / fp8_codes2,
+// the quantizers' recipe) — so P1 and P5 are the op path's W8A8 outputs bit for bit.
 //
 // The grid barrier (cuda_grid_barrier.cuh): a 64-bit arrival counter that only this kernel
 // touches; a launch adds exactly 4·G, so base = counter − counter mod 4G, read after the wait.
 //
 // Shapes: DeepSeek's MLA heads (dn 128, dr 64, r 512, dv 128) with H = 16 (V2 and V2-Lite),
-// D % 256 == 0, bf16 weights (or, in the default form, FP8 q_proj, kv_a_proj and o_proj: e4m3
+// D % 256 == 0, bf16 weights (or FP8 q_proj, kv_a_proj and o_proj: in the default form e4m3
 // rows staged with their 128-column block scales and dotted as the FP8 decode GEMV does —
-// rows_gemv; kv_b in bf16), a bf16 cache; one query row of one sequence; G ≥ 128 SMs; the
+// rows_gemv —, in the invariant form on wgmma as above; kv_b in bf16), a bf16 cache; one query row of one sequence; G ≥ 128 SMs; the
 // whole layout within 227 KB (mla_sublayer_fits). Deterministic: no atomics on data, every sum
 // in a fixed order; the default form's result depends on the launch only through G, the
 // invariant form's on nothing but the token's inputs.
 #include "backend/cuda/cuda_chain_dot.cuh"
+#include "backend/cuda/cuda_fp8_quant.cuh"
 #include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_grid_barrier.cuh"
 #include "backend/cuda/cuda_launch.cuh"
@@ -103,7 +110,20 @@ static_assert(kUvRows == 16, "P4's invariant form: two 8-row chains");
 // The key ring's slots 0 and 1 have their own space (filled before the wait); slots 2 and 3
 // lie at the start of P1's space, filled once P1 is done. A block with more than two key tiles
 // (P3) loads its o_proj rows there after its last tile; the others load them after P1.
+// The invariant FP8 form (rows_wgmma) stages a block's P1 / P5 tile of kWgRows rows as wgmma's B
+// operand — per 128-wide K block [kWgRows][128] e4m3 with TMA's 128-byte swizzle (16-byte chunk
+// c of row i at chunk c ^ (i % 8)), the blocks kWgRows · 128 bytes apart — then A's atoms, one
+// 1 KB atom [8][128] per K block whose row 0 holds the token's codes (rows 1–7, and the rows
+// 8–63 the descriptor finds in the atoms after, are never read back: a row's MMA results do not
+// depend on the other rows). Swizzled tiles need a 1,024-byte aligned base: the form aligns the
+// dynamic shared memory's base at run time (kWgAlign more bytes).
+constexpr int kWgRows = 32;                      // rows per P1 / P5 tile of the invariant FP8 form
+constexpr uint32_t kWgAtom = 1024;               // a 128-byte-swizzle atom: 8 rows of 128 bytes
+constexpr uint32_t kWgAlign = 1024;
+constexpr uint32_t kWgSlack = 7 * kWgAtom;       // A's rows 8–63 past its last atom (read, never used)
+
 struct Layout {
+  bool wg;                   // the invariant FP8 form (wgmma tiles)
   int rows1, rows5;          // most P1 / P5 rows of one block
   int eb;                    // bytes per weight element of P1 / P5: 2 (bf16), 1 (FP8)
   uint32_t pair1, pair5;     // staged row pairs' bytes: 2·eb·D, 2·eb·kK5 (+ 16 in the invariant form)
@@ -114,6 +134,8 @@ struct Layout {
   uint32_t x;                // P1's x, P5's o: [max(D, kK5)] bf16
   uint32_t cs;               // the RoPE table [2 · kRopeMaxHalf] fp32
   uint32_t sc1, sc5;         // FP8: P1's and P5's rows' block scales [rows][K / 128] fp32 (else empty)
+  uint32_t a1, a5;           // invariant FP8: P1's / P5's A atoms (inside w, past the B tile)
+  uint32_t sa;               // invariant FP8: x's (then o's) group scales [max(D, kK5) / 128] fp32
   uint32_t bars;             // mbarriers: w1, uk, uv, o, key[4]
   uint32_t total;
 };
@@ -132,21 +154,28 @@ __host__ __device__ inline uint32_t align16(uint64_t v) { return static_cast<uin
 
 __host__ __device__ inline Layout layout(int64_t D, int G, bool inv, bool fp8) {
   Layout l;
-  l.rows1 = (kN1 + G - 1) / G;
-  l.rows5 = static_cast<int>((D + G - 1) / G);
+  l.wg = inv && fp8;
+  l.rows1 = l.wg ? kWgRows : (kN1 + G - 1) / G;
+  l.rows5 = l.wg ? kWgRows : static_cast<int>((D + G - 1) / G);
   l.eb = fp8 ? 1 : 2;
-  const int pad = inv ? kRowPad : 0;
+  const int pad = inv && !fp8 ? kRowPad : 0;
   l.pair1 = static_cast<uint32_t>(2 * l.eb * D + 2 * pad);
   l.pair5 = 2 * l.eb * kK5 + 2 * pad;
-  l.uv_pitch = kR + pad;
+  l.uv_pitch = kR + (inv ? kRowPad : 0);
   // The bytes up to the end of staged row n (pairs of `pair` bytes, rows of `row`; an odd n ends
   // half-way into a pair).
   auto rows_end = [](int n, uint64_t pair, uint64_t row) { return uint64_t(n / 2) * pair + uint64_t(n % 2) * row; };
-  const uint64_t o_bytes = rows_end(l.rows5, l.pair5, static_cast<uint64_t>(l.eb) * kK5);
+  // The invariant FP8 form: B tile, then A's atoms (one per K block); the kWgSlack bytes A's
+  // descriptor reads past them lie in whatever follows (attn's scratch, idle in P1 and P5).
+  l.a1 = static_cast<uint32_t>(kWgRows * D);
+  l.a5 = kWgRows * kK5;
+  const uint64_t o_bytes = l.wg ? l.a5 + (kK5 / 128) * kWgAtom
+                                : rows_end(l.rows5, l.pair5, static_cast<uint64_t>(l.eb) * kK5);
   const uint64_t ring_bytes = uint64_t{kSlots - kFrontSlots} * kSlotBytes;
   l.w = 0;
   l.attn = align16(o_bytes > ring_bytes ? o_bytes : ring_bytes);
-  const uint64_t w_bytes = rows_end(l.rows1, l.pair1, static_cast<uint64_t>(l.eb) * static_cast<uint64_t>(D));
+  const uint64_t w_bytes = l.wg ? l.a1 + uint64_t(D / 128) * kWgAtom
+                                : rows_end(l.rows1, l.pair1, static_cast<uint64_t>(l.eb) * static_cast<uint64_t>(D));
   const uint64_t w_end = w_bytes > l.attn + kAttnBytes ? w_bytes : l.attn + kAttnBytes;
   l.uk = align16(w_end);
   l.uv = l.uk + kDn * kAbsorbCols * 2;
@@ -155,8 +184,9 @@ __host__ __device__ inline Layout layout(int64_t D, int G, bool inv, bool fp8) {
   l.cs = l.x + align16(uint64_t{2} * (D > kK5 ? D : kK5));
   l.sc1 = l.cs + 2 * kRopeMaxHalf * 4;
   l.sc5 = l.sc1 + (fp8 ? align16(uint64_t{4} * l.rows1 * (D / 128)) : 0u);
-  l.bars = l.sc5 + (fp8 ? align16(uint64_t{4} * l.rows5 * (kK5 / 128)) : 0u);
-  l.total = l.bars + kBars * 8;
+  l.sa = l.sc5 + (fp8 ? align16(uint64_t{4} * l.rows5 * (kK5 / 128)) : 0u);
+  l.bars = l.sa + (l.wg ? align16(uint64_t{4} * ((D > kK5 ? D : kK5) / 128)) : 0u);
+  l.total = l.bars + kBars * 8 + (l.wg ? kWgAlign : 0u);
   return l;
 }
 // P4's scratch in key slots 0, 1 (free once P3 is done): default form, the split weights [128]
@@ -231,6 +261,110 @@ __device__ __forceinline__ void rows_gemv(const unsigned char* w, uint32_t pair,
   }
 }
 
+// d[64×32] fp32 (+)= A[64×32] e4m3 · B[32×32]ᵀ e4m3, both K-major in shared memory (128-byte
+// swizzle); accumulate = 0 overwrites d. d[4j + v]: row 16w + l/4 + 8·(v/2), column 8j + 2·(l%4)
+// + v%2 (warp w of the warpgroup, lane l), j < 4 — cuda_fp8_wgmma.cu's m64n128k32 per 32 columns.
+__device__ __forceinline__ void wgmma_m64n32k32_e4m3(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
+               : DI_WGMMA_ACC8(d, 0), DI_WGMMA_ACC8(d, 8)
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// The chunk offset of row i's 16-byte chunk c (of K / 16) in a B tile of the invariant FP8 form
+// (Layout's comment: K blocks kWgRows · 128 bytes apart, 8-row atoms, TMA's 128-byte swizzle).
+__device__ __forceinline__ uint32_t wg_tile_offset(int i, int c) {
+  return static_cast<uint32_t>((c / 8) * (kWgRows * 128) + (i / 8) * kWgAtom + (i % 8) * 128 + ((c % 8) ^ (i % 8)) * 16);
+}
+
+// The invariant FP8 form's P1 / P5 (Layout::wg): y[i] for the block's n ≤ kWgRows rows, as the
+// W8A8 wgmma GEMM (cuda_fp8_wgmma.cu) computes the token's row in any batch. bt: the rows as B
+// tiles (wg_tile_offset), their weight scales sc [kWgRows][K / 128] (rows past n zero), both by
+// cp.async from this thread and the others, not yet waited for; x [K] bf16 in shared memory.
+// Every thread first quantizes x per 1×128 group into A's atoms `at` (row 0) and its scales
+// into sa — quantize_group8's recipe and layout, a half-warp per group —, then warpgroup 0
+// issues each K block's four m64n32k32 MMAs (the first overwriting), two blocks in flight, and
+// promotes them in K order: acc = fmaf(part, sa[kb] · sc[i][kb], acc) — the GEMM's promotion.
+// Warp 0's lanes 0–3 hold row 0; emit(i, y) takes each output. Block-collective.
+template <typename Emit>
+__device__ __forceinline__ void rows_wgmma(const unsigned char* bt, unsigned char* at, float* sa, const bf16* x,
+                                           int n, int K, const float* sc, Emit emit) {
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int n_kb = K / 128;
+  for (int g0 = 0; g0 < n_kb; g0 += kThreads / 16) {  // whole warps in every round (the shuffles)
+    const int g = g0 + t / 16, j = t % 16;
+    const bool live = g < n_kb;
+    float v[8] = {};
+    if (live) {
+      const uint4 u = *reinterpret_cast<const uint4*>(x + g * 128 + 8 * j);
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[2 * i] = mla::bf16_lo(w[i]), v[2 * i + 1] = mla::bf16_hi(w[i]);
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = 8; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = fp8_group_scale(amax);
+    if (live) {
+      uint32_t c[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        c[h] = static_cast<uint32_t>(fp8_codes2(v[4 * h], v[4 * h + 1], s)) |
+               static_cast<uint32_t>(fp8_codes2(v[4 * h + 2], v[4 * h + 3], s)) << 16;
+      *reinterpret_cast<uint2*>(at + g * kWgAtom + 8 * j) = make_uint2(c[0], c[1]);  // row 0: chunks unswizzled
+      if (j == 0) sa[g] = s;
+    }
+  }
+  cp_async_commit();
+  cp_async_wait<0>();   // this thread's tile and scale copies (and any key tile before them)
+  fence_proxy_async();  // the codes and the copies, written through the generic proxy, before wgmma reads them
+  __syncthreads();
+  if (warp >= 4) return;
+  const uint64_t da = sw128_desc(at), db = sw128_desc(bt);
+  float acc[16], p0[16], p1[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) acc[i] = p0[i] = p1[i] = 0.0f;
+  auto issue = [&](float (&p)[16], int kb) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) fence_operand(p[i]);
+    wgmma_fence();
+    const uint32_t oa = static_cast<uint32_t>(kb) * (kWgAtom >> 4), ob = static_cast<uint32_t>(kb) * (kWgRows * 128 >> 4);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) wgmma_m64n32k32_e4m3(p, desc_advance(da, oa + 2 * k), desc_advance(db, ob + 2 * k), k);
+    wgmma_commit();
+  };
+  auto promote = [&](float (&p)[16], int kb) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) fence_operand(p[i]);
+    const float a0 = sa[kb];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+      acc[i] = fmaf(p[i], a0 * sc[col * n_kb + kb], acc[i]);
+    }
+  };
+  for (int kb = 0; kb < n_kb; kb += 2) {  // n_kb even (D % 256 == 0); nothing in flight across the back edge
+    issue(p0, kb);
+    issue(p1, kb + 1);
+    wgmma_wait<1>();
+    promote(p0, kb);
+    wgmma_wait<0>();
+    promote(p1, kb + 1);
+  }
+  if (warp == 0 && lane < 4) {
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+      for (int v = 0; v < 2; ++v) {
+        const int col = 8 * jj + 2 * lane + v;
+        if (col < n) emit(col, acc[4 * jj + v]);
+      }
+  }
+}
+
 __device__ __forceinline__ float load_elem(const void* p, Elem e, int64_t i) {
   return e == Elem::kF32 ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const bf16*>(p)[i]);
 }
@@ -241,7 +375,11 @@ __device__ __forceinline__ float load_elem(const void* p, Elem e, int64_t i) {
 template <bool kInv, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ __align__(1024) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  constexpr bool kWg = kInv && kFp8;  // the invariant FP8 form: P1 / P5 on wgmma (rows_wgmma)
+  // kWg: the base 1,024-byte aligned (its swizzled tiles; Layout reserved kWgAlign more bytes).
+  unsigned char* const smem =
+      kWg ? smem_raw + ((kWgAlign - (smem_u32(smem_raw) & (kWgAlign - 1))) & (kWgAlign - 1)) : smem_raw;
   const int G = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const Layout L = layout(a.D, G, kInv, kFp8);
@@ -253,6 +391,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   float* cs = reinterpret_cast<float*>(smem + L.cs);
   float* sc1 = reinterpret_cast<float*>(smem + L.sc1);  // FP8: P1's rows' block scales
   float* sc5 = reinterpret_cast<float*>(smem + L.sc5);  // FP8: P5's
+  float* ssa = reinterpret_cast<float*>(smem + L.sa);   // invariant FP8: x's / o's group scales
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bars);
   uint64_t *bar_w1 = bars, *bar_uk = bars + 1, *bar_uv = bars + 2, *bar_o = bars + 3, *bar_key = bars + 4;
   auto slot_tile = [&](int slot) {  // key slot `slot`: [32][kTcStride] bf16
@@ -267,8 +406,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   mark(0);
 
   const int64_t D = a.D;
-  const int r1_begin = static_cast<int>(int64_t{b} * kN1 / G), r1_end = static_cast<int>(int64_t{b + 1} * kN1 / G);
-  const int64_t r5_begin = int64_t{b} * D / G, r5_end = int64_t{b + 1} * D / G;
+  // P1's and P5's rows: spread over the grid, or (kWg) tiles of kWgRows on the first blocks.
+  const int r1_begin = kWg ? std::min(int{kN1}, kWgRows * b) : static_cast<int>(int64_t{b} * kN1 / G);
+  const int r1_end = kWg ? std::min(int{kN1}, kWgRows * (b + 1)) : static_cast<int>(int64_t{b + 1} * kN1 / G);
+  const int64_t r5_begin = kWg ? std::min<int64_t>(D, kWgRows * b) : int64_t{b} * D / G;
+  const int64_t r5_end = kWg ? std::min<int64_t>(D, kWgRows * (b + 1)) : int64_t{b + 1} * D / G;
   const bool item = b < kItems;
   const int ih = b / 8, islice = b % 8;  // P2 / P4 item: head, slice
 
@@ -318,11 +460,29 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   // A block with more than kFrontSlots key tiles fills slots 2, 3 once P1 is done and loads its
   // o_proj rows into that space after its last tile; every other block loads them after P1.
   const bool late_o = n_tiles > kFrontSlots;
+  // kWg: a tile of n_rows rows (row i from row(i)) of K codes into B's layout at dst and their
+  // scales (row i's K / 128 from scale(i)) into sdst, zeros past n_rows — by cp.async from every
+  // thread, 16 bytes a code copy, 4 a scale (rows_wgmma waits for them).
+  auto load_wg_tile = [&](auto row, auto scale, int n_rows, int K, unsigned char* dst, float* sdst) {
+    const int chunks = K / 16, n_kb = K / 128;
+    for (int e = t; e < kWgRows * chunks; e += kThreads) {
+      const int i = e / chunks, c = e % chunks;
+      cp_async16(smem_u32(dst + wg_tile_offset(i, c)), i < n_rows ? row(i) + 16 * c : row(0), i < n_rows);
+    }
+    for (int e = t; e < kWgRows * n_kb; e += kThreads) {
+      const int i = e / n_kb, kb = e % n_kb;
+      cp_async4(smem_u32(sdst + e), i < n_rows ? scale(i) + kb : scale(0), i < n_rows);
+    }
+  };
   // This block's o_proj rows: default form, one TMA copy; invariant form, a copy per row pair
-  // from warp 0's lanes.
+  // from warp 0's lanes (FP8: a wgmma tile).
   auto load_o_rows = [&] {
     const int n_rows = static_cast<int>(r5_end - r5_begin);
-    if constexpr (kInv) {
+    if constexpr (kWg) {
+      if (n_rows > 0)
+        load_wg_tile([&](int i) { return static_cast<const unsigned char*>(a.w_o) + (r5_begin + i) * kK5; },
+                     [&](int i) { return a.s_o + (r5_begin + i) * (kK5 / 128); }, n_rows, kK5, sw, sc5);
+    } else if constexpr (kInv) {
       if (warp == 0) {
         if (lane == 0) mbar_arrive_expect_tx(bar_o, static_cast<uint32_t>(n_rows * kK5 * 2));
         __syncwarp();
@@ -353,7 +513,20 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   // P1's rows: default form, one TMA copy from each of W_q and W_kv (and W_UV's slice); the
   // invariant form, a copy per row pair from warp 0's lanes (two where a pair straddles W_q and
   // W_kv). Then the first key tiles.
-  if constexpr (kInv) {
+  if constexpr (kWg) {
+    const int n_rows = r1_end - r1_begin;
+    const int64_t n_kb = D / 128;
+    auto row = [&](int i) {
+      const int r = r1_begin + i;
+      return r < kQRows ? static_cast<const unsigned char*>(a.w_q) + int64_t{r} * D
+                        : static_cast<const unsigned char*>(a.w_kv) + int64_t{r - kQRows} * D;
+    };
+    auto scale = [&](int i) {
+      const int r = r1_begin + i;
+      return r < kQRows ? a.s_q + r * n_kb : a.s_kv + (r - kQRows) * n_kb;
+    };
+    if (n_rows > 0) load_wg_tile(row, scale, n_rows, static_cast<int>(D), sw, sc1);
+  } else if constexpr (kInv) {
     if (warp == 0) {
       const int n_rows = r1_end - r1_begin;
       if (lane == 0) mbar_arrive_expect_tx(bar_w1, static_cast<uint32_t>(n_rows * D * 2));
@@ -434,12 +607,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   // ---- P1: q | kv = [W_q; W_kv] · bf16(x) ----
   mla::stage_bf16<kThreads>(a.x, D, sx, threadIdx.x);
   __syncthreads();
-  mbar_wait(bar_w1, 0);
-  rows_gemv<kInv, kFp8>(sw, L.pair1, sx, r1_end - r1_begin, static_cast<int>(D), sc1, [&](int i, float y) {
+  auto emit1 = [&](int i, float y) {
     const int row = r1_begin + i;
     if (row < kQRows) a.q[row] = y;
     else a.kv[row - kQRows] = y;
-  });
+  };
+  if constexpr (kWg) {
+    if (r1_begin < r1_end) rows_wgmma(sw, sw + L.a1, ssa, sx, r1_end - r1_begin, static_cast<int>(D), sc1, emit1);
+  } else {
+    mbar_wait(bar_w1, 0);
+    rows_gemv<kInv, kFp8>(sw, L.pair1, sx, r1_end - r1_begin, static_cast<int>(D), sc1, emit1);
+  }
   fence_proxy_async();  // P1's reads of sw before the async proxy overwrites it
   __syncthreads();
   if (late_o) {  // into the space P1's rows leave: key tiles 2, 3, or o_proj's rows
@@ -750,9 +928,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   // ---- P5: out = W_o · bf16(o) ----
   mla::stage_bf16<kThreads>(a.o, kK5, sx, threadIdx.x);
   __syncthreads();
-  mbar_wait(bar_o, 0);
-  rows_gemv<kInv, kFp8>(sw, L.pair5, sx, static_cast<int>(r5_end - r5_begin), kK5, sc5,
-                        [&](int i, float y) { a.out[r5_begin + i] = y; });
+  auto emit5 = [&](int i, float y) { a.out[r5_begin + i] = y; };
+  if constexpr (kWg) {
+    if (r5_begin < r5_end) rows_wgmma(sw, sw + L.a5, ssa, sx, static_cast<int>(r5_end - r5_begin), kK5, sc5, emit5);
+  } else {
+    mbar_wait(bar_o, 0);
+    rows_gemv<kInv, kFp8>(sw, L.pair5, sx, static_cast<int>(r5_end - r5_begin), kK5, sc5, emit5);
+  }
   mark(11);
 #else
   __trap();  // sm_90a only (mla_sublayer_fits)
@@ -773,8 +955,10 @@ void mla_sublayer(const MlaSublayerArgs& a, cudaStream_t s) {
   const bool inv = a.split_keys > 0;
   const Layout l = layout(a.D, G, inv, a.fp8);
   DI_CUDA_REQUIRE(l.total <= static_cast<uint32_t>(kOptinSmem));
-  DI_CUDA_REQUIRE_MSG(!a.fp8 || (!inv && a.s_q != nullptr && a.s_kv != nullptr && a.s_o != nullptr),
-                      "mla_sublayer: FP8 weights take the default form, with their block scales");
+  DI_CUDA_REQUIRE_MSG(!a.fp8 || (a.s_q != nullptr && a.s_kv != nullptr && a.s_o != nullptr),
+                      "mla_sublayer: FP8 weights need their block scales");
+  DI_CUDA_REQUIRE_MSG(!a.fp8 || !inv || mla_sublayer_invariant_fp8_fits(a.D),
+                      "mla_sublayer: the invariant FP8 form does not fit this D on this GPU");
   DI_CUDA_REQUIRE_MSG(!inv || (a.split_keys % kTileKeys == 0 && a.max_splits >= 1 && a.max_splits <= kInvMaxSplits),
                       "mla_sublayer: the invariant split rule needs split_keys % 32 == 0 and 1..32 splits");
   static const bool attr = [] {
@@ -784,12 +968,25 @@ void mla_sublayer(const MlaSublayerArgs& a, cudaStream_t s) {
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
     DI_CUDA_CHECK(cudaFuncSetAttribute(mla_sublayer_kernel<false, true>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(mla_sublayer_kernel<true, true>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
     return true;
   }();
   (void)attr;
-  auto* kernel = inv ? mla_sublayer_kernel<true, false> : a.fp8 ? mla_sublayer_kernel<false, true>
-                                                                : mla_sublayer_kernel<false, false>;
+  auto* kernel = inv ? (a.fp8 ? mla_sublayer_kernel<true, true> : mla_sublayer_kernel<true, false>)
+                     : (a.fp8 ? mla_sublayer_kernel<false, true> : mla_sublayer_kernel<false, false>);
   launch_pdl(kernel, dim3(static_cast<unsigned>(G)), dim3(kThreads), l.total, s, a);
+}
+
+bool mla_sublayer_invariant_fp8_fits(int64_t D) {
+  const int G = sm_count();
+  const Layout l = layout(D, G, true, true);
+  // Every tile on its own block; A's atoms and the slack its descriptor reads past them inside
+  // the allocation.
+  return D > 0 && D % 256 == 0 && (kN1 + kWgRows - 1) / kWgRows <= G && D / kWgRows <= G &&
+         l.total <= static_cast<uint32_t>(kOptinSmem) &&
+         l.a1 + (D / 128) * kWgAtom + kWgSlack + kWgAlign <= l.total &&
+         l.a5 + (kK5 / 128) * kWgAtom + kWgSlack + kWgAlign <= l.total;
 }
 
 int64_t mla_sublayer_max_splits() { return kMaxSplits; }
