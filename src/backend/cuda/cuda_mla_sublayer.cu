@@ -112,7 +112,9 @@ static_assert(kUvRows == 16, "P4's invariant form: two 8-row chains");
 // (P3) loads its o_proj rows there after its last tile; the others load them after P1.
 // The invariant FP8 form (rows_wgmma) stages a block's P1 / P5 tile of kWgRows rows as wgmma's B
 // operand — per 128-wide K block [kWgRows][128] e4m3 with TMA's 128-byte swizzle (16-byte chunk
-// c of row i at chunk c ^ (i % 8)), the blocks kWgRows · 128 bytes apart — then A's atoms, one
+// c of row i at chunk c ^ (i % 8)), the blocks kWgRows · 128 bytes apart: one 2-D TMA box per K
+// block (WgMaps), from one thread, where 16-byte cp.async from every thread put ~2.6 µs more
+// into the prologue (run s30-1: "issued" 4.5 µs against the FP8 form's 1.9) — then A's atoms, one
 // 1 KB atom [8][128] per K block whose row 0 holds the token's codes (rows 1–7, and the rows
 // 8–63 the descriptor finds in the atoms after, are never read back: a row's MMA results do not
 // depend on the other rows). Swizzled tiles need a 1,024-byte aligned base: the form aligns the
@@ -121,6 +123,13 @@ constexpr int kWgRows = 32;                      // rows per P1 / P5 tile of the
 constexpr uint32_t kWgAtom = 1024;               // a 128-byte-swizzle atom: 8 rows of 128 bytes
 constexpr uint32_t kWgAlign = 1024;
 constexpr uint32_t kWgSlack = 7 * kWgAtom;       // A's rows 8–63 past its last atom (read, never used)
+static_assert(kQRows % kWgRows == 0 && kWidth % kWgRows == 0 && kK5 % 128 == 0, "whole tiles of W_q, W_kv");
+
+// The invariant FP8 form's tensor maps (kernel parameters): W_q, W_kv and W_o as e4m3 matrices in
+// boxes of kWgRows rows × 128 bytes with the 128-byte swizzle; zeros in the other forms.
+struct WgMaps {
+  CUtensorMap q, kv, o;
+};
 
 struct Layout {
   bool wg;                   // the invariant FP8 form (wgmma tiles)
@@ -272,24 +281,20 @@ __device__ __forceinline__ void wgmma_m64n32k32_e4m3(float (&d)[16], uint64_t de
                : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-// The chunk offset of row i's 16-byte chunk c (of K / 16) in a B tile of the invariant FP8 form
-// (Layout's comment: K blocks kWgRows · 128 bytes apart, 8-row atoms, TMA's 128-byte swizzle).
-__device__ __forceinline__ uint32_t wg_tile_offset(int i, int c) {
-  return static_cast<uint32_t>((c / 8) * (kWgRows * 128) + (i / 8) * kWgAtom + (i % 8) * 128 + ((c % 8) ^ (i % 8)) * 16);
-}
-
 // The invariant FP8 form's P1 / P5 (Layout::wg): y[i] for the block's n ≤ kWgRows rows, as the
 // W8A8 wgmma GEMM (cuda_fp8_wgmma.cu) computes the token's row in any batch. bt: the rows as B
-// tiles (wg_tile_offset), their weight scales sc [kWgRows][K / 128] (rows past n zero), both by
-// cp.async from this thread and the others, not yet waited for; x [K] bf16 in shared memory.
+// tiles (Layout's comment), their weight scales sc [kWgRows][K / 128], both by TMA completing on
+// bar (not yet waited for); x [K] bf16 in shared memory.
 // Every thread first quantizes x per 1×128 group into A's atoms `at` (row 0) and its scales
 // into sa — quantize_group8's recipe and layout, a half-warp per group —, then warpgroup 0
 // issues each K block's four m64n32k32 MMAs (the first overwriting), two blocks in flight, and
 // promotes them in K order: acc = fmaf(part, sa[kb] · sc[i][kb], acc) — the GEMM's promotion.
-// Warp 0's lanes 0–3 hold row 0; emit(i, y) takes each output. Block-collective.
+// Warp 0's lanes 0–3 hold row 0; emit(i, y) takes each output. Block-collective. (The K blocks
+// split between the two warpgroups, warpgroup 1's sums handed over in shared memory, ran the
+// kernel 0.6–0.7 µs slower: run s30-3.)
 template <typename Emit>
-__device__ __forceinline__ void rows_wgmma(const unsigned char* bt, unsigned char* at, float* sa, const bf16* x,
-                                           int n, int K, const float* sc, Emit emit) {
+__device__ __forceinline__ void rows_wgmma(const unsigned char* bt, uint64_t* bar, unsigned char* at, float* sa,
+                                           const bf16* x, int n, int K, const float* sc, Emit emit) {
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int n_kb = K / 128;
   for (int g0 = 0; g0 < n_kb; g0 += kThreads / 16) {  // whole warps in every round (the shuffles)
@@ -318,11 +323,10 @@ __device__ __forceinline__ void rows_wgmma(const unsigned char* bt, unsigned cha
       if (j == 0) sa[g] = s;
     }
   }
-  cp_async_commit();
-  cp_async_wait<0>();   // this thread's tile and scale copies (and any key tile before them)
-  fence_proxy_async();  // the codes and the copies, written through the generic proxy, before wgmma reads them
+  fence_proxy_async();  // the codes, written through the generic proxy, before wgmma reads them
   __syncthreads();
   if (warp >= 4) return;
+  mbar_wait(bar, 0);  // the tile and its scales
   const uint64_t da = sw128_desc(at), db = sw128_desc(bt);
   float acc[16], p0[16], p1[16];
 #pragma unroll
@@ -373,7 +377,8 @@ __device__ __forceinline__ float load_elem(const void* p, Elem e, int64_t i) {
 }  // namespace
 
 template <bool kInv, bool kFp8>
-__global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerArgs a) {
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_sublayer_kernel(const __grid_constant__ MlaSublayerArgs a, const __grid_constant__ WgMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr bool kWg = kInv && kFp8;  // the invariant FP8 form: P1 / P5 on wgmma (rows_wgmma)
@@ -460,28 +465,24 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   // A block with more than kFrontSlots key tiles fills slots 2, 3 once P1 is done and loads its
   // o_proj rows into that space after its last tile; every other block loads them after P1.
   const bool late_o = n_tiles > kFrontSlots;
-  // kWg: a tile of n_rows rows (row i from row(i)) of K codes into B's layout at dst and their
-  // scales (row i's K / 128 from scale(i)) into sdst, zeros past n_rows — by cp.async from every
-  // thread, 16 bytes a code copy, 4 a scale (rows_wgmma waits for them).
-  auto load_wg_tile = [&](auto row, auto scale, int n_rows, int K, unsigned char* dst, float* sdst) {
-    const int chunks = K / 16, n_kb = K / 128;
-    for (int e = t; e < kWgRows * chunks; e += kThreads) {
-      const int i = e / chunks, c = e % chunks;
-      cp_async16(smem_u32(dst + wg_tile_offset(i, c)), i < n_rows ? row(i) + 16 * c : row(0), i < n_rows);
-    }
-    for (int e = t; e < kWgRows * n_kb; e += kThreads) {
-      const int i = e / n_kb, kb = e % n_kb;
-      cp_async4(smem_u32(sdst + e), i < n_rows ? scale(i) + kb : scale(0), i < n_rows);
-    }
+  // kWg (thread 0): a whole tile — kWgRows rows of K codes from row y of map's matrix — into B's
+  // layout at dst, a box per K block, and the rows' scales (kWgRows · K / 128 fp32, contiguous from
+  // scale) into sdst, completing on bar.
+  auto load_wg_tile = [&](const CUtensorMap* map, int y, const float* scale, int K, unsigned char* dst, float* sdst,
+                          uint64_t* bar) {
+    const int n_kb = K / 128;
+    const uint32_t sc_bytes = static_cast<uint32_t>(kWgRows * n_kb * 4);
+    mbar_arrive_expect_tx(bar, static_cast<uint32_t>(kWgRows * K) + sc_bytes);
+    for (int kb = 0; kb < n_kb; ++kb) tma_load_2d(dst + kb * (kWgRows * 128), map, 128 * kb, y, bar);
+    bulk_load(sdst, scale, sc_bytes, bar);
   };
   // This block's o_proj rows: default form, one TMA copy; invariant form, a copy per row pair
   // from warp 0's lanes (FP8: a wgmma tile).
   auto load_o_rows = [&] {
     const int n_rows = static_cast<int>(r5_end - r5_begin);
     if constexpr (kWg) {
-      if (n_rows > 0)
-        load_wg_tile([&](int i) { return static_cast<const unsigned char*>(a.w_o) + (r5_begin + i) * kK5; },
-                     [&](int i) { return a.s_o + (r5_begin + i) * (kK5 / 128); }, n_rows, kK5, sw, sc5);
+      if (n_rows > 0 && t == 0)
+        load_wg_tile(&maps.o, static_cast<int>(r5_begin), a.s_o + r5_begin * (kK5 / 128), kK5, sw, sc5, bar_o);
     } else if constexpr (kInv) {
       if (warp == 0) {
         if (lane == 0) mbar_arrive_expect_tx(bar_o, static_cast<uint32_t>(n_rows * kK5 * 2));
@@ -513,19 +514,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   // P1's rows: default form, one TMA copy from each of W_q and W_kv (and W_UV's slice); the
   // invariant form, a copy per row pair from warp 0's lanes (two where a pair straddles W_q and
   // W_kv). Then the first key tiles.
-  if constexpr (kWg) {
-    const int n_rows = r1_end - r1_begin;
+  if constexpr (kWg) {  // tiles never straddle W_q and W_kv (kQRows % kWgRows == 0)
     const int64_t n_kb = D / 128;
-    auto row = [&](int i) {
-      const int r = r1_begin + i;
-      return r < kQRows ? static_cast<const unsigned char*>(a.w_q) + int64_t{r} * D
-                        : static_cast<const unsigned char*>(a.w_kv) + int64_t{r - kQRows} * D;
-    };
-    auto scale = [&](int i) {
-      const int r = r1_begin + i;
-      return r < kQRows ? a.s_q + r * n_kb : a.s_kv + (r - kQRows) * n_kb;
-    };
-    if (n_rows > 0) load_wg_tile(row, scale, n_rows, static_cast<int>(D), sw, sc1);
+    if (r1_begin < r1_end && t == 0) {
+      if (r1_begin < kQRows)
+        load_wg_tile(&maps.q, r1_begin, a.s_q + r1_begin * n_kb, static_cast<int>(D), sw, sc1, bar_w1);
+      else
+        load_wg_tile(&maps.kv, r1_begin - kQRows, a.s_kv + (r1_begin - kQRows) * n_kb, static_cast<int>(D), sw, sc1,
+                     bar_w1);
+    }
   } else if constexpr (kInv) {
     if (warp == 0) {
       const int n_rows = r1_end - r1_begin;
@@ -613,7 +610,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
     else a.kv[row - kQRows] = y;
   };
   if constexpr (kWg) {
-    if (r1_begin < r1_end) rows_wgmma(sw, sw + L.a1, ssa, sx, r1_end - r1_begin, static_cast<int>(D), sc1, emit1);
+    if (r1_begin < r1_end)
+      rows_wgmma(sw, bar_w1, sw + L.a1, ssa, sx, r1_end - r1_begin, static_cast<int>(D), sc1, emit1);
   } else {
     mbar_wait(bar_w1, 0);
     rows_gemv<kInv, kFp8>(sw, L.pair1, sx, r1_end - r1_begin, static_cast<int>(D), sc1, emit1);
@@ -930,7 +928,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sublayer_kernel(MlaSublayerAr
   __syncthreads();
   auto emit5 = [&](int i, float y) { a.out[r5_begin + i] = y; };
   if constexpr (kWg) {
-    if (r5_begin < r5_end) rows_wgmma(sw, sw + L.a5, ssa, sx, static_cast<int>(r5_end - r5_begin), kK5, sc5, emit5);
+    if (r5_begin < r5_end)
+      rows_wgmma(sw, bar_o, sw + L.a5, ssa, sx, static_cast<int>(r5_end - r5_begin), kK5, sc5, emit5);
   } else {
     mbar_wait(bar_o, 0);
     rows_gemv<kInv, kFp8>(sw, L.pair5, sx, static_cast<int>(r5_end - r5_begin), kK5, sc5, emit5);
@@ -975,7 +974,14 @@ void mla_sublayer(const MlaSublayerArgs& a, cudaStream_t s) {
   (void)attr;
   auto* kernel = inv ? (a.fp8 ? mla_sublayer_kernel<true, true> : mla_sublayer_kernel<true, false>)
                      : (a.fp8 ? mla_sublayer_kernel<false, true> : mla_sublayer_kernel<false, false>);
-  launch_pdl(kernel, dim3(static_cast<unsigned>(G)), dim3(kThreads), l.total, s, a);
+  WgMaps maps{};
+  if (l.wg) {
+    const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    maps.q = tensor_map_2d(a.w_q, u8, 1, kQRows, a.D, 128, kWgRows);
+    maps.kv = tensor_map_2d(a.w_kv, u8, 1, kWidth, a.D, 128, kWgRows);
+    maps.o = tensor_map_2d(a.w_o, u8, 1, a.D, kK5, 128, kWgRows);
+  }
+  launch_pdl(kernel, dim3(static_cast<unsigned>(G)), dim3(kThreads), l.total, s, a, maps);
 }
 
 bool mla_sublayer_invariant_fp8_fits(int64_t D) {
