@@ -159,7 +159,8 @@ void bench_case(int64_t context, int reps, bool invariant, bool fp8, double copy
       "{\"kernel\": \"deepinfer_mla_sublayer\", \"form\": \"%s\", \"D\": %ld, \"H\": %ld, \"context\": %ld, \"us\": %.2f, "
       "\"mb\": %.2f, \"gbps\": %.1f, \"copy_gbps\": %.1f, \"frac_of_copy\": %.3f, "
       "\"marks\": \"entry, issued, waited, P1, B1, P2, B2, P3, B3, P4, B4, exit\", %s}\n",
-      invariant ? (fp8 ? "invariant_fp8" : "invariant") : fp8 ? "fp8" : "default", static_cast<long>(kD), static_cast<long>(kH),
+      invariant ? (fp8 ? "invariant_fp8" : "invariant") : fp8 ? "fp8" : "default", static_cast<long>(kD),
+      static_cast<long>(kH),
       static_cast<long>(context),
       t * 1e6, bytes * 1e-6, bytes / t * 1e-9, copy_bps * 1e-9, bytes / t / copy_bps, tl.c_str());
   std::fflush(stdout);

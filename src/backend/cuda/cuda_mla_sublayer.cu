@@ -57,10 +57,10 @@
 // Shapes: DeepSeek's MLA heads (dn 128, dr 64, r 512, dv 128) with H = 16 (V2 and V2-Lite),
 // D % 256 == 0, bf16 weights (or FP8 q_proj, kv_a_proj and o_proj: in the default form e4m3
 // rows staged with their 128-column block scales and dotted as the FP8 decode GEMV does —
-// rows_gemv —, in the invariant form on wgmma as above; kv_b in bf16), a bf16 cache; one query row of one sequence; G ≥ 128 SMs; the
-// whole layout within 227 KB (mla_sublayer_fits). Deterministic: no atomics on data, every sum
-// in a fixed order; the default form's result depends on the launch only through G, the
-// invariant form's on nothing but the token's inputs.
+// rows_gemv —, in the invariant form on wgmma as above; kv_b in bf16), a bf16 cache; one query
+// row of one sequence; G ≥ 128 SMs; the whole layout within 227 KB (mla_sublayer_fits).
+// Deterministic: no atomics on data, every sum in a fixed order; the default form's result
+// depends on the launch only through G, the invariant form's on nothing but the token's inputs.
 #include "backend/cuda/cuda_chain_dot.cuh"
 #include "backend/cuda/cuda_fp8_quant.cuh"
 #include "backend/cuda/cuda_fp8_widen.cuh"
@@ -335,7 +335,8 @@ __device__ __forceinline__ void rows_wgmma(const unsigned char* bt, uint64_t* ba
 #pragma unroll
     for (int i = 0; i < 16; ++i) fence_operand(p[i]);
     wgmma_fence();
-    const uint32_t oa = static_cast<uint32_t>(kb) * (kWgAtom >> 4), ob = static_cast<uint32_t>(kb) * (kWgRows * 128 >> 4);
+    const uint32_t oa = static_cast<uint32_t>(kb) * (kWgAtom >> 4);          // A: an atom per K block
+    const uint32_t ob = static_cast<uint32_t>(kb) * (kWgRows * 128 >> 4);  // B: a tile per K block
 #pragma unroll
     for (int k = 0; k < 4; ++k) wgmma_m64n32k32_e4m3(p, desc_advance(da, oa + 2 * k), desc_advance(db, ob + 2 * k), k);
     wgmma_commit();
