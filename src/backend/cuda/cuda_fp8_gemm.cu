@@ -122,24 +122,6 @@ __global__ void __launch_bounds__(32 * kQuantWarps)
 // maximum is exact in any order). Run s17-3 had the one-warp forms at 2.3–2.9 TB/s at 4,096
 // tokens (V2-Lite's MoE SiLU·mul-quantize 75 µs a layer).
 constexpr int kG16Groups = 16;  // groups per 256-thread block
-__device__ __forceinline__ void quantize_group8(const float (&v)[8], bool store, uint8_t* q, float* scale) {
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-  for (int o = 8; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float sc = fp8_group_scale(amax);
-  if (store) {
-    uint32_t w[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const __nv_fp8x2_storage_t lo = fp8_codes2(v[4 * h], v[4 * h + 1], sc), hi = fp8_codes2(v[4 * h + 2], v[4 * h + 3], sc);
-      w[h] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-    }
-    *reinterpret_cast<uint2*>(q) = make_uint2(w[0], w[1]);
-    if (threadIdx.x % 16 == 0) *scale = sc;
-  }
-}
 // 8 consecutive values at p as fp32 (p 16-byte aligned: two fp32 or one bf16 16-byte load).
 template <typename InT>
 __device__ __forceinline__ void load8(const InT* p, float (&v)[8]) {

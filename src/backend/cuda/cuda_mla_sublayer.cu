@@ -307,21 +307,7 @@ __device__ __forceinline__ void rows_wgmma(const unsigned char* bt, uint64_t* ba
 #pragma unroll
       for (int i = 0; i < 4; ++i) v[2 * i] = mla::bf16_lo(w[i]), v[2 * i + 1] = mla::bf16_hi(w[i]);
     }
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-    for (int o = 8; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float s = fp8_group_scale(amax);
-    if (live) {
-      uint32_t c[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        c[h] = static_cast<uint32_t>(fp8_codes2(v[4 * h], v[4 * h + 1], s)) |
-               static_cast<uint32_t>(fp8_codes2(v[4 * h + 2], v[4 * h + 3], s)) << 16;
-      *reinterpret_cast<uint2*>(at + g * kWgAtom + 8 * j) = make_uint2(c[0], c[1]);  // row 0: chunks unswizzled
-      if (j == 0) sa[g] = s;
-    }
+    quantize_group8(v, live, at + g * kWgAtom + 8 * j, sa + g);  // row 0 of g's atom: chunks unswizzled
   }
   fence_proxy_async();  // the codes, written through the generic proxy, before wgmma reads them
   __syncthreads();
