@@ -133,7 +133,7 @@ struct CudaState {
   int64_t dense_w8a8_rows = 0;
   bool mla_wgmma = true;  // set_mla_prefill_wgmma; DEEPINFER_CUDA_MLA_WGMMA=0|1
   bool mla_sublayer = true;  // set_mla_sublayer_fused; DEEPINFER_CUDA_MLA_SUBLAYER=0|1
-  // The sublayer kernel's FP8 form for FP8 attention linears (default mode); DEEPINFER_CUDA_MLA_SUBLAYER_FP8=0|1.
+  // The sublayer kernel's FP8 forms for FP8 attention linears (both modes); DEEPINFER_CUDA_MLA_SUBLAYER_FP8=0|1.
   bool mla_sublayer_fp8 = true;
   bool moe_one = true;       // set_moe_one_fused; DEEPINFER_CUDA_MOE_ONE=0|1
   bool moe_one_fp8 = false;  // set_moe_one_fp8; DEEPINFER_CUDA_MOE_ONE_FP8=0|1

@@ -350,8 +350,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
         }
         if constexpr (kFp8) {
           // The rows' nr·nk_b scales are contiguous: copied in 16-byte chunks from the aligned
-          // address at or before the first (off floats before it: down_scale_offset), the last
-          // chunk cut at the run's end.
+          // address at or before the first (off < 4 floats before it; the consumer skips them),
+          // the last chunk cut at the run's end — off + R·nk_b floats within kScaleBytes
+          // (moe_one_fits).
           const int64_t f0 = (e * D + rb) * nk_b, off = f0 % 4, n = off + nr * nk_b;
           const float* src0 = a.w2_scale + (f0 - off);
           for (int64_t c = lane; 4 * c < n; c += 32)
@@ -522,6 +523,9 @@ bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared, bool fp8, i
     if (block_k <= 0 || block_k % kMmaGroup != 0 || D % block_k != 0 || I % block_k != 0 ||
         (D + block_k - 1) / block_k > kMaxBlocksK || (I + block_k - 1) / block_k > kMaxBlocksK)
       return false;
+    // A phase-B stage's scale copy: up to 3 floats before its R rows' scales (the 16-byte aligned
+    // start), all within the stage's scale space.
+    if (3 + Cfg<true>::kRowsB * (I / block_k) > static_cast<int64_t>(Cfg<true>::kScaleBytes / 4)) return false;
     return stages_fit<true>(D, I) && layout<true>(D, I, slots, sm_count()).total <= static_cast<uint32_t>(kOptinSmem);
   }
   return stages_fit<false>(D, I) && layout<false>(D, I, slots, sm_count()).total <= static_cast<uint32_t>(kOptinSmem);
