@@ -11,7 +11,8 @@
 // Does not check results (CudaOps.MoeOneTokenKernelAtV2LiteSizes does).
 // --fp8: e4m3 codes with per-row scales over 128 columns (half the bytes).
 // --chain: bf16 in the batch-invariant mode's arithmetic (MoeOneArgs::chain).
-// Usage: moe_one_bench [--reps 9] [--fp8 | --chain]
+// --w8a8: FP8 in the W8A8 arithmetic (MoeOneArgs::w8a8, cuda::moe_one_w8a8).
+// Usage: moe_one_bench [--reps 9] [--fp8 [--w8a8] | --chain]
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -40,12 +41,14 @@ constexpr int64_t kD = 2048, kI = 1408, kE = 64, kK = 6, kS = 2, kSets = 64, kBl
 int main(int argc, char** argv) {
   CLI::App app{"One-token MoE kernel benchmark (DeepSeek-V2-Lite experts)"};
   int reps = 9;
-  bool fp8 = false, chain = false;
+  bool fp8 = false, chain = false, w8a8 = false;
   app.add_option("--reps", reps, "timed batches (median)");
   auto* f8 = app.add_flag("--fp8", fp8, "FP8 weights (e4m3, per-row scales over 128 columns)");
-  app.add_flag("--chain", chain, "bf16 weights, the batch-invariant mode's one-chain arithmetic")->excludes(f8);
+  auto* ch = app.add_flag("--chain", chain, "bf16 weights, the batch-invariant mode's one-chain arithmetic")->excludes(f8);
+  app.add_flag("--w8a8", w8a8, "FP8 weights in the W8A8 arithmetic (moe_one_w8a8)")->excludes(ch);
   CLI11_PARSE(app, argc, argv);
-  if (!moe_one_fits(kD, kI, kK, kS, fp8, kBlockK, chain)) {
+  fp8 = fp8 || w8a8;
+  if (w8a8 ? !moe_one_w8a8_fits(kD, kI, kK, kS, kBlockK) : !moe_one_fits(kD, kI, kK, kS, fp8, kBlockK, chain)) {
     std::fprintf(stderr, "moe_one_bench: the kernel does not run on this GPU (sm_90a)\n");
     return 2;
   }
@@ -88,6 +91,7 @@ int main(int argc, char** argv) {
     a.block_k = kBlockK;
   }
   a.chain = chain;
+  a.w8a8 = w8a8;
   a.out = static_cast<float*>(out.p);
   a.h = static_cast<float*>(h.p);
   a.counter = static_cast<unsigned long long*>(counter.p);
@@ -97,24 +101,27 @@ int main(int argc, char** argv) {
     c.weights = static_cast<const float*>(weights.p) + (i % kSets) * kK;
     return c;
   };
-  const double t = time_launches([&](int i) { moe_one(args(i), s); }, reps, s);
+  auto launch = [&](const MoeOneArgs& c) { w8a8 ? moe_one_w8a8(c, s) : moe_one(c, s); };
+  const double t = time_launches([&](int i) { launch(args(i)); }, reps, s);
   // The weights, and FP8's scales (until run s27-1 counted for bf16 too: +1.6 %).
   const double bytes = static_cast<double>((kK + kS) * (3 * kD * kI * esz + (fp8 ? (2 * kI * nk13 + kD * nk2) * 4 : 0)));
 
   const int G = sm_count();
-  Dev trace(static_cast<size_t>(G) * kMoeOneMarks * 8);
-  moe_one(args(1), s);
-  moe_one(args(2), s);
+  const int n_marks = w8a8 ? kMoeOneW8a8Marks : kMoeOneMarks;
+  Dev trace(static_cast<size_t>(G) * n_marks * 8);
+  launch(args(1));
+  launch(args(2));
   MoeOneArgs ta = args(3);
   ta.trace = static_cast<unsigned long long*>(trace.p);
-  moe_one(ta, s);
-  const std::string tl = timeline_json(trace.p, G, kMoeOneMarks, s);
+  launch(ta);
+  const std::string tl = timeline_json(trace.p, G, n_marks, s);
   std::printf(
       "{\"kernel\": \"deepinfer_moe_one\", \"weights\": \"%s\", \"D\": %ld, \"I\": %ld, \"slots\": %ld, \"us\": %.2f, \"mb\": %.2f, "
       "\"gbps\": %.1f, \"copy_gbps\": %.1f, \"frac_of_copy\": %.3f, \"marks\": \"entry, issued, waited, "
-      "last A issued, last issued, x staged, first full, A done, barrier, exit\", %s}\n",
-      fp8 ? "fp8" : chain ? "bf16 chain" : "bf16", static_cast<long>(kD), static_cast<long>(kI), static_cast<long>(kK + kS), t * 1e6, bytes * 1e-6,
-      bytes / t * 1e-9, copy_bps * 1e-9, bytes / t / copy_bps, tl.c_str());
+      "last A issued, last issued, x staged, first full, A done, barrier, exit%s\",%s %s}\n",
+      w8a8 ? "fp8 w8a8" : fp8 ? "fp8" : chain ? "bf16 chain" : "bf16", static_cast<long>(kD), static_cast<long>(kI), static_cast<long>(kK + kS), t * 1e6, bytes * 1e-6,
+      bytes / t * 1e-9, copy_bps * 1e-9, bytes / t / copy_bps, w8a8 ? ", h quantized, first B stage" : "",
+      w8a8 ? (moe_one_w8a8_boxes_3d() ? " \"w2_boxes\": \"3-D\"," : " \"w2_boxes\": \"2-D\",") : "", tl.c_str());
   DI_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

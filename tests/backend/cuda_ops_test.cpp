@@ -726,17 +726,23 @@ TEST_F(CudaOps, MoeOneTokenKernelAtV2LiteSizes) {
       EXPECT_EQ(0, std::memcmp(outs[0].raw_data(), outs[1].raw_data(), outs[0].n_bytes())) << dtype_name(dt);
       EXPECT_LT(rel_err(outs[0], outs[2]), 1e-2) << dtype_name(dt);
     }
-    // The batch-invariant mode (bf16): the kernel's chain form (MoeOneArgs::chain) must give the
-    // token exactly the bits the mode's grouped one-chain form gives it alone and as token 3 of
-    // 5 with other routings — the mode's contract, no tolerance — and stay within 1e-2 of the
-    // reference (the bound above).
-    if (!fp8) {
+    // The batch-invariant mode: the kernel's chain form (bf16, MoeOneArgs::chain) or its W8A8
+    // form (FP8, MoeOneArgs::w8a8) must give the token exactly the bits the mode's grouped form
+    // (bf16: one chain; FP8: form 5, W8A8) gives it alone and as token 3 of 5 with other routings
+    // — the mode's contract, no tolerance — and stay near the reference: bf16 within 1e-2 (the
+    // bound above); FP8 within 5e-2, the W8A8 recipe's own error (x and h rounded through e4m3
+    // per 1×128 group, ~2^-4 of an element; gate, up and the expert outputs through bf16).
+    {
       auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
       gpu_->set_batch_invariant(true);
       // The chain form is the one-chain structure's one-token form: on here whatever
       // DEEPINFER_CUDA_INVARIANT_MOE_CHAIN says (gpu_check's switched-on suites set it to 0).
       cuda.set_invariant_moe_one_chain(true);
-      const bool chain_applies = cuda::moe_one_fits(D, I, k, S, false, 0, true);
+      cuda.set_moe_one_w8a8(-1);
+      const int64_t bk = fp8 ? moe.routed[0].gate_proj.block_k : 0;
+      const bool chain_applies = fp8 ? cuda::moe_w8a8_ok(D, I, true, bk) && cuda::moe_one_w8a8_fits(D, I, k, S, bk)
+                                     : cuda::moe_one_fits(D, I, k, S, false, 0, true);
+      const double bound = fp8 ? 5e-2 : 1e-2;
       const int64_t T = 5, at = 3;
       const Tensor xs = randn({T, D});
       Tensor ids_t = Tensor::empty_host(DType::kI32, {T, k}), w_t = Tensor::empty_host(DType::kF32, {T, k});
@@ -764,19 +770,32 @@ TEST_F(CudaOps, MoeOneTokenKernelAtV2LiteSizes) {
         const bool ran = times.size() == 1 && times[0].op == "moe_one";
         EXPECT_EQ(ran, run == 0 && chain_applies) << "invariant run " << run;
         alone[run] = down(d_o);
-        std::printf("[moe one] invariant: %s rel err %.2e\n", ran ? "chain form     " : "grouped, 1 chain",
+        std::printf("[moe one] invariant %s: %s rel err %.2e\n", std::string(dtype_name(dt)).c_str(),
+                    ran ? (fp8 ? "W8A8 form      " : "chain form     ") : (fp8 ? "grouped, form 5" : "grouped, 1 chain"),
                     rel_err(alone[run], ref_o));
-        EXPECT_LT(rel_err(alone[run], ref_o), 1e-2) << "invariant run " << run;
+        EXPECT_LT(rel_err(alone[run], ref_o), bound) << "invariant run " << run;
       }
       cuda.set_moe_one_fused(true);
       Tensor d_batch = dev_empty(DType::kF32, {T, D});
       gpu_->moe_ffn(up(xs), up(ids_t), up(w_t), moe.routed, d_sh, d_batch);
       const Tensor batch = down(d_batch);
       EXPECT_EQ(0, std::memcmp(alone[0].raw_data(), alone[1].raw_data(), alone[0].n_bytes()))
-          << "the chain form differs from the grouped one-chain form";
+          << dtype_name(dt) << ": the one-token form differs from the mode's grouped form";
       EXPECT_EQ(0, std::memcmp(alone[0].raw_data(), batch.data<float>() + at * D, alone[0].n_bytes()))
-          << "the chain form differs from the token's row in a batch";
+          << dtype_name(dt) << ": the one-token form differs from the token's row in a batch";
       gpu_->set_batch_invariant(false);
+      if (fp8 && chain_applies) {  // the default mode with set_moe_one_w8a8(1): the same kernel, the same bits
+        cuda.set_moe_one_w8a8(1);
+        Tensor d_o = dev_empty(DType::kF32, {1, D});
+        gpu_->set_op_timing(true);
+        gpu_->moe_ffn(up(x1), up(ids1), up(w1), moe.routed, d_sh, d_o);
+        const std::vector<OpTime> times = gpu_->take_op_times();
+        gpu_->set_op_timing(false);
+        EXPECT_TRUE(times.size() == 1 && times[0].op == "moe_one") << "default mode, W8A8 on";
+        EXPECT_EQ(0, std::memcmp(alone[0].raw_data(), down(d_o).raw_data(), alone[0].n_bytes()))
+            << "the default mode's W8A8 one-token step differs from the invariant mode's";
+        cuda.set_moe_one_w8a8(-1);
+      }
     }
   }
   dynamic_cast<CudaBackend&>(*gpu_).set_moe_one_fused(true);

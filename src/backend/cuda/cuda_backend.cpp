@@ -137,6 +137,7 @@ struct CudaState {
   bool mla_sublayer_fp8 = true;
   bool moe_one = true;       // set_moe_one_fused; DEEPINFER_CUDA_MOE_ONE=0|1
   bool moe_one_fp8 = false;  // set_moe_one_fp8; DEEPINFER_CUDA_MOE_ONE_FP8=0|1
+  int moe_one_w8a8 = -1;     // set_moe_one_w8a8; DEEPINFER_CUDA_MOE_ONE_W8A8=0|1
   // The persistent kernels' grid-barrier counters (zeroed): [0] cuda::mla_sublayer, [1] cuda::moe_one.
   unsigned long long* grid_counter = nullptr;
   bool invariant_naive = true;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
@@ -263,6 +264,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_MLA_SUBLAYER_FP8", s_->mla_sublayer_fp8);
   read_env_switch("DEEPINFER_CUDA_MOE_ONE", s_->moe_one);
   read_env_switch("DEEPINFER_CUDA_MOE_ONE_FP8", s_->moe_one_fp8);
+  if (bool on = false; read_env_switch("DEEPINFER_CUDA_MOE_ONE_W8A8", on)) s_->moe_one_w8a8 = on ? 1 : 0;
   DI_CUDA_CHECK(cudaMalloc(&s_->grid_counter, 2 * sizeof(unsigned long long)));
   DI_CUDA_CHECK(cudaMemset(s_->grid_counter, 0, 2 * sizeof(unsigned long long)));
   s_->dense_w8a8_rows = kGemvMaxRows;
@@ -322,6 +324,10 @@ void CudaBackend::set_mla_sublayer_fused(bool on) { s_->mla_sublayer = on; }
 
 void CudaBackend::set_moe_one_fused(bool on) { s_->moe_one = on; }
 void CudaBackend::set_moe_one_fp8(bool on) { s_->moe_one_fp8 = on; }
+void CudaBackend::set_moe_one_w8a8(int mode) {
+  DI_CHECK(mode >= -1 && mode <= 1);
+  s_->moe_one_w8a8 = mode;
+}
 
 void CudaBackend::set_invariant_naive_mla(bool on) { s_->invariant_naive = on; }
 
@@ -1564,18 +1570,24 @@ bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weig
   if (x.size(0) != 1 || !s_->moe_one || experts.empty()) return false;
   const DType dt = experts[0].gate_proj.dtype();
   const bool fp8 = dt == DType::kF8E4M3;
-  if (dt != DType::kBF16 && !(fp8 && s_->moe_one_fp8)) return false;
-  // The batch-invariant mode: its bf16 MoE's one-chain arithmetic (MoeOneArgs::chain), the bits
+  // FP8 in the W8A8 arithmetic (MoeOneArgs::w8a8): the batch-invariant mode's FP8 MoE (run_moe's
+  // form 5 at every size, so these are the bits it gives this token in any batch) — and the
+  // default mode's where set_moe_one_w8a8 says so.
+  const bool w8a8 = fp8 && (s_->batch_invariant ? s_->moe_one_w8a8 != 0 : s_->moe_one_w8a8 == 1);
+  if (dt != DType::kBF16 && !w8a8 && !(fp8 && s_->moe_one_fp8)) return false;
+  // The batch-invariant mode's bf16 MoE: its one-chain arithmetic (MoeOneArgs::chain), the bits
   // run_moe gives this token in any batch; its other structures have no one-token form.
-  const bool chain = s_->batch_invariant;
-  if (chain && (fp8 || !s_->moe_one_chain)) return false;
+  const bool chain = s_->batch_invariant && !fp8;
+  if (s_->batch_invariant && (fp8 ? !w8a8 : !s_->moe_one_chain)) return false;
   const int64_t D = x.size(1), I = experts[0].gate_proj.n_out(), k = ids.size(1);
   const int64_t block_k = fp8 ? experts[0].gate_proj.block_k : 0;
   // FP8: per-row scales (block_n 1, as placed), one block_k for both stacks.
   if (fp8 && (experts[0].gate_proj.block_n != 1 || experts[0].down_proj.block_n != 1 ||
               experts[0].down_proj.block_k != block_k))
     return false;
-  if (!cuda::moe_one_fits(D, I, k, S, fp8, block_k, chain)) return false;
+  if (w8a8 ? !(cuda::moe_w8a8_ok(D, I, true, block_k) && cuda::moe_one_w8a8_fits(D, I, k, S, block_k))
+           : !cuda::moe_one_fits(D, I, k, S, fp8, block_k, chain))
+    return false;
   std::vector<const LinearWeight*> w13, w2;
   for (const std::vector<MlpWeights>* list : {&experts, shared_slices}) {
     if (list == nullptr) continue;
@@ -1605,10 +1617,12 @@ bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weig
     a.block_k = block_k;
   }
   a.chain = chain;
+  a.w8a8 = w8a8;
   a.out = dptr<float>(out);
   a.h = dptr<float>(empty(DType::kF32, {(k + S) * I}));
   a.counter = s_->grid_counter + 1;
-  cuda::moe_one(a, s_->stream);
+  if (w8a8) cuda::moe_one_w8a8(a, s_->stream);
+  else cuda::moe_one(a, s_->stream);
   return true;
 }
 

@@ -154,6 +154,11 @@ class CudaBackend : public Backend {
   // tensor-core form runs at 0.41 of the copy rate, slower than the grouped tensor-core GEMVs:
   // docs/perf.md, version 24). Default false; DEEPINFER_CUDA_MOE_ONE_FP8=0|1.
   void set_moe_one_fp8(bool on);
+  // Where FP8 experts at one token take the kernel's W8A8 form (cuda::moe_one_w8a8: the MoE's
+  // W8A8 form's bits, one launch): -1 (the default) in the batch-invariant mode only, whose FP8
+  // MoE is that form at every size; 1 in both modes (the default mode's one-token step then
+  // quantizes x and h as its larger steps do); 0 never. DEEPINFER_CUDA_MOE_ONE_W8A8=0|1.
+  void set_moe_one_w8a8(int mode);
   // The batch-invariant mode's naive MLA form (the kv_b decompression on invariant_gemm, then
   // the flash kernel, whose rows do not depend on their chunk): whether MlaPolicy::kByOrigin may
   // run prompt tokens on it (naive_mla_batch_invariant). On by default since the GPU suite proved
@@ -220,8 +225,8 @@ class CudaBackend : public Backend {
   // buffers in the caller's step-memory scope for the first ensure() to fill.
   RowsFp8Once rows_fp8(const Tensor& x, const QuantizedRows* xq);
   // A one-token step's experts (+ the shared slices, or null) as one persistent kernel
-  // (cuda::moe_one), where it applies (set_moe_one_fused, set_moe_one_fp8); false: nothing
-  // launched.
+  // (cuda::moe_one, or for FP8 in the W8A8 arithmetic cuda::moe_one_w8a8), where it applies
+  // (set_moe_one_fused, set_moe_one_fp8, set_moe_one_w8a8); false: nothing launched.
   bool moe_one(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                const std::vector<MlpWeights>* shared_slices, Tensor& out);
   // moe_experts over `experts`, plus (non-null) the shared slices stacked after them as extra

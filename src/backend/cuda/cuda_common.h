@@ -313,6 +313,10 @@ struct MoeOneArgs {
   // m16n8k16 MMA chain over K in k order, as its bf16 MoE's one-chain small_m_gemm computes it),
   // so a one-token step's output is that mode's bits for the token in any batch.
   bool chain = false;
+  // fp8 only: the W8A8 arithmetic (cuda_moe_one_w8a8.cu: x and h quantized per 1×128 group, the
+  // FP8 wgmma GEMM's MMAs and promotion, bf16 gate | up and expert outputs), so a one-token step's
+  // output is the MoE's W8A8 form's bits (cuda_moe.cu, form 5) for the token in any batch.
+  bool w8a8 = false;
   float* out = nullptr;            // [D]
   float* h = nullptr;              // scratch [(k + n_shared)·I] f32
   unsigned long long* counter = nullptr;  // its grid barrier's (zero at first use, only this kernel's)
@@ -322,11 +326,23 @@ struct MoeOneArgs {
   unsigned long long* trace = nullptr;
 };
 constexpr int kMoeOneMarks = 10;
+// moe_one_w8a8's timeline: kMoeOneMarks, then h quantized (phase B's A ready) and the first
+// phase-B stage done.
+constexpr int kMoeOneW8a8Marks = 12;
 // Whether moe_one serves these sizes (fp8: e4m3 weights with per-row scales over block_k
 // columns; else bf16; chain: MoeOneArgs::chain — bf16, D and I multiples of 64) on this GPU.
 bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared, bool fp8 = false, int64_t block_k = 0,
                   bool chain = false);
 void moe_one(const MoeOneArgs& a, cudaStream_t s);
+// ---- cuda_moe_one_w8a8.cu ----
+// Whether moe_one_w8a8 serves these sizes (e4m3 weights with per-row scales over 128 columns) on
+// this GPU: D a multiple of 512, I of 128, both up to 2048, k + n_shared ≤ 8.
+bool moe_one_w8a8_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared, int64_t block_k);
+// MoeOneArgs with fp8 and w8a8 set: the W8A8 form's bits for the one token, in one launch.
+void moe_one_w8a8(const MoeOneArgs& a, cudaStream_t s);
+// Whether the driver takes moe_one_w8a8's 3-D TMA view of W_down (one box per slot and stage;
+// else a box per K block): a lab fact for moe_one_bench.
+bool moe_one_w8a8_boxes_3d();
 // ---- cuda_sampling.cu ----
 struct SampleRowArgs {
   float temperature;

@@ -52,6 +52,7 @@
 #include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_grid_barrier.cuh"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_moe_one.cuh"
 #include "backend/cuda/cuda_mla_decode.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_sm90.cuh"
@@ -278,15 +279,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
     int64_t my_e = lane >= k && lane < slots ? a.E + (lane - k) : 0;
     bool waited = false;
     for (int64_t q = 0; q < n_a + n_b; ++q) {
-      const int st = static_cast<int>(q % kStages);
-      mbar_wait(&empty[st], static_cast<uint32_t>(((q / kStages) & 1) ^ 1));
-      if (!waited && q >= n_shared_stages) {  // the routed experts come from the previous kernel
-        if (lane == 0) mark(1);
-        pdl_wait();
-        if (lane < k) my_e = a.ids[lane];
-        if (lane == 0) mark(2);
-        waited = true;
-      }
+      const int st = moe_one_producer_turn<kStages>(q, empty, n_shared_stages, a.ids, k, lane, my_e, waited, mark);
       if (q == n_a - 1 && lane == 0) mark(3);
       unsigned char* dst = ring + st * C::kStride;
       float* dsc = reinterpret_cast<float*>(dst + kStageBytes);  // FP8: the stage's rows' scales
@@ -500,12 +493,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
     }
   }
   math_sync();
-  for (int64_t r = t; r < rows; r += 32 * kMath) {
-    float o = 0.0f;
-    for (int64_t s = 0; s < k; ++s) o = fmaf(__ldcg(a.weights + s), ys[s * rows_max + r], o);
-    for (int64_t s = k; s < slots; ++s) o += ys[s * rows_max + r];
-    a.out[j0 + r] = o;
-  }
+  moe_one_combine(ys, rows, rows_max, k, slots, a.weights, a.out + j0, t, 32 * kMath);
   if (t == 0) mark(9);
 #else
   __trap();  // sm_90a only (moe_one_fits)

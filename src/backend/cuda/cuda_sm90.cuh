@@ -406,6 +406,21 @@ inline CUtensorMap tensor_map_2d_strided(const void* base, CUtensorMapDataType t
   DI_CUDA_REQUIRE_MSG(r == CUDA_SUCCESS, "wgmma GEMM: cuTensorMapEncodeTiled rejected the operand");
   return map;
 }
+// A row-major [rows, K] e4m3 matrix (K % 128 == 0) as a 3-D TMA map whose box is box_rows rows of
+// box_kb 128-wide K blocks, landing in shared memory as [box_kb][box_rows][128] with the 128-byte
+// swizzle — each K block's tile of wgmma's B operand, box_kb of them in one copy (K blocks past
+// the matrix read zeros): dims {128, rows, K / 128}, strides {K, 128} bytes (the K blocks'
+// stride under the rows'). False where the driver rejects the view (then: a 2-D map, a box per
+// K block). box_rows, box_kb ≤ 256.
+inline bool tensor_map_kblocks(CUtensorMap* map, const void* base, int64_t rows, int64_t K, int box_rows, int box_kb) {
+  const cuuint64_t dims[3] = {128, static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(K / 128)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(K), 128};
+  const cuuint32_t box[3] = {128, static_cast<cuuint32_t>(box_rows), static_cast<cuuint32_t>(box_kb)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  return tensor_map_encoder()(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(base), dims, strides, box,
+                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
 inline CUtensorMap tensor_map_2d(const void* base, CUtensorMapDataType type, int64_t elem_bytes, int64_t rows,
                                  int64_t cols, int box_cols, int box_rows) {
   return tensor_map_2d_strided(base, type, elem_bytes, rows, cols, cols, box_cols, box_rows);
