@@ -1573,21 +1573,24 @@ bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weig
   // FP8 in the W8A8 arithmetic (MoeOneArgs::w8a8): the batch-invariant mode's FP8 MoE (run_moe's
   // form 5 at every size, so these are the bits it gives this token in any batch) — and the
   // default mode's where set_moe_one_w8a8 says so.
-  const bool w8a8 = fp8 && (s_->batch_invariant ? s_->moe_one_w8a8 != 0 : s_->moe_one_w8a8 == 1);
-  if (dt != DType::kBF16 && !w8a8 && !(fp8 && s_->moe_one_fp8)) return false;
-  // The batch-invariant mode's bf16 MoE: its one-chain arithmetic (MoeOneArgs::chain), the bits
-  // run_moe gives this token in any batch; its other structures have no one-token form.
-  const bool chain = s_->batch_invariant && !fp8;
-  if (s_->batch_invariant && (fp8 ? !w8a8 : !s_->moe_one_chain)) return false;
   const int64_t D = x.size(1), I = experts[0].gate_proj.n_out(), k = ids.size(1);
   const int64_t block_k = fp8 ? experts[0].gate_proj.block_k : 0;
   // FP8: per-row scales (block_n 1, as placed), one block_k for both stacks.
   if (fp8 && (experts[0].gate_proj.block_n != 1 || experts[0].down_proj.block_n != 1 ||
               experts[0].down_proj.block_k != block_k))
     return false;
-  if (w8a8 ? !(cuda::moe_w8a8_ok(D, I, true, block_k) && cuda::moe_one_w8a8_fits(D, I, k, S, block_k))
-           : !cuda::moe_one_fits(D, I, k, S, fp8, block_k, chain))
-    return false;
+  // FP8 in the W8A8 arithmetic (MoeOneArgs::w8a8) where it fits: the batch-invariant mode's FP8
+  // MoE (run_moe's form 5 at every size, so these are the bits it gives this token in any batch;
+  // nothing else gives them) — and the default mode's where set_moe_one_w8a8 says so (else, or
+  // where it does not fit, the FP8 form with set_moe_one_fp8).
+  const bool w8a8 = fp8 && (s_->batch_invariant ? s_->moe_one_w8a8 != 0 : s_->moe_one_w8a8 == 1) &&
+                    cuda::moe_w8a8_ok(D, I, true, block_k) && cuda::moe_one_w8a8_fits(D, I, k, S, block_k);
+  if (dt != DType::kBF16 && !w8a8 && !(fp8 && s_->moe_one_fp8 && !s_->batch_invariant)) return false;
+  // The batch-invariant mode's bf16 MoE: its one-chain arithmetic (MoeOneArgs::chain), the bits
+  // run_moe gives this token in any batch; its other structures have no one-token form.
+  const bool chain = s_->batch_invariant && !fp8;
+  if (chain && !s_->moe_one_chain) return false;
+  if (!w8a8 && !cuda::moe_one_fits(D, I, k, S, fp8, block_k, chain)) return false;
   std::vector<const LinearWeight*> w13, w2;
   for (const std::vector<MlpWeights>* list : {&experts, shared_slices}) {
     if (list == nullptr) continue;
