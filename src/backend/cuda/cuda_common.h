@@ -618,7 +618,9 @@ struct Fp8GemmArgs {
   int64_t splits = 0;  // dense K splits: 0 by size, ≥ 1 forced (clamped to ceil(K/128))
   // The wgmma form only: blocks per cluster, each loading 1/cluster of every A tile and
   // multicasting it to the others (their column tiles are adjacent: the same rows, half the A
-  // traffic from L2); 0: the form's default; 1 or 2 forced. The bits do not depend on it.
+  // traffic from L2); 0: the form's default (2 for dense GEMMs of ≥ 2,048 rows and an even count of
+  // 128-column tiles or at least 16, else 1: cuda_fp8_wgmma.cu); 1 or 2 forced. The bits do not
+  // depend on it.
   int cluster = 0;
   // The wgmma form, dense with one-block clusters: w (and w_scale) are never written by a kernel
   // (placed weights), so each block's first stages of W may be fetched before its PDL wait,

@@ -25,8 +25,17 @@ constexpr int kBN = 128;        // columns per block: one weight scale block
 constexpr int kBK = 128;        // K per stage: one scale block (128 bytes of e4m3 per row)
 constexpr int kStages = 5;      // stages in the shared-memory ring (6 leave no room for the output staging)
 constexpr int kMathGroups = 2;  // warpgroups issuing wgmma; one more warpgroup loads
-// Blocks per cluster sharing each A tile by TMA multicast when Fp8GemmArgs::cluster is 0.
-constexpr int kDefaultCluster = 1;
+// Blocks per cluster sharing each A tile by TMA multicast when Fp8GemmArgs::cluster is 0: 2 for
+// dense GEMMs of at least kClusterMinRows rows whose column tiles pair up (an even count) or are
+// many (kClusterMinTiles: an idle second block in the last cluster costs little), else 1.
+// Measured (runs s31-7, s31-8: the dense V2-Lite and V3 shapes at 2,048 / 4,096 / 16,384 rows,
+// each cluster size against torch's blockwise scaled_mm in the same run): two-block clusters
+// faster at 26 of the 30 points of those shapes (e.g. V3 o_proj at 4,096 rows 0.92 → 1.00 of
+// torch, V3 q_a_proj at 16,384 0.93 → 0.99, V2-Lite's layer-0 gate | up 0.86 → 0.91), while
+// kv_a_proj's five column tiles (N = 576) lost at 16,384 rows (0.95 → 0.77: a sixth of the blocks
+// idle) — docs/perf.md version 28.
+constexpr int64_t kClusterMinRows = 2048;
+constexpr int64_t kClusterMinTiles = 16;
 constexpr int kThreads = 128 * (kMathGroups + 1);
 // Registers per thread after the reallocation (setmaxnreg): the launch reserves 168 per thread
 // (65,536 / 384, rounded down to 8); the loader warpgroup gives some back, the math warpgroups
@@ -655,7 +664,8 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
 // kCluster = 2: the blocks of a cluster take adjacent column tiles of one row tile and each
 // loads half of its A tile, multicast to both (load_tiles); a stage's release is one arrival
 // per math warp of both blocks. Half the A traffic from L2, the same bits; not faster on the
-// H200 at the model's shapes (version 11), so the default is 1.
+// H200 at the model's shapes in version 11, faster at V3's dense ones from 4,096 rows in run
+// s31-7 (kClusterMinRows: where the default takes it).
 // Shared memory: kStages × (A [kBM][128] | W [kBN][128]) e4m3 — rows of 128 bytes, 16-byte chunk c
 // of row r at chunk c ^ (r % 8) (TMA's 128-byte swizzle, which wgmma's descriptor reads) — the
 // math warpgroups' output staging (2 × 16 KB), full[kStages], empty[kStages] mbarriers, the
@@ -871,16 +881,20 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   p.c_vec = vec_ok(p.c, p.ldc) && vec_ok(p.c2, p.ldc2);
   p.offsets = a.offsets;
   p.E = grouped ? a.E : 1;
-  p.w_early = a.w_stable && !grouped && (a.cluster == 0 ? kDefaultCluster : a.cluster) == 1;
+  const int64_t col_tiles = (a.N + kBN - 1) / kBN;
+  const int cluster =
+      a.cluster > 0 ? a.cluster
+      : !grouped && a.M >= kClusterMinRows && (col_tiles % 2 == 0 || col_tiles >= kClusterMinTiles) ? 2
+                                                                                                      : 1;  // (above)
+  p.w_early = a.w_stable && !grouped && cluster == 1;
   p.idle_skip = a.idle_skip;
   p.stagger = a.stagger;
   const int64_t w_rows = p.E * a.N;
   DI_CUDA_REQUIRE_MSG(a.M < (int64_t{1} << 31) && w_rows < (int64_t{1} << 31), "fp8 wgmma GEMM: too many rows");
-  const int cluster = a.cluster > 0 ? a.cluster : kDefaultCluster;
   DI_CUDA_REQUIRE_MSG(cluster == 1 || cluster == 2, "fp8 wgmma GEMM: cluster must be 0, 1 or 2");
   const CUtensorMap ma = e4m3_map(a.a, a.M, a.K, kBM / cluster), mw = e4m3_map(a.w, w_rows, a.K, kBN);
   p.n_row_tiles = grouped ? (a.M + kBM - 1) / kBM + std::min(a.E, a.M) : (a.M + kBM - 1) / kBM;
-  const int64_t col_groups = ((a.N + kBN - 1) / kBN + cluster - 1) / cluster;
+  const int64_t col_groups = (col_tiles + cluster - 1) / cluster;
   const int64_t tiles = p.n_row_tiles * col_groups;  // cluster tiles
   const bool f32 = a.c_elem == Elem::kF32, rows = a.block_n == 1 && !a.w_scale_uniform;
   // C as a TMA map of [64 rows][128 bytes] boxes (rows clip at M, columns at N), where TMA can
