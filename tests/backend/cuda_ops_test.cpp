@@ -731,7 +731,8 @@ TEST_F(CudaOps, MoeOneTokenKernelAtV2LiteSizes) {
     // (bf16: one chain; FP8: form 5, W8A8) gives it alone and as token 3 of 5 with other routings
     // — the mode's contract, no tolerance — and stay near the reference: bf16 within 1e-2 (the
     // bound above); FP8 within 5e-2, the W8A8 recipe's own error (x and h rounded through e4m3
-    // per 1×128 group, ~2^-4 of an element; gate, up and the expert outputs through bf16).
+    // per 1×128 group, ~2^-4 of an element; gate, up and the expert outputs through bf16: 4.3e-2
+    // measured for form 5 and the kernel alike, runs s31-1…6, on these seeded inputs).
     {
       auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
       gpu_->set_batch_invariant(true);
@@ -740,7 +741,7 @@ TEST_F(CudaOps, MoeOneTokenKernelAtV2LiteSizes) {
       cuda.set_invariant_moe_one_chain(true);
       cuda.set_moe_one_w8a8(-1);
       const int64_t bk = fp8 ? moe.routed[0].gate_proj.block_k : 0;
-      const bool chain_applies = fp8 ? cuda::moe_w8a8_ok(D, I, true, bk) && cuda::moe_one_w8a8_fits(D, I, k, S, bk)
+      const bool one_applies = fp8 ? cuda::moe_w8a8_ok(D, I, true, bk) && cuda::moe_one_w8a8_fits(D, I, k, S, bk)
                                      : cuda::moe_one_fits(D, I, k, S, false, 0, true);
       const double bound = fp8 ? 5e-2 : 1e-2;
       const int64_t T = 5, at = 3;
@@ -768,7 +769,7 @@ TEST_F(CudaOps, MoeOneTokenKernelAtV2LiteSizes) {
         const std::vector<OpTime> times = gpu_->take_op_times();
         gpu_->set_op_timing(false);
         const bool ran = times.size() == 1 && times[0].op == "moe_one";
-        EXPECT_EQ(ran, run == 0 && chain_applies) << "invariant run " << run;
+        EXPECT_EQ(ran, run == 0 && one_applies) << "invariant run " << run;
         alone[run] = down(d_o);
         std::printf("[moe one] invariant %s: %s rel err %.2e\n", std::string(dtype_name(dt)).c_str(),
                     ran ? (fp8 ? "W8A8 form      " : "chain form     ") : (fp8 ? "grouped, form 5" : "grouped, 1 chain"),
@@ -784,7 +785,7 @@ TEST_F(CudaOps, MoeOneTokenKernelAtV2LiteSizes) {
       EXPECT_EQ(0, std::memcmp(alone[0].raw_data(), batch.data<float>() + at * D, alone[0].n_bytes()))
           << dtype_name(dt) << ": the one-token form differs from the token's row in a batch";
       gpu_->set_batch_invariant(false);
-      if (fp8 && chain_applies) {  // the default mode with set_moe_one_w8a8(1): the same kernel, the same bits
+      if (fp8 && one_applies) {  // the default mode with set_moe_one_w8a8(1): the same kernel, the same bits
         cuda.set_moe_one_w8a8(1);
         Tensor d_o = dev_empty(DType::kF32, {1, D});
         gpu_->set_op_timing(true);

@@ -1570,9 +1570,6 @@ bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weig
   if (x.size(0) != 1 || !s_->moe_one || experts.empty()) return false;
   const DType dt = experts[0].gate_proj.dtype();
   const bool fp8 = dt == DType::kF8E4M3;
-  // FP8 in the W8A8 arithmetic (MoeOneArgs::w8a8): the batch-invariant mode's FP8 MoE (run_moe's
-  // form 5 at every size, so these are the bits it gives this token in any batch) — and the
-  // default mode's where set_moe_one_w8a8 says so.
   const int64_t D = x.size(1), I = experts[0].gate_proj.n_out(), k = ids.size(1);
   const int64_t block_k = fp8 ? experts[0].gate_proj.block_k : 0;
   // FP8: per-row scales (block_n 1, as placed), one block_k for both stacks.

@@ -882,10 +882,8 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   p.offsets = a.offsets;
   p.E = grouped ? a.E : 1;
   const int64_t col_tiles = (a.N + kBN - 1) / kBN;
-  const int cluster =
-      a.cluster > 0 ? a.cluster
-      : !grouped && a.M >= kClusterMinRows && (col_tiles % 2 == 0 || col_tiles >= kClusterMinTiles) ? 2
-                                                                                                      : 1;  // (above)
+  const bool pairs = !grouped && a.M >= kClusterMinRows && (col_tiles % 2 == 0 || col_tiles >= kClusterMinTiles);
+  const int cluster = a.cluster > 0 ? a.cluster : pairs ? 2 : 1;  // the default: kClusterMinRows' comment
   p.w_early = a.w_stable && !grouped && cluster == 1;
   p.idle_skip = a.idle_skip;
   p.stagger = a.stagger;
