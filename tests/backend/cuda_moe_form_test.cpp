@@ -96,6 +96,46 @@ TEST(CudaMoeForm, ForcedFormsFallBackToTiledWhereTheyDoNotFit) {
   EXPECT_EQ(moe_form(q), 0);
 }
 
+// The one-token kernel's form (cuda::moe_one_form): each mode takes only the forms whose bits it
+// promises — the invariant mode the chain form (bf16) or the W8A8 form (FP8: form 5's bits,
+// bitwise-tested on the GPU by CudaOps.MoeOneTokenKernelAtV2LiteSizes), never the FP8 form's
+// f16-MMA dots — and the switches act as documented (cuda_backend.h).
+TEST(CudaMoeForm, OneTokenKernelFormByModeAndSwitches) {
+  using cuda::MoeOneForm;
+  using cuda::MoeOneQuery;
+  using cuda::moe_one_form;
+  MoeOneQuery bf16;
+  bf16.bf16_fits = bf16.chain_fits = true;
+  EXPECT_EQ(moe_one_form(bf16), MoeOneForm::kBf16);
+  bf16.batch_invariant = true;
+  EXPECT_EQ(moe_one_form(bf16), MoeOneForm::kChain);
+  bf16.chain_on = false;
+  EXPECT_EQ(moe_one_form(bf16), MoeOneForm::kNone) << "the invariant K structure has no one-token form";
+  bf16.batch_invariant = false;
+  bf16.enabled = false;
+  EXPECT_EQ(moe_one_form(bf16), MoeOneForm::kNone);
+
+  MoeOneQuery fp8;
+  fp8.fp8 = true;
+  fp8.fp8_fits = fp8.w8a8_fits = true;
+  EXPECT_EQ(moe_one_form(fp8), MoeOneForm::kNone) << "default mode: the grouped GEMVs unless switched";
+  fp8.fp8_on = true;
+  EXPECT_EQ(moe_one_form(fp8), MoeOneForm::kFp8);
+  fp8.w8a8 = 1;
+  EXPECT_EQ(moe_one_form(fp8), MoeOneForm::kW8a8);
+  fp8.w8a8_fits = false;
+  EXPECT_EQ(moe_one_form(fp8), MoeOneForm::kFp8) << "a W8A8 request that does not fit falls back";
+  fp8.batch_invariant = true;
+  EXPECT_EQ(moe_one_form(fp8), MoeOneForm::kNone) << "the invariant mode never takes the FP8 form";
+  fp8.w8a8_fits = true;
+  for (int w8a8 : {-1, 1}) {
+    fp8.w8a8 = w8a8;
+    EXPECT_EQ(moe_one_form(fp8), MoeOneForm::kW8a8) << w8a8;
+  }
+  fp8.w8a8 = 0;
+  EXPECT_EQ(moe_one_form(fp8), MoeOneForm::kNone);
+}
+
 }  // namespace
 }  // namespace deepinfer
 #else

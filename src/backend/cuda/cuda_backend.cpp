@@ -1567,27 +1567,31 @@ bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weig
                           const std::vector<MlpWeights>& experts, const std::vector<MlpWeights>* shared_slices,
                           Tensor& out) {
   const int64_t S = shared_slices != nullptr ? static_cast<int64_t>(shared_slices->size()) : 0;
-  if (x.size(0) != 1 || !s_->moe_one || experts.empty()) return false;
+  if (x.size(0) != 1 || experts.empty()) return false;
   const DType dt = experts[0].gate_proj.dtype();
   const bool fp8 = dt == DType::kF8E4M3;
+  if (dt != DType::kBF16 && !fp8) return false;
   const int64_t D = x.size(1), I = experts[0].gate_proj.n_out(), k = ids.size(1);
   const int64_t block_k = fp8 ? experts[0].gate_proj.block_k : 0;
   // FP8: per-row scales (block_n 1, as placed), one block_k for both stacks.
   if (fp8 && (experts[0].gate_proj.block_n != 1 || experts[0].down_proj.block_n != 1 ||
               experts[0].down_proj.block_k != block_k))
     return false;
-  // FP8 in the W8A8 arithmetic (MoeOneArgs::w8a8) where it fits: the batch-invariant mode's FP8
-  // MoE (run_moe's form 5 at every size, so these are the bits it gives this token in any batch;
-  // nothing else gives them) — and the default mode's where set_moe_one_w8a8 says so (else, or
-  // where it does not fit, the FP8 form with set_moe_one_fp8).
-  const bool w8a8 = fp8 && (s_->batch_invariant ? s_->moe_one_w8a8 != 0 : s_->moe_one_w8a8 == 1) &&
-                    cuda::moe_w8a8_ok(D, I, true, block_k) && cuda::moe_one_w8a8_fits(D, I, k, S, block_k);
-  if (dt != DType::kBF16 && !w8a8 && !(fp8 && s_->moe_one_fp8 && !s_->batch_invariant)) return false;
-  // The batch-invariant mode's bf16 MoE: its one-chain arithmetic (MoeOneArgs::chain), the bits
-  // run_moe gives this token in any batch; its other structures have no one-token form.
-  const bool chain = s_->batch_invariant && !fp8;
-  if (chain && !s_->moe_one_chain) return false;
-  if (!w8a8 && !cuda::moe_one_fits(D, I, k, S, fp8, block_k, chain)) return false;
+  // The form by the mode, the switches and what fits (cuda_moe_form.h).
+  cuda::MoeOneQuery q;
+  q.fp8 = fp8;
+  q.batch_invariant = s_->batch_invariant;
+  q.enabled = s_->moe_one, q.fp8_on = s_->moe_one_fp8, q.chain_on = s_->moe_one_chain, q.w8a8 = s_->moe_one_w8a8;
+  if (fp8) {
+    q.fp8_fits = cuda::moe_one_fits(D, I, k, S, true, block_k);
+    q.w8a8_fits = cuda::moe_w8a8_ok(D, I, true, block_k) && cuda::moe_one_w8a8_fits(D, I, k, S, block_k);
+  } else {
+    q.bf16_fits = cuda::moe_one_fits(D, I, k, S);
+    q.chain_fits = cuda::moe_one_fits(D, I, k, S, false, 0, true);
+  }
+  const cuda::MoeOneForm form = cuda::moe_one_form(q);
+  if (form == cuda::MoeOneForm::kNone) return false;
+  const bool chain = form == cuda::MoeOneForm::kChain, w8a8 = form == cuda::MoeOneForm::kW8a8;
   std::vector<const LinearWeight*> w13, w2;
   for (const std::vector<MlpWeights>* list : {&experts, shared_slices}) {
     if (list == nullptr) continue;

@@ -27,4 +27,15 @@ int moe_form(const MoeFormQuery& q) {
   return form == 2 && q.capturing ? 0 : form;
 }
 
+MoeOneForm moe_one_form(const MoeOneQuery& q) {
+  if (!q.enabled) return MoeOneForm::kNone;
+  if (q.fp8) {
+    if ((q.batch_invariant ? q.w8a8 != 0 : q.w8a8 == 1) && q.w8a8_fits) return MoeOneForm::kW8a8;
+    if (q.batch_invariant) return MoeOneForm::kNone;  // nothing else gives the mode's FP8 bits
+    return q.fp8_on && q.fp8_fits ? MoeOneForm::kFp8 : MoeOneForm::kNone;
+  }
+  if (q.batch_invariant) return q.chain_on && q.chain_fits ? MoeOneForm::kChain : MoeOneForm::kNone;
+  return q.bf16_fits ? MoeOneForm::kBf16 : MoeOneForm::kNone;
+}
+
 }  // namespace deepinfer::cuda

@@ -53,4 +53,25 @@ struct MoeFormQuery {
 // every expert), else tiled. Default: the rules above; never form 2 while capturing.
 int moe_form(const MoeFormQuery& q);
 
+// Which persistent kernel a one-token MoE step runs instead of the grouped forms
+// (CudaBackend::moe_one; cuda_moe_one.cu, cuda_moe_one_w8a8.cu): none, bf16, the chain form (the
+// batch-invariant mode's bf16 arithmetic), the FP8 form (CUDA-core / f16-MMA dots: the default
+// mode only, opt-in), or the W8A8 form (form 5's bits: the invariant mode's FP8 MoE, or the
+// default mode's where asked).
+enum class MoeOneForm { kNone, kBf16, kChain, kFp8, kW8a8 };
+struct MoeOneQuery {
+  bool fp8 = false;  // e4m3 experts (else bf16)
+  bool batch_invariant = false;
+  // The backend's switches: set_moe_one_fused, set_moe_one_fp8, set_moe_one_w8a8 (−1: the
+  // invariant mode only, 1 both modes, 0 never), set_invariant_moe_one_chain.
+  bool enabled = true, fp8_on = false, chain_on = true;
+  int w8a8 = -1;
+  // What the sizes and the GPU allow for each form (moe_one_fits; for W8A8 also moe_w8a8_ok).
+  bool bf16_fits = false, chain_fits = false, fp8_fits = false, w8a8_fits = false;
+};
+// The form. The invariant mode takes only a form with its bits (chain for bf16, W8A8 for FP8),
+// else none; a default-mode W8A8 request that does not fit falls back to the FP8 form where that
+// is on.
+MoeOneForm moe_one_form(const MoeOneQuery& q);
+
 }  // namespace deepinfer::cuda
