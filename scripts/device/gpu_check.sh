@@ -36,8 +36,8 @@ run cuda_runtime_absorbed env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_INVARIAN
   --gtest_filter='LLMEngine.BatchInvariant*:LLMEngine.ChunkedPrefill*:LLMEngine.PrefixCache*:LLMEngine.Preemption*:LLMEngine.SecondTurn*'
 # The backend's switches away from their defaults (docs/perf.md, versions 16–18): the FP8
 # GLU-quantize epilogue, the invariant mode's tiled router, the W8A8 GEMM's early weights, the
-# grouped FP8 GEMM's staggered warpgroups and 2-block FP8 clusters on (measured no faster, off
-# by default), the invariant bf16 MoE's K-split structure instead of one K chain (the default
+# grouped FP8 GEMM's staggered warpgroups on (measured no faster, off by default), 2-block FP8
+# clusters for every wgmma GEMM (the default: dense ones from 2,048 rows only), the invariant bf16 MoE's K-split structure instead of one K chain (the default
 # since version 16) and the invariant router's two-launch form (the one-launch form is the
 # default since version 18), and the one-token MoE kernel's FP8 form (version 23, off: slower).
 # Their own tests set them; here the model-level suites run with them.
