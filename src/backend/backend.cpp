@@ -110,6 +110,15 @@ void Backend::matmul_parts(const Tensor& x, const std::vector<const LinearWeight
   for (size_t i = 0; i < w.size(); ++i) matmul(x, 0, *w[i], *out[i]);
 }
 
+void Backend::add_rms_norm_route(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps, Tensor& out,
+                                 QuantizedRows& xq, const LinearWeight& router, const RouterParams& p, Tensor& ids,
+                                 Tensor& weights) {
+  add_rms_norm_quantized(residual, delta, norm, eps, out, xq);
+  Tensor logits = empty(DType::kF32, {out.size(0), router.n_out()});  // [T, E] fp32, like the references
+  matmul(out, 0, router, logits);
+  moe_route(logits, p, ids, weights);
+}
+
 void Backend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                       const SharedExperts& shared, Tensor& out, const QuantizedRows* xq) {
   (void)xq;

@@ -244,6 +244,14 @@ class Backend {
   // lower id) and weights [T, top_k] F32 (unbiased scores, optionally renormalized, × scale).
   virtual void moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) = 0;
 
+  // A MoE layer's input: add_rms_norm_quantized(residual, delta, norm, eps, out, xq), then the
+  // router's logits = out · routerᵀ (matmul; router F32 [E, D]) and moe_route(logits, p, ids,
+  // weights). A backend may run the three as one launch (the CUDA backend at one token, in the
+  // batch-invariant mode's arithmetic). Default: the three ops.
+  virtual void add_rms_norm_route(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps, Tensor& out,
+                                  QuantizedRows& xq, const LinearWeight& router, const RouterParams& p, Tensor& ids,
+                                  Tensor& weights);
+
   // out[t] = Σ_j weights[t, j] · expert_{ids[t, j]}(x[t]), summed in j order.
   // x [T, D] F32; ids/weights [T, k]; out [T, D] F32.
   virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,

@@ -1280,6 +1280,75 @@ TEST_F(CudaOps, NormQuantizedRowsFeedTheW8a8Consumers) {
   }
   gpu_->set_batch_invariant(false);
 }
+
+// add_rms_norm_route at one token: cuda::norm_route's one launch against the three ops
+// (add_rms_norm_quantized, the fp32 router matmul, moe_route) on the same backend. In the
+// batch-invariant mode the three ops are the arithmetic the kernel reproduces (the norm's
+// vectorized kernel, gemm_f32_ordered, the route kernel): every output bitwise — the residual,
+// the normed row, its quantized rows (none, e4m3, bf16), ids and weights. In the default mode
+// the router is the fp32 GEMV (another summation order): the norm's outputs bitwise, the ids
+// equal (random logits: no near ties) and the weights within 1e-5 (fp32 rounding of the logits).
+// Shapes: V2-Lite's (D 2,048, 64 experts, softmax, greedy top-6), V3's (7,168, 256, sigmoid,
+// noaux_tc over 8 groups, a bias) and a small one with a partial block of experts (66, 6 groups).
+// Cases run back to back, so a counter left non-zero by one launch would break the next.
+TEST_F(CudaOps, NormRouteEqualsTheThreeOps) {
+  struct Case { int64_t D, E; ScoringFunc f; TopkMethod m; int64_t groups, topk_group, k; bool norm, bias; };
+  auto& cuda_b = dynamic_cast<CudaBackend&>(*gpu_);
+  for (const Case& c : {Case{2048, 64, ScoringFunc::kSoftmax, TopkMethod::kGreedy, 1, 1, 6, false, false},
+                        Case{7168, 256, ScoringFunc::kSigmoid, TopkMethod::kNoauxTc, 8, 4, 8, true, true},
+                        Case{256, 66, ScoringFunc::kSoftmax, TopkMethod::kGroupLimitedGreedy, 6, 3, 6, true, false}})
+    for (const int q_kind : {0, 1, 2})
+      for (const bool invariant : {true, false}) {
+        const std::string what = "D=" + std::to_string(c.D) + " E=" + std::to_string(c.E) +
+                                 " rows=" + std::to_string(q_kind) + (invariant ? " invariant" : " default");
+        gpu_->set_batch_invariant(invariant);
+        const Tensor res = randn({1, c.D}, 3.0f), d_delta = up(randn({1, c.D}));
+        const Tensor d_norm = gpu_->place_tensor(randn({c.D}, 0.3f));
+        const LinearWeight router = gpu_->place_linear_fp32(host_linear(c.E, c.D, DType::kF32));
+        ASSERT_EQ(router.dtype(), DType::kF32);
+        const Tensor d_bias = gpu_->place_tensor(randn({c.E}, 0.1f));
+        RouterParams p;
+        p.scoring_func = c.f;
+        p.topk_method = c.m;
+        p.n_group = c.groups;
+        p.topk_group = c.topk_group;
+        p.top_k = c.k;
+        p.norm_topk_prob = c.norm;
+        p.routed_scaling_factor = 2.5f;
+        p.correction_bias = c.bias ? d_bias.data<float>() : nullptr;
+        struct Out { Tensor res, x, ids, w; QuantizedRows xq; };
+        Out o[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          Out& r = o[fused];
+          r.res = up(res);
+          r.x = dev_empty(DType::kF32, {1, c.D});
+          r.ids = dev_empty(DType::kI32, {1, c.k});
+          r.w = dev_empty(DType::kF32, {1, c.k});
+          if (q_kind == 1) r.xq = {dev_empty(DType::kU8, {1, c.D}), dev_empty(DType::kF32, {1, c.D / 128})};
+          if (q_kind == 2) r.xq = {dev_empty(DType::kBF16, {1, c.D}), Tensor()};
+          cuda_b.set_norm_route_fused(fused == 1);
+          gpu_->set_op_timing(true);
+          gpu_->add_rms_norm_route(r.res, d_delta, d_norm, 1e-6f, r.x, r.xq, router, p, r.ids, r.w);
+          const std::vector<OpTime> times = gpu_->take_op_times();
+          gpu_->set_op_timing(false);
+          ASSERT_FALSE(times.empty()) << what;
+          EXPECT_EQ(times.size() == 1 && times[0].op == "add_rms_norm_route", fused == 1) << what;
+        }
+        cuda_b.set_norm_route_fused(true);
+        std::vector<std::pair<Tensor, Tensor>> same = {{o[0].res, o[1].res}, {o[0].x, o[1].x}, {o[0].ids, o[1].ids}};
+        if (q_kind != 0) same.push_back({o[0].xq.codes, o[1].xq.codes});
+        if (q_kind == 1) same.push_back({o[0].xq.scales, o[1].xq.scales});
+        if (invariant) same.push_back({o[0].w, o[1].w});
+        for (const auto& [a, b] : same) {
+          const Tensor ha = down(a), hb = down(b);
+          EXPECT_EQ(std::memcmp(ha.raw_data(), hb.raw_data(), ha.n_bytes()), 0) << what;
+        }
+        if (!invariant) {
+          EXPECT_LT(rel_err(down(o[1].w), down(o[0].w)), 1e-5) << what;
+        }
+      }
+  gpu_->set_batch_invariant(false);
+}
 #endif
 
 // Random paged layout for sequences (q_len, kv_len): pages shuffled over the pool.

@@ -138,7 +138,10 @@ struct CudaState {
   bool moe_one = true;       // set_moe_one_fused; DEEPINFER_CUDA_MOE_ONE=0|1
   bool moe_one_fp8 = false;  // set_moe_one_fp8; DEEPINFER_CUDA_MOE_ONE_FP8=0|1
   int moe_one_w8a8 = -1;     // set_moe_one_w8a8; DEEPINFER_CUDA_MOE_ONE_W8A8=0|1
-  // The persistent kernels' grid-barrier counters (zeroed): [0] cuda::mla_sublayer, [1] cuda::moe_one.
+  // A MoE layer's input at one token in one launch (set_norm_route_fused); DEEPINFER_CUDA_NORM_ROUTE=0|1.
+  bool norm_route = true;
+  // Zeroed counters: [0] cuda::mla_sublayer's and [1] cuda::moe_one's grid barriers, [2]
+  // cuda::norm_route's arrivals.
   unsigned long long* grid_counter = nullptr;
   bool invariant_naive = true;  // set_invariant_naive_mla; DEEPINFER_CUDA_INVARIANT_NAIVE=0|1
   bool fp8_glu = false;          // set_fp8_glu_fused; DEEPINFER_CUDA_FP8_GLU=0|1
@@ -265,8 +268,9 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_MOE_ONE", s_->moe_one);
   read_env_switch("DEEPINFER_CUDA_MOE_ONE_FP8", s_->moe_one_fp8);
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_MOE_ONE_W8A8", on)) s_->moe_one_w8a8 = on ? 1 : 0;
-  DI_CUDA_CHECK(cudaMalloc(&s_->grid_counter, 2 * sizeof(unsigned long long)));
-  DI_CUDA_CHECK(cudaMemset(s_->grid_counter, 0, 2 * sizeof(unsigned long long)));
+  read_env_switch("DEEPINFER_CUDA_NORM_ROUTE", s_->norm_route);
+  DI_CUDA_CHECK(cudaMalloc(&s_->grid_counter, 3 * sizeof(unsigned long long)));
+  DI_CUDA_CHECK(cudaMemset(s_->grid_counter, 0, 3 * sizeof(unsigned long long)));
   s_->dense_w8a8_rows = kGemvMaxRows;
   read_env_int("DEEPINFER_CUDA_FP8_W8A8_ROWS", 0, int64_t{1} << 40, 1, s_->dense_w8a8_rows);
   if (int64_t form = -1; read_env_int("DEEPINFER_CUDA_MOE_FORM", 0, 5, 1, form)) s_->moe_gemm = static_cast<int>(form);
@@ -324,6 +328,7 @@ void CudaBackend::set_mla_sublayer_fused(bool on) { s_->mla_sublayer = on; }
 
 void CudaBackend::set_moe_one_fused(bool on) { s_->moe_one = on; }
 void CudaBackend::set_moe_one_fp8(bool on) { s_->moe_one_fp8 = on; }
+void CudaBackend::set_norm_route_fused(bool on) { s_->norm_route = on; }
 void CudaBackend::set_moe_one_w8a8(int mode) {
   DI_CHECK(mode >= -1 && mode <= 1);
   s_->moe_one_w8a8 = mode;
@@ -1178,6 +1183,66 @@ void CudaBackend::add(Tensor& out, const Tensor& x) {
 }
 
 namespace {
+// The routing rule and outputs of moe_route's kernel (logits and T left to the caller).
+cuda::RouteArgs route_args(const RouterParams& p, int64_t E, Tensor& ids, Tensor& weights) {
+  cuda::RouteArgs a{};
+  a.bias = p.correction_bias;
+  a.E = E;
+  a.n_group = p.n_group;
+  a.topk_group = p.topk_group;
+  a.top_k = p.top_k;
+  a.scoring = p.scoring_func == ScoringFunc::kSoftmax ? 0 : 1;
+  a.method = p.topk_method == TopkMethod::kGreedy ? 0 : p.topk_method == TopkMethod::kGroupLimitedGreedy ? 1 : 2;
+  a.norm_topk_prob = p.norm_topk_prob;
+  a.scale = p.routed_scaling_factor;
+  a.ids = dptr<int32_t>(ids);
+  a.weights = dptr<float>(weights);
+  return a;
+}
+}  // namespace
+
+void CudaBackend::add_rms_norm_route(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps, Tensor& out,
+                                     QuantizedRows& xq, const LinearWeight& router, const RouterParams& p, Tensor& ids,
+                                     Tensor& weights) {
+  const int64_t T = residual.size(0), D = residual.size(1), E = router.n_out();
+  const int q_kind = !xq.defined() ? 0 : xq.codes.dtype() == DType::kU8 ? 1 : 2;
+  auto aligned = [](const void* ptr, uintptr_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; };
+  // The op path's norm at one row is add_rms_norm's vectorized kernel exactly where these hold.
+  const bool fits = s_->norm_route && T == 1 && router.dtype() == DType::kF32 && router.n_in() == D &&
+                    cuda::norm_route_ok(D, E, p.n_group, p.top_k, q_kind) && aligned(residual.raw_data(), 16) &&
+                    aligned(delta.raw_data(), 16) && aligned(out.raw_data(), 16) &&
+                    aligned(router.weight.raw_data(), 16) &&
+                    (q_kind == 0 || aligned(xq.codes.raw_data(), q_kind == 1 ? 4 : 8));
+  if (!fits) {
+    Backend::add_rms_norm_route(residual, delta, norm, eps, out, xq, router, p, ids, weights);
+    return;
+  }
+  OpTimer timer(*this, "add_rms_norm_route");
+  DI_CHECK_EQ(norm.numel(), D);
+  DI_CHECK(out.size(0) == 1 && out.size(1) == D && ids.numel() == p.top_k && weights.numel() == p.top_k);
+  if (q_kind == 1) DI_CHECK(xq.scales.size(0) == 1 && xq.scales.size(1) == D / cuda::kFp8GroupK);
+  if (q_kind != 0) DI_CHECK(xq.codes.size(0) == 1 && xq.codes.size(1) == D);
+  ScratchScope scope(*this);
+  cuda::NormRouteArgs a{};
+  a.residual = dptr<float>(residual);
+  a.delta = cdptr<float>(delta);
+  a.norm = dptr(norm);
+  a.norm_elem = elem_of(norm.dtype());
+  a.D = D;
+  a.eps = eps;
+  a.out = dptr<float>(out);
+  a.q_kind = q_kind;
+  a.q = q_kind == 0 ? nullptr : xq.codes.raw_data();
+  a.sq = q_kind == 1 ? dptr<float>(xq.scales) : nullptr;
+  a.router = cdptr<float>(router.weight);
+  a.logits = dptr<float>(empty(DType::kF32, {E}));
+  a.counter = s_->grid_counter + 2;
+  a.route = route_args(p, E, ids, weights);
+  a.route.T = 1;
+  cuda::norm_route(a, s_->stream);
+}
+
+namespace {
 void* arena_alloc(void* ctx, size_t bytes);  // step memory for the launchers' scratch (defined below)
 }  // namespace
 
@@ -1354,20 +1419,9 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
 void CudaBackend::moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) {
   OpTimer timer(*this, "moe_route");
 
-  cuda::RouteArgs a{};
+  cuda::RouteArgs a = route_args(p, logits.size(1), ids, weights);
   a.logits = cdptr<float>(logits);
-  a.bias = p.correction_bias;
   a.T = logits.size(0);
-  a.E = logits.size(1);
-  a.n_group = p.n_group;
-  a.topk_group = p.topk_group;
-  a.top_k = p.top_k;
-  a.scoring = p.scoring_func == ScoringFunc::kSoftmax ? 0 : 1;
-  a.method = p.topk_method == TopkMethod::kGreedy ? 0 : p.topk_method == TopkMethod::kGroupLimitedGreedy ? 1 : 2;
-  a.norm_topk_prob = p.norm_topk_prob;
-  a.scale = p.routed_scaling_factor;
-  a.ids = dptr<int32_t>(ids);
-  a.weights = dptr<float>(weights);
   cuda::moe_route(a, s_->stream);
 }
 

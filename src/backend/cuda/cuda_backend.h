@@ -85,6 +85,11 @@ class CudaBackend : public Backend {
                            const Tensor& positions, const Tensor& slots, const AttentionBatch& decode, Tensor& cache,
                            Tensor& out) override;
   void moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) override;
+  // One token (T = 1, F32 router, shapes cuda::norm_route_ok takes): cuda::norm_route's one
+  // launch, the batch-invariant mode's bits in both modes; else the three ops.
+  void add_rms_norm_route(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps, Tensor& out,
+                          QuantizedRows& xq, const LinearWeight& router, const RouterParams& p, Tensor& ids,
+                          Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const std::vector<MlpWeights>& experts, Tensor& out) override;
   // The W8A8 forms (the shared MLP's, the routed experts' form 5) read xq when given and defined.
@@ -159,6 +164,9 @@ class CudaBackend : public Backend {
   // MoE is that form at every size; 1 in both modes (the default mode's one-token step then
   // quantizes x and h as its larger steps do); 0 never. DEEPINFER_CUDA_MOE_ONE_W8A8=0|1.
   void set_moe_one_w8a8(int mode);
+  // Whether add_rms_norm_route runs a one-token step as one launch (cuda::norm_route; default on)
+  // or as its three ops. DEEPINFER_CUDA_NORM_ROUTE=0|1 sets it at construction.
+  void set_norm_route_fused(bool on);
   // The batch-invariant mode's naive MLA form (the kv_b decompression on invariant_gemm, then
   // the flash kernel, whose rows do not depend on their chunk): whether MlaPolicy::kByOrigin may
   // run prompt tokens on it (naive_mla_batch_invariant). On by default since the GPU suite proved

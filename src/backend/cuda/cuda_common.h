@@ -394,6 +394,29 @@ struct RouteArgs {
   float* weights;   // [T, k]
 };
 void moe_route(const RouteArgs& a, cudaStream_t s);
+
+// ---- cuda_norm_route.cu ----
+// One token's add_rms_norm (with its quantized rows), fp32 router GEMV and routing in one launch,
+// bitwise equal to add_rms_norm_quantized → gemm_f32_ordered → moe_route (the batch-invariant
+// mode's ops). Rows 16-byte aligned.
+struct NormRouteArgs {
+  float* residual;      // [D] += delta
+  const float* delta;   // [D]
+  const void* norm;     // [D] the norm's weight
+  Elem norm_elem;
+  int64_t D;
+  float eps;
+  float* out;           // [D] the normed row
+  int q_kind;           // its quantized rows: 0 none, 1 e4m3 codes q [D] + scales sq [D / 128], 2 bf16 q [D]
+  void* q;
+  float* sq;
+  const float* router;  // [E, D] fp32
+  float* logits;        // [E] scratch
+  unsigned long long* counter;  // zero before the launch, zero after
+  RouteArgs route;      // T = 1; E, the rule, ids [k] and weights [k] (route.logits unused)
+};
+bool norm_route_ok(int64_t D, int64_t E, int64_t n_group, int64_t top_k, int q_kind);
+void norm_route(const NormRouteArgs& a, cudaStream_t s);
 struct MoeArgs {
   const float* x;          // [T, D]
   const int32_t* ids;      // [T, k]

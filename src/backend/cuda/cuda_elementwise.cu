@@ -4,37 +4,13 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_fp8_quant.cuh"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_norm_row.cuh"
 #include "backend/cuda/cuda_rope.cuh"
 
 #include <cuda_fp8.h>
 
 namespace deepinfer::cuda {
 namespace {
-
-__device__ __forceinline__ float load(const void* p, Elem e, int64_t i) {
-  switch (e) {
-    case Elem::kF32: return static_cast<const float*>(p)[i];
-    case Elem::kBF16: return __bfloat162float(static_cast<const bf16*>(p)[i]);
-    default: {
-      __nv_fp8_e4m3 v;
-      v.__x = static_cast<const uint8_t*>(p)[i];
-      return static_cast<float>(v);
-    }
-  }
-}
-
-// Sum over the block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the total.
-__device__ float block_sum(float v) {
-  __shared__ float partial[32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // partial may still be read by a previous call
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  float t = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) t += partial[w];
-  return t;
-}
 
 __global__ void embedding_kernel(const void* table, Elem e, const int32_t* ids, int64_t D, float* out) {
   pdl_wait();
@@ -249,16 +225,9 @@ __global__ void resolve_tokens_kernel(int32_t* ids, int64_t n, const int32_t* pe
   if (i < n && ids[i] < 0) ids[i] = max(0, pending[-static_cast<int64_t>(ids[i]) - 1]);
 }
 
-// add_rms_norm for D % 4 == 0, D ≤ 1024·kVec: 256 threads, thread t owns float4 chunks t + 256x
-// (x < kVec) of its row, kept in registers between the sum of squares and the scaling, so the
-// row is read once and written twice (residual, out) with 16-byte accesses. Same formula as
-// add_rms_norm_kernel; only the order of the sum of squares differs.
-// kRows 1 (D % 128 == 0): out's row also rounded to bf16 and quantized per 1×128 group into
-// q [T, D] e4m3 and sq [T, D / 128] — a warp's 32 chunks are one group, so its amax is a warp
-// reduction — with cuda_fp8_quant.cuh's recipe on the same bf16 values as
-// quantize_fp8_rows_bf16: the same codes and scales (a maximum is exact in any order). kRows 2:
-// out's row rounded to bf16 into q [T, D] bf16 (to_bf16's rounding).
-constexpr int kNormThreads = 256;
+// add_rms_norm for D % 4 == 0, D ≤ 1024·kVec: a block of kNormThreads per row, norm_row_sum and
+// norm_row_store (cuda_norm_row.cuh) — kRows 1: out's row also quantized per 1×128 group (e4m3 codes q [T, D],
+// scales sq [T, D / 128]); kRows 2: out's row rounded to bf16 into q [T, D] bf16.
 template <int kVec, int kRows>
 __global__ void __launch_bounds__(kNormThreads)
     add_rms_norm_vec_kernel(float* res, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,
@@ -266,49 +235,11 @@ __global__ void __launch_bounds__(kNormThreads)
   pdl_wait();
   pdl_trigger();
   const int64_t t = blockIdx.x;
-  const int n4 = static_cast<int>(D / 4);
-  float4* r4 = reinterpret_cast<float4*>(res + t * D);
-  const float4* d4 = reinterpret_cast<const float4*>(delta + t * D);
-  float4 v[kVec];
-  float ss = 0;
-#pragma unroll
-  for (int x = 0; x < kVec; ++x) {
-    const int j = threadIdx.x + kNormThreads * x;
-    if (j >= n4) break;
-    const float4 a = r4[j], b = d4[j];
-    v[x] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-    r4[j] = v[x];
-    ss += v[x].x * v[x].x + v[x].y * v[x].y + v[x].z * v[x].z + v[x].w * v[x].w;
-  }
-  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(D) + eps);
-  float4* o4 = reinterpret_cast<float4*>(out + t * D);
-#pragma unroll
-  for (int x = 0; x < kVec; ++x) {
-    const int j = threadIdx.x + kNormThreads * x;
-    if (j >= n4) break;  // (kRows 1: n4 % 32 == 0, so whole warps leave together)
-    const int64_t c = 4 * static_cast<int64_t>(j);
-    const float4 o = make_float4(load(w, we, c) * (v[x].x * inv), load(w, we, c + 1) * (v[x].y * inv),
-                                 load(w, we, c + 2) * (v[x].z * inv), load(w, we, c + 3) * (v[x].w * inv));
-    o4[j] = o;
-    if constexpr (kRows == 2) {
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(o.x, o.y), hi = __floats2bfloat162_rn(o.z, o.w);
-      uint2 packed;
-      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-      reinterpret_cast<uint2*>(q + t * D * 2)[j] = packed;
-    }
-    if constexpr (kRows == 1) {
-      const float b[4] = {__bfloat162float(__float2bfloat16(o.x)), __bfloat162float(__float2bfloat16(o.y)),
-                          __bfloat162float(__float2bfloat16(o.z)), __bfloat162float(__float2bfloat16(o.w))};
-      float amax = fmaxf(fmaxf(fabsf(b[0]), fabsf(b[1])), fmaxf(fabsf(b[2]), fabsf(b[3])));
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-      const float sc = fp8_group_scale(amax);
-      const uint32_t lo = fp8_codes2(b[0], b[1], sc), hi = fp8_codes2(b[2], b[3], sc);
-      reinterpret_cast<uint32_t*>(q + t * D)[j] = lo | (hi << 16);
-      if (threadIdx.x % 32 == 0) sq[t * (D / kFp8GroupK) + j / 32] = sc;
-    }
-  }
+  NormRow<kVec> r;
+  norm_row_sum(r, res + t * D, delta + t * D, D, eps);
+  norm_row_store<kVec, kRows>(r, w, we, D, res + t * D, out + t * D,
+                              kRows == 0 ? nullptr : q + t * D * (kRows == 2 ? 2 : 1),
+                              kRows == 1 ? sq + t * (D / kFp8GroupK) : nullptr, nullptr);
 }
 
 constexpr unsigned kMaxGrid = 65535u * 16u;

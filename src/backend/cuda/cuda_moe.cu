@@ -40,6 +40,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_moe_route.cuh"
 #include "backend/cuda/cuda_moe_slots.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_search.cuh"
@@ -52,110 +53,22 @@
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kMaxExperts = 256;         // routed experts (the router's limit)
+constexpr int kMaxExperts = kRouteMaxExperts;  // routed experts (the router's limit)
 constexpr int kMaxSharedExperts = kMaxExperts;  // shared-expert slices run as extra experts (MoeArgs::n_shared)
 static_assert(kMaxExperts + kMaxSharedExperts <= kMoeSortMaxExperts, "moe_sort takes every expert");
-constexpr int kMaxGroups = 64;
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+constexpr int kMaxGroups = kRouteMaxGroups;
 
 constexpr int kRouteWarps = 4;
 
-// One warp per token (kRouteWarps tokens per block): DeepSeek's selection rule as in the
-// reference's route_one_token. Lane l owns experts l, l + 32, …; scores and choice scores sit
-// in the warp's shared slice ([2 · kMaxExperts + kMaxGroups] floats) so group scores can read
-// whole groups. Top-k: k rounds of a warp arg-max over (choice desc, id asc) — the reference's
-// scan keeps the first maximum, i.e. the lowest id on ties, −inf entries included.
+// One warp per token (kRouteWarps tokens per block): route_row (cuda_moe_route.cuh).
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
   pdl_wait();
   pdl_trigger();
-  __shared__ float smem[kRouteWarps][2 * kMaxExperts + kMaxGroups];
+  __shared__ float smem[kRouteWarps][kRouteSmemFloats];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
   if (t >= a.T) return;  // whole warps leave; no block-wide barrier follows
-  float* scores = smem[warp];
-  float* choice = scores + kMaxExperts;
-  float* group_score = choice + kMaxExperts;
-  const float* lg = a.logits + t * a.E;
-  const int E = static_cast<int>(a.E);
-  if (a.scoring == 0) {
-    float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, lg[e]);
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float sum = 0;
-    for (int e = lane; e < E; e += 32) sum += (scores[e] = expf(lg[e] - mx));
-    sum = warp_sum(sum);
-    for (int e = lane; e < E; e += 32) scores[e] /= sum;
-  } else {
-    for (int e = lane; e < E; e += 32) scores[e] = 1.0f / (1.0f + expf(-lg[e]));
-  }
-  for (int e = lane; e < E; e += 32) choice[e] = scores[e] + (a.bias != nullptr ? a.bias[e] : 0.0f);
-  __syncwarp();
-  if (a.method != 0 && a.n_group > 1) {
-    const int per = static_cast<int>(a.E / a.n_group), G = static_cast<int>(a.n_group);
-    for (int g = lane; g < G; g += 32) {
-      const float* c = choice + g * per;
-      if (a.method == 1) {
-        float m = c[0];
-        for (int e = 1; e < per; ++e) m = fmaxf(m, c[e]);
-        group_score[g] = m;
-      } else {
-        float x = -INFINITY, y = -INFINITY;
-        for (int e = 0; e < per; ++e) {
-          if (c[e] > x) { y = x; x = c[e]; } else if (c[e] > y) { y = c[e]; }
-        }
-        group_score[g] = x + y;
-      }
-    }
-    __syncwarp();
-    // Keep the topk_group best groups (stable: ties to the lower group id); mask the others.
-    for (int g = lane; g < G; g += 32) {
-      int rank = 0;
-      for (int o = 0; o < G; ++o) rank += group_score[o] > group_score[g] || (group_score[o] == group_score[g] && o < g);
-      if (rank >= a.topk_group)
-        for (int e = 0; e < per; ++e) choice[g * per + e] = -INFINITY;
-    }
-    __syncwarp();
-  }
-  int32_t* ids = a.ids + t * a.top_k;
-  float* w = a.weights + t * a.top_k;
-  uint32_t taken = 0;  // bit i: this lane's expert lane + 32 i is chosen
-  float wsum = 0;
-  int32_t my_id = 0;  // lane j keeps pick j (top_k ≤ 32), written once at the end
-  float my_w = 0.0f;
-  for (int64_t j = 0; j < a.top_k; ++j) {
-    float bv = -INFINITY;
-    int be = INT_MAX;
-    for (int i = 0, e = lane; e < E; ++i, e += 32) {
-      if (taken & (1u << i)) continue;
-      if (be == INT_MAX || choice[e] > bv) {
-        bv = choice[e];
-        be = e;
-      }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-      if (oe != INT_MAX && (be == INT_MAX || ov > bv || (ov == bv && oe < be))) {
-        bv = ov;
-        be = oe;
-      }
-    }
-    if (be % 32 == lane) taken |= 1u << (be / 32);
-    const float sj = scores[be];
-    wsum += sj;
-    if (lane == j) {
-      my_id = be;
-      my_w = sj;
-    }
-  }
-  if (lane >= a.top_k) return;
-  if (a.norm_topk_prob) my_w /= wsum + 1e-20f;
-  ids[lane] = my_id;
-  w[lane] = my_w * a.scale;
+  route_row(a, a.logits + t * a.E, smem[warp], lane, a.ids + t * a.top_k, a.weights + t * a.top_k);
 }
 
 constexpr int64_t kSmallSortMax = 512;  // routed rows sorted by small_sort_kernel

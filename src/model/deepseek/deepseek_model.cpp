@@ -161,16 +161,16 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
   backend.matmul(o.reshape({T, H * c.v_head_dim}), 0, w.o_proj, attn_out);
 }
 
-void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, const Tensor& x, const QuantizedRows& xq,
-                        Tensor& out) const {
+void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, Tensor& h, Tensor& delta, Tensor& x,
+                        QuantizedRows& xq) const {
   const DeepseekConfig& c = config_;
+  const float eps = static_cast<float>(c.rms_norm_eps);
   if (!w.is_moe) {
-    backend.mlp(x, w.mlp, out);
+    backend.add_rms_norm_quantized(h, delta, w.post_attention_layernorm, eps, x, xq);
+    backend.mlp(x, w.mlp, delta);
     return;
   }
   const int64_t T = x.size(0), k = c.num_experts_per_tok;
-  Tensor router_logits = backend.empty(DType::kF32, {T, c.n_routed_experts});  // fp32, like the references
-  backend.matmul(x, 0, w.gate, router_logits);
   RouterParams rp;
   rp.scoring_func = c.scoring_func;
   rp.topk_method = c.topk_method;
@@ -182,11 +182,12 @@ void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, const T
   rp.correction_bias = w.e_score_correction_bias.defined() ? w.e_score_correction_bias.data<float>() : nullptr;
   Tensor ids = backend.empty(DType::kI32, {T, k});
   Tensor weights = backend.empty(DType::kF32, {T, k});
-  backend.moe_route(router_logits, rp, ids, weights);
+  // The router's logits in fp32, like the references.
+  backend.add_rms_norm_route(h, delta, w.post_attention_layernorm, eps, x, xq, w.gate, rp, ids, weights);
   if (routing_trace_ != nullptr) {
-    const Tensor h = backend.to_host(ids);
-    Tensor copy = Tensor::empty_host(DType::kI32, h.shape());
-    std::copy(h.data<int32_t>(), h.data<int32_t>() + h.numel(), copy.data<int32_t>());
+    const Tensor host = backend.to_host(ids);
+    Tensor copy = Tensor::empty_host(DType::kI32, host.shape());
+    std::copy(host.data<int32_t>(), host.data<int32_t>() + host.numel(), copy.data<int32_t>());
     routing_trace_->push_back(copy);
   }
   SharedExperts shared;
@@ -194,7 +195,7 @@ void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, const T
     shared.mlp = &w.shared_experts;
     shared.slices = &w.shared_slices;
   }
-  backend.moe_ffn(x, ids, weights, w.experts, shared, out, &xq);
+  backend.moe_ffn(x, ids, weights, w.experts, shared, delta, &xq);
 }
 
 Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, PagedKvCache& cache, MlaPolicy policy,
@@ -321,8 +322,7 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
       const DeepseekLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
       const int64_t layer_mark = backend.step_mark();  // the layer's temporaries die with it
       attention(backend, l, x, l == 0 ? none : xq_buf, positions, slots, decode, prefill, cache.layer(l), delta);
-      backend.add_rms_norm_quantized(h, delta, w.post_attention_layernorm, eps, x, xq_buf);
-      ffn(backend, w, x, xq_buf, delta);
+      ffn(backend, w, h, delta, x, xq_buf);
       const bool last = l + 1 == c.num_hidden_layers;
       const Tensor& next_norm = last ? weights_.norm : weights_.layers[static_cast<size_t>(l) + 1].input_layernorm;
       backend.add_rms_norm_quantized(h, delta, next_norm, eps, x, last ? none : xq_buf);  // x = final-normed h at the end

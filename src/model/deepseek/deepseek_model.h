@@ -121,9 +121,12 @@ class DeepseekModel {
   void attention(Backend& backend, int64_t l, const Tensor& x, const QuantizedRows& xq, const Tensor& positions,
                  const Tensor& slots, const AttentionBatch& decode, const AttentionBatch& prefill, Tensor& cache_layer,
                  Tensor& attn_out) const;
-  // ffn_out [T, hidden] = dense MLP or MoE (+ shared experts) of x; xq as attention's.
-  void ffn(Backend& backend, const DeepseekLayerWeights& w, const Tensor& x, const QuantizedRows& xq,
-           Tensor& ffn_out) const;
+  // The FFN half of a layer: h [T, hidden] += delta (the attention's output), x = post-attention
+  // RMSNorm of h (its rows quantized into xq where the backend makes them), then delta = dense
+  // MLP or MoE (+ shared experts) of x. A MoE layer's norm, router and routing go to the backend
+  // as one op (add_rms_norm_route), which it may fuse.
+  void ffn(Backend& backend, const DeepseekLayerWeights& w, Tensor& h, Tensor& delta, Tensor& x,
+           QuantizedRows& xq) const;
 
   DeepseekConfig config_;
   DeepseekWeights weights_;
