@@ -97,6 +97,14 @@ void Backend::mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor& x, 
   matmul(o.reshape({T, H * p.v_head_dim}), 0, *w.o_proj, out);
 }
 
+void Backend::add_rms_norm_mla_decode_sublayer(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps,
+                                               Tensor& x, QuantizedRows& xq, const MlaSublayerWeights& w,
+                                               const Tensor& positions, const Tensor& slots,
+                                               const AttentionBatch& decode, Tensor& cache, Tensor& out) {
+  add_rms_norm_quantized(residual, delta, norm, eps, x, xq);
+  mla_decode_sublayer(w, x, &xq, positions, slots, decode, cache, out);
+}
+
 void Backend::add_rms_norm_quantized(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps,
                                      Tensor& out, QuantizedRows& xq) {
   DI_CHECK(!xq.defined() && "this backend makes no quantized rows (quantized_rows)");

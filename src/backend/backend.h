@@ -240,6 +240,16 @@ class Backend {
                                    const Tensor& positions, const Tensor& slots, const AttentionBatch& decode,
                                    Tensor& cache, Tensor& out);
 
+  // A layer's input norm and its attention sublayer as one op: add_rms_norm_quantized(residual,
+  // delta, norm, eps, x, xq), then mla_decode_sublayer(w, x, &xq, positions, slots, decode, cache,
+  // out). out may be delta (read first). A backend may fold the norm into the sublayer (CUDA, at
+  // one token: the sublayer kernel's blocks norm the row themselves); residual and x are written
+  // either way, xq only where the backend's sublayer reads it. Default: the two ops.
+  virtual void add_rms_norm_mla_decode_sublayer(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps,
+                                                Tensor& x, QuantizedRows& xq, const MlaSublayerWeights& w,
+                                                const Tensor& positions, const Tensor& slots,
+                                                const AttentionBatch& decode, Tensor& cache, Tensor& out);
+
   // Router: logits [T, E] F32 → ids [T, top_k] I32 (by descending biased score, ties to the
   // lower id) and weights [T, top_k] F32 (unbiased scores, optionally renormalized, × scale).
   virtual void moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) = 0;

@@ -99,8 +99,11 @@ class CudaMlaSublayer : public ::testing::Test {
   // the fused and op-by-op GPU results against the reference, and the fused kernel's determinism.
   // fp8: q_proj, kv_a_proj and o_proj as FP8 (e4m3 codes, 128×128 block scales; the reference
   // dequantizes the same codes), kv_b in bf16 as the model passes it (kv_b_proj_bf16).
+  // fold: also the layer's input norm folded into the kernel (add_rms_norm_mla_decode_sublayer)
+  // against the norm then the kernel, bitwise: the output (written over delta, as the model
+  // passes it), the cached latent row, the residual and x.
   void check(int32_t n_keys, int64_t bs, bool interleave, float attention_factor, bool invariant = false,
-             bool fp8 = false) {
+             bool fp8 = false, bool fold = false) {
     SCOPED_TRACE(::testing::Message() << "keys " << n_keys << ", pages of " << bs << (invariant ? ", invariant" : "")
                                       << (fp8 ? ", FP8" : ""));
     auto linear = [&](int64_t n, int64_t k) {
@@ -201,6 +204,10 @@ class CudaMlaSublayer : public ::testing::Test {
       EXPECT_LT(ec, bound) << "run " << run;
     }
     EXPECT_EQ(0, std::memcmp(outs[0].raw_data(), outs[1].raw_data(), outs[0].n_bytes())) << "fused runs differ";
+    if (fold) {
+      set_fused(true);
+      check_fold(w, cache_bf, {n_blocks, bs, kWidth}, slot, d_pos, d_slots, ab);
+    }
     if (invariant) {
       int64_t differ = 0;
       for (int64_t i = 0; i < kD; ++i)
@@ -210,6 +217,43 @@ class CudaMlaSublayer : public ::testing::Test {
     }
     gpu_->set_batch_invariant(false);
     set_fused(true);
+  }
+
+  void check_fold(const MlaSublayerWeights& w, const Tensor& cache_bf, std::vector<int64_t> cache_shape, int32_t slot,
+                  const Tensor& d_pos, const Tensor& d_slots, const AttentionBatch& ab) {
+#ifdef DEEPINFER_HAVE_CUDA
+    const Tensor res = randn({1, kD}, 0.0f, 3.0f), delta = randn({1, kD}, 0.0f, 1.0f);
+    const Tensor d_in_norm = gpu_->place_tensor(randn({kD}, 1.0f, 0.1f));
+    Tensor got[2][4];  // [folded][out, latent row, residual, x]
+    for (int folded = 0; folded < 2; ++folded) {
+      dynamic_cast<CudaBackend&>(*gpu_).set_sublayer_norm_fused(folded == 1);
+      Tensor d_cache = gpu_->allocate(DType::kBF16, cache_shape);
+      gpu_->copy_from_host(cache_bf.raw_data(), d_cache);
+      Tensor d_res = gpu_->upload(res), d_delta = gpu_->upload(delta), d_x = gpu_->empty(DType::kF32, {1, kD});
+      QuantizedRows none;
+      gpu_->set_op_timing(true);
+      gpu_->add_rms_norm_mla_decode_sublayer(d_res, d_delta, d_in_norm, 1e-6f, d_x, none, w, d_pos, d_slots, ab,
+                                             d_cache, d_delta);
+      const std::vector<OpTime> times = gpu_->take_op_times();
+      gpu_->set_op_timing(false);
+      const bool ran_folded = times.size() == 1 && times[0].op == "add_rms_norm_mla_decode_sublayer";
+      EXPECT_EQ(ran_folded, folded == 1);
+      const Tensor c = gpu_->to_host(d_cache);
+      Tensor row = Tensor::empty_host(DType::kBF16, {kWidth});
+      std::memcpy(row.raw_data(), c.data<uint16_t>() + static_cast<int64_t>(slot) * kWidth, kWidth * 2);
+      got[folded][0] = gpu_->to_host(d_delta);
+      got[folded][1] = row;
+      got[folded][2] = gpu_->to_host(d_res);
+      got[folded][3] = gpu_->to_host(d_x);
+    }
+    dynamic_cast<CudaBackend&>(*gpu_).set_sublayer_norm_fused(true);
+    const char* names[] = {"output", "latent row", "residual", "x"};
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(0, std::memcmp(got[0][i].raw_data(), got[1][i].raw_data(), got[0][i].n_bytes()))
+          << names[i] << ": the folded norm differs from the norm then the kernel";
+#else
+    (void)w, (void)cache_bf, (void)cache_shape, (void)slot, (void)d_pos, (void)d_slots, (void)ab;
+#endif
   }
 
   std::unique_ptr<Backend> gpu_;
@@ -260,6 +304,18 @@ TEST_F(CudaMlaSublayer, InvariantFp8FormIsTheInvariantOpsBitwise) {
   check(530, 16, true, 1.0f, true, true);
   check(4097, 64, true, 1.0f, true, true);  // 17 splits of 256 keys
   check(20000, 64, true, 1.0f, true, true);
+}
+
+// The layer's input norm folded into the kernel (every block norms the residual stream's row,
+// add_rms_norm's arithmetic) gives the bits of the norm's launch followed by the kernel, in each
+// form: default and invariant, bf16 and FP8 linears, one key tile and a refilled ring.
+TEST_F(CudaMlaSublayer, FoldedInputNormIsTheNormThenTheKernelBitwise) {
+  check(1, 64, true, 1.0f, false, false, true);
+  check(530, 16, true, 1.0f, true, false, true);
+  check(4100, 64, false, 1.2f, false, true, true);
+#ifdef DEEPINFER_HAVE_CUDA
+  if (cuda::mla_sublayer_invariant_fp8_fits(kD)) check(20000, 64, true, 1.0f, true, true, true);
+#endif
 }
 
 TEST_F(CudaMlaSublayer, LongContextsRefillTheKeyRing) {

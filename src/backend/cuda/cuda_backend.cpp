@@ -140,6 +140,9 @@ struct CudaState {
   int moe_one_w8a8 = -1;     // set_moe_one_w8a8; DEEPINFER_CUDA_MOE_ONE_W8A8=0|1
   // A MoE layer's input at one token in one launch (set_norm_route_fused); DEEPINFER_CUDA_NORM_ROUTE=0|1.
   bool norm_route = true;
+  // The layer's input norm folded into the sublayer kernel (set_sublayer_norm_fused);
+  // DEEPINFER_CUDA_SUBLAYER_NORM=0|1.
+  bool sublayer_norm = true;
   // Zeroed counters: [0] cuda::mla_sublayer's and [1] cuda::moe_one's grid barriers, [2]
   // cuda::norm_route's arrivals.
   unsigned long long* grid_counter = nullptr;
@@ -269,6 +272,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_MOE_ONE_FP8", s_->moe_one_fp8);
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_MOE_ONE_W8A8", on)) s_->moe_one_w8a8 = on ? 1 : 0;
   read_env_switch("DEEPINFER_CUDA_NORM_ROUTE", s_->norm_route);
+  read_env_switch("DEEPINFER_CUDA_SUBLAYER_NORM", s_->sublayer_norm);
   DI_CUDA_CHECK(cudaMalloc(&s_->grid_counter, 3 * sizeof(unsigned long long)));
   DI_CUDA_CHECK(cudaMemset(s_->grid_counter, 0, 3 * sizeof(unsigned long long)));
   s_->dense_w8a8_rows = kGemvMaxRows;
@@ -329,6 +333,7 @@ void CudaBackend::set_mla_sublayer_fused(bool on) { s_->mla_sublayer = on; }
 void CudaBackend::set_moe_one_fused(bool on) { s_->moe_one = on; }
 void CudaBackend::set_moe_one_fp8(bool on) { s_->moe_one_fp8 = on; }
 void CudaBackend::set_norm_route_fused(bool on) { s_->norm_route = on; }
+void CudaBackend::set_sublayer_norm_fused(bool on) { s_->sublayer_norm = on; }
 void CudaBackend::set_moe_one_w8a8(int mode) {
   DI_CHECK(mode >= -1 && mode <= 1);
   s_->moe_one_w8a8 = mode;
@@ -1088,6 +1093,38 @@ void CudaBackend::latent_write(Tensor& kv, const Tensor& norm, float eps, const 
 void CudaBackend::mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor& x, const QuantizedRows* xq,
                                       const Tensor& positions, const Tensor& slots, const AttentionBatch& decode,
                                       Tensor& cache, Tensor& out) {
+  if (!sublayer_kernel(w, x, positions, slots, decode, cache, out, nullptr))
+    Backend::mla_decode_sublayer(w, x, xq, positions, slots, decode, cache, out);
+}
+
+void CudaBackend::add_rms_norm_mla_decode_sublayer(Tensor& residual, const Tensor& delta, const Tensor& norm,
+                                                   float eps, Tensor& x, QuantizedRows& xq,
+                                                   const MlaSublayerWeights& w, const Tensor& positions,
+                                                   const Tensor& slots, const AttentionBatch& decode, Tensor& cache,
+                                                   Tensor& out) {
+  const int64_t D = residual.size(1);
+  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  // add_rms_norm's vectorized kernel at one row (the op path's x, whatever xq is).
+  const bool fold = s_->sublayer_norm && residual.size(0) == 1 && x.size(0) == 1 && x.size(1) == D &&
+                    norm.numel() == D && D % 4 == 0 && D <= cuda::kMlaSublayerNormMaxD &&
+                    aligned(residual.raw_data()) && aligned(delta.raw_data()) && aligned(x.raw_data());
+  if (fold) {
+    cuda::MlaSublayerArgs in;
+    in.residual = dptr<float>(residual);
+    in.delta = cdptr<float>(delta);
+    in.in_norm = dptr(norm);
+    in.in_norm_elem = elem_of(norm.dtype());
+    in.in_eps = eps;
+    in.x_out = dptr<float>(x);
+    if (sublayer_kernel(w, x, positions, slots, decode, cache, out, &in)) return;
+  }
+  add_rms_norm_quantized(residual, delta, norm, eps, x, xq);
+  mla_decode_sublayer(w, x, &xq, positions, slots, decode, cache, out);
+}
+
+bool CudaBackend::sublayer_kernel(const MlaSublayerWeights& w, const Tensor& x, const Tensor& positions,
+                                  const Tensor& slots, const AttentionBatch& decode, Tensor& cache, Tensor& out,
+                                  const cuda::MlaSublayerArgs* in_norm) {
   const MlaParams& p = w.mla;
   const int64_t D = x.size(1), H = p.n_heads, dn = p.qk_nope_head_dim, dr = p.qk_rope_head_dim;
   const int64_t dv = p.v_head_dim, r = p.kv_lora_rank;
@@ -1117,13 +1154,19 @@ void CudaBackend::mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor&
   if (!one_row || !s_->mla_sublayer || cache.dtype() != DType::kBF16 ||
       cache.size(2) != r + dr || (norm_dt != DType::kF32 && norm_dt != DType::kBF16) ||
       !cuda::mla_sublayer_fits(D, H, dn, dr, dv, r, static_cast<int64_t>(w.rope->inv_freq.size())) ||
-      !(bf16_w || fp8_w) || !bf16_linear(p.kv_b_proj, H * (dn + dv), r)) {
-    Backend::mla_decode_sublayer(w, x, xq, positions, slots, decode, cache, out);
-    return;
-  }
-  OpTimer timer(*this, "mla_decode_sublayer");
+      !(bf16_w || fp8_w) || !bf16_linear(p.kv_b_proj, H * (dn + dv), r))
+    return false;
+  OpTimer timer(*this, in_norm != nullptr ? "add_rms_norm_mla_decode_sublayer" : "mla_decode_sublayer");
   ScratchScope scope(*this);
   cuda::MlaSublayerArgs a;
+  if (in_norm != nullptr) {
+    a.residual = in_norm->residual;
+    a.delta = in_norm->delta;
+    a.in_norm = in_norm->in_norm;
+    a.in_norm_elem = in_norm->in_norm_elem;
+    a.in_eps = in_norm->in_eps;
+    a.x_out = in_norm->x_out;
+  }
   a.x = cdptr<float>(x);
   a.D = D;
   a.fp8 = fp8_w;
@@ -1166,6 +1209,7 @@ void CudaBackend::mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor&
     a.max_splits = kMlaInvariantMaxSplits;
   }
   cuda::mla_sublayer(a, s_->stream);
+  return true;
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {

@@ -27,6 +27,7 @@ namespace deepinfer {
 namespace cuda {
 enum class Elem : int;  // cuda_common.h
 struct MlaQRope;        // cuda_common.h
+struct MlaSublayerArgs;  // cuda_common.h
 }  // namespace cuda
 
 struct CudaState;  // stream, cuBLAS handle, arena (cuda_backend.cu)
@@ -84,6 +85,13 @@ class CudaBackend : public Backend {
   void mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor& x, const QuantizedRows* xq,
                            const Tensor& positions, const Tensor& slots, const AttentionBatch& decode, Tensor& cache,
                            Tensor& out) override;
+  // Where that kernel runs and the row fits its folded norm (D ≤ kMlaSublayerNormMaxD, aligned
+  // rows: add_rms_norm's vectorized kernel), the norm in the same launch (xq left unwritten: the
+  // kernel reads x's rows itself); otherwise add_rms_norm_quantized, then mla_decode_sublayer.
+  void add_rms_norm_mla_decode_sublayer(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps, Tensor& x,
+                                        QuantizedRows& xq, const MlaSublayerWeights& w, const Tensor& positions,
+                                        const Tensor& slots, const AttentionBatch& decode, Tensor& cache,
+                                        Tensor& out) override;
   void moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) override;
   // One token (T = 1, F32 router, shapes cuda::norm_route_ok takes): cuda::norm_route's one
   // launch, the batch-invariant mode's bits in both modes; else the three ops.
@@ -167,6 +175,9 @@ class CudaBackend : public Backend {
   // Whether add_rms_norm_route runs a one-token step as one launch (cuda::norm_route; default on)
   // or as its three ops. DEEPINFER_CUDA_NORM_ROUTE=0|1 sets it at construction.
   void set_norm_route_fused(bool on);
+  // Whether add_rms_norm_mla_decode_sublayer folds the norm into the sublayer kernel (default
+  // on). DEEPINFER_CUDA_SUBLAYER_NORM=0|1 sets it at construction.
+  void set_sublayer_norm_fused(bool on);
   // The batch-invariant mode's naive MLA form (the kv_b decompression on invariant_gemm, then
   // the flash kernel, whose rows do not depend on their chunk): whether MlaPolicy::kByOrigin may
   // run prompt tokens on it (naive_mla_batch_invariant). On by default since the GPU suite proved
@@ -267,6 +278,11 @@ class CudaBackend : public Backend {
   // split output). Returns whether it ran.
   bool try_gemv(const void* a, cuda::Elem a_elem, int64_t lda, int64_t M, const LinearWeight& w, int64_t n_rows,
                 float* out, int64_t ldc, float* out2 = nullptr, int64_t n2 = 0);
+  // The attention sublayer kernel (cuda::mla_sublayer) for mla_decode_sublayer's arguments where
+  // it takes them; with `in_norm` (its residual, delta and norm filled), the input norm folded in
+  // (MlaSublayerArgs::residual). Returns whether it ran.
+  bool sublayer_kernel(const MlaSublayerWeights& w, const Tensor& x, const Tensor& positions, const Tensor& slots,
+                       const AttentionBatch& decode, Tensor& cache, Tensor& out, const cuda::MlaSublayerArgs* in_norm);
   // Whether the GEMV takes these operands: the default mode, M ≤ kGemvMaxRows, gemv_ok, FP8 with
   // per-row scales, 16-byte aligned weights.
   bool gemv_fits(const void* a, cuda::Elem a_elem, int64_t lda, int64_t M, const LinearWeight& w) const;

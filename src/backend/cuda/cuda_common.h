@@ -235,8 +235,19 @@ void causal_softmax(const float* scores, int64_t H, int64_t rows, int64_t S, int
 // mla_decode and the o_proj matmul compute, in another summation order (bf16 x, q̃, P, o_lat and
 // o, as those kernels round them). Graph-safe: the launch depends only on D and the SM count.
 struct MlaSublayerArgs {
-  const float* x = nullptr;   // [D] the sublayer's normed input
+  const float* x = nullptr;   // [D] the sublayer's normed input (unless the input norm is folded)
   int64_t D = 0;              // hidden size, % 256 == 0
+  // The input norm folded into the kernel (residual != null; D ≤ kMlaSublayerNormMaxD, rows
+  // 16-byte aligned): x = RMSNorm(residual + delta) · in_norm as add_rms_norm's kernel computes it
+  // (cuda_norm_row.cuh) — every block from the two rows; block 0 writes x into x_out and block
+  // G − 1 the sum into residual once every block has read it (x is not read). delta may be `out`
+  // (the kernel reads it before it writes out).
+  float* residual = nullptr;   // [D]
+  const float* delta = nullptr;  // [D]
+  const void* in_norm = nullptr;  // [D] (in_norm_elem)
+  Elem in_norm_elem = Elem::kF32;
+  float in_eps = 0;
+  float* x_out = nullptr;  // [D]
   // The three dense linears: bf16, or (fp8) e4m3 codes with one fp32 scale per row and
   // 128-column block — s_q, s_kv, s_o [rows, K / 128] (the CUDA placement's block_n 1, block_k
   // 128) — multiplied as the FP8 decode GEMV does (bf16 x, fp32 sums per block, times the block's
@@ -283,6 +294,7 @@ struct MlaSublayerArgs {
   unsigned long long* trace = nullptr;
 };
 constexpr int kMlaSublayerMarks = 12;
+constexpr int64_t kMlaSublayerNormMaxD = 2048;  // the folded input norm's widest row (MlaSublayerArgs::residual)
 // Whether mla_sublayer serves these dims on this GPU: H 16, dn 128, dr 64, dv 128, r 512, RoPE
 // over all of dr, D % 256 == 0, sm_90a with ≥ 128 SMs, its shared memory within 227 KB (each form:
 // default, invariant, FP8).

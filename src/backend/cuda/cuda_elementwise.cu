@@ -232,12 +232,14 @@ template <int kVec, int kRows>
 __global__ void __launch_bounds__(kNormThreads)
     add_rms_norm_vec_kernel(float* res, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,
                             uint8_t* q, float* sq) {
+  NormWeight<kVec> nw;
+  norm_row_weight(nw, w, we, D);  // before the wait: its HBM latency off the chain
   pdl_wait();
   pdl_trigger();
   const int64_t t = blockIdx.x;
   NormRow<kVec> r;
   norm_row_sum(r, res + t * D, delta + t * D, D, eps);
-  norm_row_store<kVec, kRows>(r, w, we, D, res + t * D, out + t * D,
+  norm_row_store<kVec, kRows>(r, nw, D, res + t * D, out + t * D,
                               kRows == 0 ? nullptr : q + t * D * (kRows == 2 ? 2 : 1),
                               kRows == 1 ? sq + t * (D / kFp8GroupK) : nullptr, nullptr);
 }

@@ -19,6 +19,10 @@
 //   P1 GEMV:    q = W_q x, kv = W_kv x (x rounded to bf16 as the GEMV does, fp32 sums; FP8 rows
 //               times their block scales). Block b
 //               owns rows [b·N/G, (b+1)·N/G) of the stacked [W_q; W_kv] (N = H·(dn + dr) + r + dr).
+//               With the layer's input norm folded in (MlaSublayerArgs::residual: one launch
+//               fewer a layer), every block first makes x itself from the residual stream and
+//               the previous sublayer's output, add_rms_norm's arithmetic (cuda_norm_row.cuh);
+//               block 0 writes x out, block G − 1 the residual's sum while it waits at B3.
 //   P2 absorb:  block G − 1: the new latent, rms_norm(kv[:r]) ⊙ w and RoPE(kv[r:]), to the cache
 //               (bf16; mla_kv_write_kernel's arithmetic). Blocks 0..127: item (h, c0) = (b / 8,
 //               64·(b % 8)): q̃[h][c0..c0+63] = Σ_d bf16(q_nope[h][d]) · W_UK[h][d][c] on the
@@ -67,6 +71,7 @@
 #include "backend/cuda/cuda_grid_barrier.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mla_decode.cuh"
+#include "backend/cuda/cuda_norm_row.cuh"
 #include "backend/cuda/cuda_rope.cuh"
 #include "backend/cuda/cuda_sm90.cuh"
 
@@ -79,6 +84,9 @@ using mla::kTcStride;
 namespace {
 
 constexpr int kThreads = 256;                    // 8 warps
+constexpr int kNormVec = 2;  // the folded input norm's float4 chunks per thread (cuda_norm_row.cuh)
+static_assert(kThreads == kNormThreads && 4 * kNormThreads * kNormVec == kMlaSublayerNormMaxD,
+              "the folded norm is add_rms_norm's kernel for rows up to kMlaSublayerNormMaxD");
 constexpr int kH = 16, kDn = 128, kDr = 64, kR = 512, kDv = 128;
 constexpr int kQRows = kH * (kDn + kDr);         // 3,072 rows of q_proj
 constexpr int kWidth = kR + kDr;                 // 576: a cached latent
@@ -581,6 +589,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async_arrive(bar_uv);
     }
   }
+  // The folded input norm's weight (a weight: before the wait).
+  NormWeight<kNormVec> nw;
+  if (a.residual != nullptr) norm_row_weight(nw, a.in_norm, a.in_norm_elem, D);
   mark(1);
 
   pdl_wait();
@@ -589,7 +600,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const unsigned long long base = t == 0 ? grid_base(a.counter, static_cast<unsigned long long>(kPhases) * G) : 0;
 
   // ---- P1: q | kv = [W_q; W_kv] · bf16(x) ----
-  mla::stage_bf16<kThreads>(a.x, D, sx, threadIdx.x);
+  if (a.residual != nullptr) {  // x from the residual stream (cs: the block sum's scratch, the RoPE table's after B1)
+    NormRow<kNormVec> r;
+    norm_row_sum_in(r, a.residual, a.delta, D, a.in_eps, cs);
+    norm_row_store<kNormVec, 2>(r, nw, D, nullptr, b == 0 ? a.x_out : nullptr, reinterpret_cast<uint8_t*>(sx),
+                                nullptr, nullptr);
+  } else {
+    mla::stage_bf16<kThreads>(a.x, D, sx, threadIdx.x);
+  }
   __syncthreads();
   auto emit1 = [&](int i, float y) {
     const int row = r1_begin + i;
@@ -792,7 +810,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (hj == 0) a.part_ml[b * kH + hh] = make_float2(m_run, l_run);
   }
   mark(7);
-  grid_sync(a.counter, base + 3ull * G, t == 0, [] { __syncthreads(); });
+  // The folded norm's residual sum, by the last block while it waits (every block read the
+  // residual in P1, before B1; delta is read before P5 may overwrite it as `out`).
+  grid_sync(a.counter, base + 3ull * G, t == 0, [] { __syncthreads(); }, [&] {
+    if (a.residual != nullptr && b == G - 1)
+      for (int j = t; j < D / 4; j += kThreads) {
+        const float4 h = reinterpret_cast<const float4*>(a.residual)[j];
+        const float4 d = __ldcg(reinterpret_cast<const float4*>(a.delta) + j);
+        reinterpret_cast<float4*>(a.residual)[j] = make_float4(h.x + d.x, h.y + d.y, h.z + d.z, h.w + d.w);
+      }
+  });
   mark(8);
 
   // ---- P4: the splits merged, then W_UV ----

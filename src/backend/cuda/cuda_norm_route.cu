@@ -4,13 +4,15 @@
 // a link in a B = 1 step's chain of dependent kernels.
 //
 // A block per kNrCols experts (16 blocks at V2-Lite's 64, 64 at V3's 256), kNormThreads threads:
-//  - before the PDL wait: its router rows [kNrCols, D] (no kernel writes them) prefetched into L2;
-//  - after it: the token's row normed (cuda_norm_row.cuh: norm_row_sum, the normed row into
-//    shared memory), the block's logits by chunk_sums (cuda_f32_ordered.cuh), a warp per 256-wide
-//    K chunk, the chunk sums added in chunk order, written to a scratch [E];
-//  - the last block to arrive (a device counter, reset by that block for the next launch) writes
-//    the residual, the normed row and its quantized form (every other block has read the
-//    residual by then) and routes on one warp (route_row, cuda_moe_route.cuh) from the logits.
+//  - before the PDL wait (weights only): its router rows [kNrCols, D] prefetched into L2, the
+//    thread's chunks of the norm's weight into registers;
+//  - after it: the token's row normed (cuda_norm_row.cuh) into shared memory — block 0 also
+//    writes it and its quantized form out —, the block's logits by chunk_sums
+//    (cuda_f32_ordered.cuh), a warp per 256-wide K chunk, the chunk sums added in chunk order,
+//    written to a scratch [E];
+//  - the last block to arrive (a device counter, acq_rel; that block resets it for the next
+//    launch) writes the residual (every block has read it by then) and routes on one warp
+//    (route_row, cuda_moe_route.cuh) from the logits.
 // Each piece is the op path's own arithmetic: the norm add_rms_norm's vectorized kernel's, the
 // logits the invariant router's (gemm_f32_ordered in any of its forms), the routing the route
 // kernel's — so the outputs equal the batch-invariant mode's three launches bit for bit (the
@@ -44,12 +46,19 @@ __global__ void __launch_bounds__(kNormThreads) norm_route_kernel(NormRouteArgs 
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kNrCols;
   const int n_cols = static_cast<int>(E - n0 < kNrCols ? E - n0 : kNrCols);
   if (threadIdx.x == 0) prefetch_l2(a.router + n0 * D, static_cast<uint32_t>(n_cols * D * sizeof(float)));
+  NormWeight<kVec> nw;
+  norm_row_weight(nw, a.norm, a.norm_elem, D);
   pdl_wait();
   pdl_trigger();
 
+  // Block 0 writes the normed row and its quantized form; the residual waits for the last block
+  // (every block reads it).
   NormRow<kVec> r;
   norm_row_sum(r, a.residual, a.delta, D, a.eps);
-  norm_row_store<kVec, kRows>(r, a.norm, a.norm_elem, D, nullptr, nullptr, nullptr, nullptr, xs);
+  const bool first = blockIdx.x == 0;
+  norm_row_store<kVec, kRows>(r, nw, D, nullptr, first ? a.out : nullptr,
+                              first && a.q_kind != 0 ? static_cast<uint8_t*>(a.q) : nullptr, first ? a.sq : nullptr,
+                              xs);
   __syncthreads();
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   for (int64_t c = warp; c < chunks; c += kNrWarps) {
@@ -65,15 +74,25 @@ __global__ void __launch_bounds__(kNormThreads) norm_route_kernel(NormRouteArgs 
     for (int64_t c = 1; c < chunks; ++c) total = total + sums[c * kNrCols + threadIdx.x];
     a.logits[n0 + threadIdx.x] = total;
   }
-  __threadfence();  // this block's logits before its arrival
+  // The arrival: the block barrier orders the block's logits before thread 0's release, its
+  // acquire every earlier arrival's logits before the block's reads (grid_sync's pattern).
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1ull) == gridDim.x - 1;
+  if (threadIdx.x == 0) {
+    unsigned long long old;
+    asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], 1;\n" : "=l"(old) : "l"(a.counter) : "memory");
+    last = old == gridDim.x - 1;
+    if (last) *a.counter = 0;  // no other block of this launch touches it again
+  }
   __syncthreads();
   if (!last) return;
-  __threadfence();  // every block's logits after the count
-  if (threadIdx.x == 0) *a.counter = 0;  // no other block of this launch touches it again
-  uint8_t* q = a.q_kind == 0 ? nullptr : static_cast<uint8_t*>(a.q);
-  norm_row_store<kVec, kRows>(r, a.norm, a.norm_elem, D, a.residual, a.out, q, a.sq, nullptr);
+  {  // the residual, which every block has read by now
+    const int n4 = static_cast<int>(D / 4);
+#pragma unroll
+    for (int x = 0; x < kVec; ++x) {
+      const int j = static_cast<int>(threadIdx.x) + kNormThreads * x;
+      if (j < n4) reinterpret_cast<float4*>(a.residual)[j] = r.v[x];
+    }
+  }
   if (warp != 0) return;
   for (int64_t e = lane; e < E; e += 32) lg[e] = __ldcg(a.logits + e);
   __syncwarp();

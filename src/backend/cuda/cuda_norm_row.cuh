@@ -26,9 +26,10 @@ __device__ __forceinline__ float load(const void* p, Elem e, int64_t i) {
 }
 
 // Sum over the block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the total: each
-// warp's butterfly, then the warp sums added in warp order.
-__device__ float block_sum(float v) {
-  __shared__ float partial[32];
+// warp's butterfly, then the warp sums added in warp order. partial: shared scratch of
+// blockDim.x / 32 floats (block_sum: its own; block_sum_in: the caller's, for kernels whose
+// shared memory is all dynamic).
+__device__ __forceinline__ float block_sum_in(float v, float* partial) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncthreads();  // partial may still be read by a previous call
@@ -38,13 +39,18 @@ __device__ float block_sum(float v) {
   for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) t += partial[w];
   return t;
 }
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+  return block_sum_in(v, partial);
+}
 
 // One row [D] (D % 4 == 0, D ≤ 4·kNormThreads·kVec, rows 16-byte aligned) on a block of exactly
 // kNormThreads threads, in two halves so a kernel can write the row later than it reads it:
 // norm_row_sum: v = res_in + delta, inv = rsqrt(Σ v² / D + eps) — thread t owns float4 chunks
 // t + kNormThreads·x (x < kVec), kept in `r` between the halves; its sum of squares is its chunks
 // in x order, then block_sum. Every thread must call it (block_sum's barriers).
-// norm_row_store: o = w · (v · inv); writes, each where non-null: res_out ← v, out ← o, xs ← o
+// norm_row_store: o = w · (v · inv), w from norm_row_weight (NormWeight: the thread's chunks of the
+// norm's weight, which a kernel may load before its PDL wait); writes, each where non-null: res_out ← v, out ← o, xs ← o
 // (any address space, e.g. shared memory), and
 //  - kRows 1 (D % 128 == 0): q ← o rounded to bf16 and quantized per 1×128 group (e4m3 codes
 //    [D]), sq ← the groups' scales [D / 128] — a warp's 32 chunks are one group, so its amax is a
@@ -57,10 +63,28 @@ struct NormRow {
   float4 v[kVec];
   float inv;
 };
+// The thread's chunks of the norm's weight w [D] (F32, BF16 or e4m3: we) in fp32, loadable before
+// the PDL wait (weights are never written once placed).
+template <int kVec>
+struct NormWeight {
+  float4 w[kVec];
+};
 
 template <int kVec>
-__device__ __forceinline__ void norm_row_sum(NormRow<kVec>& r, const float* res_in, const float* delta, int64_t D,
-                                             float eps) {
+__device__ __forceinline__ void norm_row_weight(NormWeight<kVec>& nw, const void* w, Elem we, int64_t D) {
+  const int n4 = static_cast<int>(D / 4);
+#pragma unroll
+  for (int x = 0; x < kVec; ++x) {
+    const int j = threadIdx.x + kNormThreads * x;
+    if (j >= n4) break;
+    const int64_t c = 4 * static_cast<int64_t>(j);
+    nw.w[x] = make_float4(load(w, we, c), load(w, we, c + 1), load(w, we, c + 2), load(w, we, c + 3));
+  }
+}
+
+// v into r, and the thread's part of Σ v² (its chunks in x order).
+template <int kVec>
+__device__ __forceinline__ float norm_row_add(NormRow<kVec>& r, const float* res_in, const float* delta, int64_t D) {
   const int n4 = static_cast<int>(D / 4);
   const float4* r4 = reinterpret_cast<const float4*>(res_in);
   const float4* d4 = reinterpret_cast<const float4*>(delta);
@@ -73,11 +97,23 @@ __device__ __forceinline__ void norm_row_sum(NormRow<kVec>& r, const float* res_
     r.v[x] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
     ss += r.v[x].x * r.v[x].x + r.v[x].y * r.v[x].y + r.v[x].z * r.v[x].z + r.v[x].w * r.v[x].w;
   }
-  r.inv = rsqrtf(block_sum(ss) / static_cast<float>(D) + eps);
+  return ss;
+}
+template <int kVec>
+__device__ __forceinline__ void norm_row_sum(NormRow<kVec>& r, const float* res_in, const float* delta, int64_t D,
+                                             float eps) {
+  r.inv = rsqrtf(block_sum(norm_row_add(r, res_in, delta, D)) / static_cast<float>(D) + eps);
+}
+// The same with the block sum's scratch from the caller (partial: kNormThreads / 32 floats of
+// shared memory).
+template <int kVec>
+__device__ __forceinline__ void norm_row_sum_in(NormRow<kVec>& r, const float* res_in, const float* delta, int64_t D,
+                                                float eps, float* partial) {
+  r.inv = rsqrtf(block_sum_in(norm_row_add(r, res_in, delta, D), partial) / static_cast<float>(D) + eps);
 }
 
 template <int kVec, int kRows>
-__device__ __forceinline__ void norm_row_store(const NormRow<kVec>& r, const void* w, Elem we, int64_t D,
+__device__ __forceinline__ void norm_row_store(const NormRow<kVec>& r, const NormWeight<kVec>& nw, int64_t D,
                                                float* res_out, float* out, uint8_t* q, float* sq, float* xs) {
   const int n4 = static_cast<int>(D / 4);
   const float inv = r.inv;
@@ -87,9 +123,8 @@ __device__ __forceinline__ void norm_row_store(const NormRow<kVec>& r, const voi
     if (j >= n4) break;  // (kRows 1: n4 % 32 == 0, so whole warps leave together)
     const float4 v = r.v[x];
     if (res_out != nullptr) reinterpret_cast<float4*>(res_out)[j] = v;
-    const int64_t c = 4 * static_cast<int64_t>(j);
-    const float4 o = make_float4(load(w, we, c) * (v.x * inv), load(w, we, c + 1) * (v.y * inv),
-                                 load(w, we, c + 2) * (v.z * inv), load(w, we, c + 3) * (v.w * inv));
+    const float4 w = nw.w[x];
+    const float4 o = make_float4(w.x * (v.x * inv), w.y * (v.y * inv), w.z * (v.z * inv), w.w * (v.w * inv));
     if (out != nullptr) reinterpret_cast<float4*>(out)[j] = o;
     if (xs != nullptr) reinterpret_cast<float4*>(xs)[j] = o;
     if constexpr (kRows == 2) {

@@ -108,7 +108,7 @@ std::vector<KvLayerSpec> DeepseekModel::kv_layers() const {
                                   KvLayerSpec{KvKind::kMlaLatent, config_.kv_latent_dim()});
 }
 
-void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, const QuantizedRows& xq,
+void DeepseekModel::attention(Backend& backend, int64_t l, const InputNorm* pre, Tensor& x, QuantizedRows& xq,
                               const Tensor& positions, const Tensor& slots, const AttentionBatch& decode,
                               const AttentionBatch& prefill, Tensor& cache_layer, Tensor& attn_out) const {
   const DeepseekConfig& c = config_;
@@ -129,9 +129,14 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const Tensor& x, cons
     sw.eps = eps;
     sw.mla = mla_params(c);
     sw.mla.kv_b_proj = w.kv_b_proj_bf16.defined() ? &w.kv_b_proj_bf16 : &w.kv_b_proj;
-    backend.mla_decode_sublayer(sw, x, &xq, positions, slots, decode, cache_layer, attn_out);
+    if (pre != nullptr)
+      backend.add_rms_norm_mla_decode_sublayer(*pre->residual, *pre->delta, *pre->weight, eps, x, xq, sw, positions,
+                                               slots, decode, cache_layer, attn_out);
+    else
+      backend.mla_decode_sublayer(sw, x, &xq, positions, slots, decode, cache_layer, attn_out);
     return;
   }
+  if (pre != nullptr) backend.add_rms_norm_quantized(*pre->residual, *pre->delta, *pre->weight, eps, x, xq);
 
   // The two linears of x (q_proj or q_a_proj, and kv_a_proj_with_mqa) together: placements
   // stack their rows, so decode steps read them in one launch. (kv is allocated right after the
@@ -321,11 +326,13 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const DeepseekLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
       const int64_t layer_mark = backend.step_mark();  // the layer's temporaries die with it
-      attention(backend, l, x, l == 0 ? none : xq_buf, positions, slots, decode, prefill, cache.layer(l), delta);
+      // Layer 0's x is the embedding's norm; every later layer's comes from the residual stream
+      // and the previous layer's output, made by its attention op (which a backend may fuse).
+      const InputNorm pre{&h, &delta, &w.input_layernorm};
+      attention(backend, l, l == 0 ? nullptr : &pre, x, l == 0 ? none : xq_buf, positions, slots, decode, prefill,
+                cache.layer(l), delta);
       ffn(backend, w, h, delta, x, xq_buf);
-      const bool last = l + 1 == c.num_hidden_layers;
-      const Tensor& next_norm = last ? weights_.norm : weights_.layers[static_cast<size_t>(l) + 1].input_layernorm;
-      backend.add_rms_norm_quantized(h, delta, next_norm, eps, x, last ? none : xq_buf);  // x = final-normed h at the end
+      if (l + 1 == c.num_hidden_layers) backend.add_rms_norm_quantized(h, delta, weights_.norm, eps, x, none);
       backend.step_release(layer_mark);
     }
     Tensor last = backend.empty(DType::kF32, {R, D});

@@ -116,11 +116,20 @@ class DeepseekModel {
                  MlaPolicy policy = MlaPolicy::kAuto, DecodeGraphs* graphs = nullptr) const;
 
  private:
-  // attn_out [T, hidden] = MLA(x [T, hidden]) for layer l; writes the layer's KV. xq: x's rows
-  // quantized by the norm that wrote x (QuantizedRows, backend.h; may be empty).
-  void attention(Backend& backend, int64_t l, const Tensor& x, const QuantizedRows& xq, const Tensor& positions,
-                 const Tensor& slots, const AttentionBatch& decode, const AttentionBatch& prefill, Tensor& cache_layer,
-                 Tensor& attn_out) const;
+  // The residual stream's update and norm that make a layer's input x: residual += delta, x =
+  // RMSNorm(residual) · weight (add_rms_norm_quantized), left to the layer's attention so a
+  // backend can fold it into its first kernel.
+  struct InputNorm {
+    Tensor* residual;
+    const Tensor* delta;
+    const Tensor* weight;
+  };
+  // attn_out [T, hidden] = MLA(x [T, hidden]) for layer l; writes the layer's KV. pre: null (x
+  // given), or the norm that makes x first (attn_out may be its delta). xq: x's rows quantized
+  // by the norm that wrote x (QuantizedRows, backend.h; may be empty).
+  void attention(Backend& backend, int64_t l, const InputNorm* pre, Tensor& x, QuantizedRows& xq,
+                 const Tensor& positions, const Tensor& slots, const AttentionBatch& decode,
+                 const AttentionBatch& prefill, Tensor& cache_layer, Tensor& attn_out) const;
   // The FFN half of a layer: h [T, hidden] += delta (the attention's output), x = post-attention
   // RMSNorm of h (its rows quantized into xq where the backend makes them), then delta = dense
   // MLP or MoE (+ shared experts) of x. A MoE layer's norm, router and routing go to the backend
