@@ -74,10 +74,6 @@ struct MlaSublayerWeights {
   const RopeParams* rope = nullptr;         // over q_pe and k_pe (dr channels)
   float eps = 0;                            // kv_a_layernorm's
   MlaParams mla;                            // dims, softmax scale, kv_b_proj
-  // Weights the layer reads right after the sublayer (its router and shared experts): a hint a
-  // backend may use to start fetching them early (CUDA: into L2 during the sublayer kernel's
-  // latency-bound phases). Never read as values.
-  std::vector<const Tensor*> read_next;
 };
 
 struct RouterParams {

@@ -143,9 +143,6 @@ struct CudaState {
   // The layer's input norm folded into the sublayer kernel (set_sublayer_norm_fused);
   // DEEPINFER_CUDA_SUBLAYER_NORM=0|1.
   bool sublayer_norm = true;
-  // The sublayer kernel prefetches the weights read next (MlaSublayerWeights::read_next) into L2;
-  // DEEPINFER_CUDA_SUBLAYER_L2_NEXT=0|1, a lab knob.
-  bool sublayer_l2_next = true;
   // Zeroed counters: [0] cuda::mla_sublayer's and [1] cuda::moe_one's grid barriers, [2]
   // cuda::norm_route's arrivals.
   unsigned long long* grid_counter = nullptr;
@@ -276,7 +273,6 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_MOE_ONE_W8A8", on)) s_->moe_one_w8a8 = on ? 1 : 0;
   read_env_switch("DEEPINFER_CUDA_NORM_ROUTE", s_->norm_route);
   read_env_switch("DEEPINFER_CUDA_SUBLAYER_NORM", s_->sublayer_norm);
-  read_env_switch("DEEPINFER_CUDA_SUBLAYER_L2_NEXT", s_->sublayer_l2_next);
   DI_CUDA_CHECK(cudaMalloc(&s_->grid_counter, 3 * sizeof(unsigned long long)));
   DI_CUDA_CHECK(cudaMemset(s_->grid_counter, 0, 3 * sizeof(unsigned long long)));
   s_->dense_w8a8_rows = kGemvMaxRows;
@@ -1211,28 +1207,6 @@ bool CudaBackend::sublayer_kernel(const MlaSublayerWeights& w, const Tensor& x, 
   if (s_->batch_invariant) {  // the invariant form: the op-by-op path's bits (the rule mla_attention uses)
     a.split_keys = s_->mla_invariant_split_keys;
     a.max_splits = kMlaInvariantMaxSplits;
-  }
-  if (s_->sublayer_l2_next) {  // the hinted weights as at most kMlaSublayerMaxPrefetch runs of bytes
-    std::vector<std::pair<uintptr_t, uintptr_t>> runs;  // [begin, end)
-    for (const Tensor* t : w.read_next)
-      if (t != nullptr && t->defined() && t->n_bytes() > 0)
-        runs.emplace_back(reinterpret_cast<uintptr_t>(t->raw_data()),
-                          reinterpret_cast<uintptr_t>(t->raw_data()) + static_cast<uintptr_t>(t->n_bytes()));
-    std::sort(runs.begin(), runs.end());
-    std::vector<std::pair<uintptr_t, uintptr_t>> merged;
-    for (const auto& run : runs) {
-      if (!merged.empty() && run.first <= merged.back().second)
-        merged.back().second = std::max(merged.back().second, run.second);
-      else
-        merged.push_back(run);
-    }
-    if (merged.size() <= static_cast<size_t>(cuda::kMlaSublayerMaxPrefetch))
-      for (size_t i = 0; i < merged.size(); ++i) {
-        const uintptr_t begin = (merged[i].first + 15) / 16 * 16, end = merged[i].second / 16 * 16;
-        if (end <= begin) continue;
-        a.l2_next[i] = reinterpret_cast<const void*>(begin);
-        a.l2_next_bytes[i] = end - begin;
-      }
   }
   cuda::mla_sublayer(a, s_->stream);
   return true;

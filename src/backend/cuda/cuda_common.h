@@ -234,7 +234,6 @@ void causal_softmax(const float* scores, int64_t H, int64_t rows, int64_t S, int
 // RoPE of kv[r:]) written to `slots[0]` first — what matmul_parts, mla_rope_kv_write,
 // mla_decode and the o_proj matmul compute, in another summation order (bf16 x, q̃, P, o_lat and
 // o, as those kernels round them). Graph-safe: the launch depends only on D and the SM count.
-constexpr int kMlaSublayerMaxPrefetch = 4;  // MlaSublayerArgs::l2_next ranges
 struct MlaSublayerArgs {
   const float* x = nullptr;   // [D] the sublayer's normed input (unless the input norm is folded)
   int64_t D = 0;              // hidden size, % 256 == 0
@@ -249,11 +248,6 @@ struct MlaSublayerArgs {
   Elem in_norm_elem = Elem::kF32;
   float in_eps = 0;
   float* x_out = nullptr;  // [D]
-  // Byte ranges the next kernels read (weights: never written by a kernel), prefetched into L2
-  // once P1's rows have landed — each block its 1/G of every range, while it waits at B1 — so
-  // their HBM traffic fills the latency-bound phases P2–P5. 16-byte aligned, sizes % 16 == 0.
-  const void* l2_next[kMlaSublayerMaxPrefetch] = {};
-  uint64_t l2_next_bytes[kMlaSublayerMaxPrefetch] = {};
   // The three dense linears: bf16, or (fp8) e4m3 codes with one fp32 scale per row and
   // 128-column block — s_q, s_kv, s_o [rows, K / 128] (the CUDA placement's block_n 1, block_k
   // 128) — multiplied as the FP8 decode GEMV does (bf16 x, fp32 sums per block, times the block's

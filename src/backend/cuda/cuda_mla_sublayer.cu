@@ -633,15 +633,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   mark(3);
   grid_sync(a.counter, base + 1ull * G, t == 0, [] { __syncthreads(); }, [&] {
     if (needs_rope && t < a.rope.half) rope_entries(a.rope, rope_ang, t, cs);  // read in P2, after the barrier
-    if (t >= 32 && t < 32 + kMlaSublayerMaxPrefetch && a.l2_next_bytes[t - 32] > 0) {  // the next kernels' weights
-      const uint64_t n = a.l2_next_bytes[t - 32], part = (n / 16 + G - 1) / G * 16, at = part * b;
-      if (at < n) {
-        const uint64_t len = n - at < part ? n - at : part;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(static_cast<const char*>(a.l2_next[t - 32]) + at),
-                     "r"(static_cast<uint32_t>(len))
-                     : "memory");
-      }
-    }
   });
   mark(4);
 

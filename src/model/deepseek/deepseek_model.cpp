@@ -129,11 +129,6 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const InputNorm* pre,
     sw.eps = eps;
     sw.mla = mla_params(c);
     sw.mla.kv_b_proj = w.kv_b_proj_bf16.defined() ? &w.kv_b_proj_bf16 : &w.kv_b_proj;
-    if (w.is_moe) {  // read next: the router, then the shared experts (first in a one-token MoE launch)
-      sw.read_next.push_back(&w.gate.weight);
-      for (const MlpWeights& m : w.shared_slices)
-        for (const LinearWeight* p : {&m.gate_proj, &m.up_proj, &m.down_proj}) sw.read_next.push_back(&p->weight);
-    }
     if (pre != nullptr)
       backend.add_rms_norm_mla_decode_sublayer(*pre->residual, *pre->delta, *pre->weight, eps, x, xq, sw, positions,
                                                slots, decode, cache_layer, attn_out);
