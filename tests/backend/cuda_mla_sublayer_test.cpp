@@ -226,7 +226,7 @@ class CudaMlaSublayer : public ::testing::Test {
     const Tensor d_in_norm = gpu_->place_tensor(randn({kD}, 1.0f, 0.1f));
     Tensor got[2][4];  // [folded][out, latent row, residual, x]
     for (int folded = 0; folded < 2; ++folded) {
-      dynamic_cast<CudaBackend&>(*gpu_).set_sublayer_norm_fused(folded == 1);
+      dynamic_cast<CudaBackend&>(*gpu_).set_sublayer_norm_fused(folded);
       Tensor d_cache = gpu_->allocate(DType::kBF16, cache_shape);
       gpu_->copy_from_host(cache_bf.raw_data(), d_cache);
       Tensor d_res = gpu_->upload(res), d_delta = gpu_->upload(delta), d_x = gpu_->empty(DType::kF32, {1, kD});
@@ -246,7 +246,7 @@ class CudaMlaSublayer : public ::testing::Test {
       got[folded][2] = gpu_->to_host(d_res);
       got[folded][3] = gpu_->to_host(d_x);
     }
-    dynamic_cast<CudaBackend&>(*gpu_).set_sublayer_norm_fused(true);
+    dynamic_cast<CudaBackend&>(*gpu_).set_sublayer_norm_fused(-1);
     const char* names[] = {"output", "latent row", "residual", "x"};
     for (int i = 0; i < 4; ++i)
       EXPECT_EQ(0, std::memcmp(got[0][i].raw_data(), got[1][i].raw_data(), got[0][i].n_bytes()))

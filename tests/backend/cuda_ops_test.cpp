@@ -1326,7 +1326,7 @@ TEST_F(CudaOps, NormRouteEqualsTheThreeOps) {
           r.w = dev_empty(DType::kF32, {1, c.k});
           if (q_kind == 1) r.xq = {dev_empty(DType::kU8, {1, c.D}), dev_empty(DType::kF32, {1, c.D / 128})};
           if (q_kind == 2) r.xq = {dev_empty(DType::kBF16, {1, c.D}), Tensor()};
-          cuda_b.set_norm_route_fused(fused == 1);
+          cuda_b.set_norm_route_fused(fused);
           gpu_->set_op_timing(true);
           gpu_->add_rms_norm_route(r.res, d_delta, d_norm, 1e-6f, r.x, r.xq, router, p, r.ids, r.w);
           const std::vector<OpTime> times = gpu_->take_op_times();
@@ -1334,7 +1334,7 @@ TEST_F(CudaOps, NormRouteEqualsTheThreeOps) {
           ASSERT_FALSE(times.empty()) << what;
           EXPECT_EQ(times.size() == 1 && times[0].op == "add_rms_norm_route", fused == 1) << what;
         }
-        cuda_b.set_norm_route_fused(true);
+        cuda_b.set_norm_route_fused(-1);
         std::vector<std::pair<Tensor, Tensor>> same = {{o[0].res, o[1].res}, {o[0].x, o[1].x}, {o[0].ids, o[1].ids}};
         if (q_kind != 0) same.push_back({o[0].xq.codes, o[1].xq.codes});
         if (q_kind == 1) same.push_back({o[0].xq.scales, o[1].xq.scales});

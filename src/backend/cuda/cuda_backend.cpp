@@ -138,11 +138,13 @@ struct CudaState {
   bool moe_one = true;       // set_moe_one_fused; DEEPINFER_CUDA_MOE_ONE=0|1
   bool moe_one_fp8 = false;  // set_moe_one_fp8; DEEPINFER_CUDA_MOE_ONE_FP8=0|1
   int moe_one_w8a8 = -1;     // set_moe_one_w8a8; DEEPINFER_CUDA_MOE_ONE_W8A8=0|1
-  // A MoE layer's input at one token in one launch (set_norm_route_fused); DEEPINFER_CUDA_NORM_ROUTE=0|1.
-  bool norm_route = true;
-  // The layer's input norm folded into the sublayer kernel (set_sublayer_norm_fused);
+  // A MoE layer's input at one token in one launch (set_norm_route_fused: −1 where x's rows are
+  // FP8 codes, 0 never, 1 always); DEEPINFER_CUDA_NORM_ROUTE=0|1.
+  int norm_route = -1;
+  // The layer's input norm folded into the sublayer kernel (set_sublayer_norm_fused: −1 in the
+  // default mode, 0 never, 1 always);
   // DEEPINFER_CUDA_SUBLAYER_NORM=0|1.
-  bool sublayer_norm = true;
+  int sublayer_norm = -1;
   // Zeroed counters: [0] cuda::mla_sublayer's and [1] cuda::moe_one's grid barriers, [2]
   // cuda::norm_route's arrivals.
   unsigned long long* grid_counter = nullptr;
@@ -271,8 +273,8 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_MOE_ONE", s_->moe_one);
   read_env_switch("DEEPINFER_CUDA_MOE_ONE_FP8", s_->moe_one_fp8);
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_MOE_ONE_W8A8", on)) s_->moe_one_w8a8 = on ? 1 : 0;
-  read_env_switch("DEEPINFER_CUDA_NORM_ROUTE", s_->norm_route);
-  read_env_switch("DEEPINFER_CUDA_SUBLAYER_NORM", s_->sublayer_norm);
+  if (bool on = false; read_env_switch("DEEPINFER_CUDA_NORM_ROUTE", on)) s_->norm_route = on ? 1 : 0;
+  if (bool on = false; read_env_switch("DEEPINFER_CUDA_SUBLAYER_NORM", on)) s_->sublayer_norm = on ? 1 : 0;
   DI_CUDA_CHECK(cudaMalloc(&s_->grid_counter, 3 * sizeof(unsigned long long)));
   DI_CUDA_CHECK(cudaMemset(s_->grid_counter, 0, 3 * sizeof(unsigned long long)));
   s_->dense_w8a8_rows = kGemvMaxRows;
@@ -332,8 +334,14 @@ void CudaBackend::set_mla_sublayer_fused(bool on) { s_->mla_sublayer = on; }
 
 void CudaBackend::set_moe_one_fused(bool on) { s_->moe_one = on; }
 void CudaBackend::set_moe_one_fp8(bool on) { s_->moe_one_fp8 = on; }
-void CudaBackend::set_norm_route_fused(bool on) { s_->norm_route = on; }
-void CudaBackend::set_sublayer_norm_fused(bool on) { s_->sublayer_norm = on; }
+void CudaBackend::set_norm_route_fused(int mode) {
+  DI_CHECK(mode >= -1 && mode <= 1);
+  s_->norm_route = mode;
+}
+void CudaBackend::set_sublayer_norm_fused(int mode) {
+  DI_CHECK(mode >= -1 && mode <= 1);
+  s_->sublayer_norm = mode;
+}
 void CudaBackend::set_moe_one_w8a8(int mode) {
   DI_CHECK(mode >= -1 && mode <= 1);
   s_->moe_one_w8a8 = mode;
@@ -1105,7 +1113,10 @@ void CudaBackend::add_rms_norm_mla_decode_sublayer(Tensor& residual, const Tenso
   const int64_t D = residual.size(1);
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   // add_rms_norm's vectorized kernel at one row (the op path's x, whatever xq is).
-  const bool fold = s_->sublayer_norm && residual.size(0) == 1 && x.size(0) == 1 && x.size(1) == D &&
+  // By default only the default mode folds it: the invariant forms measured slower with it
+  // (docs/perf.md, version 29).
+  const bool on = s_->sublayer_norm == 1 || (s_->sublayer_norm == -1 && !s_->batch_invariant);
+  const bool fold = on && residual.size(0) == 1 && x.size(0) == 1 && x.size(1) == D &&
                     norm.numel() == D && D % 4 == 0 && D <= cuda::kMlaSublayerNormMaxD &&
                     aligned(residual.raw_data()) && aligned(delta.raw_data()) && aligned(x.raw_data());
   if (fold) {
@@ -1252,7 +1263,11 @@ void CudaBackend::add_rms_norm_route(Tensor& residual, const Tensor& delta, cons
   const int q_kind = !xq.defined() ? 0 : xq.codes.dtype() == DType::kU8 ? 1 : 2;
   auto aligned = [](const void* ptr, uintptr_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; };
   // The op path's norm at one row is add_rms_norm's vectorized kernel exactly where these hold.
-  const bool fits = s_->norm_route && T == 1 && router.dtype() == DType::kF32 && router.n_in() == D &&
+  // By default only where x's rows are FP8 codes (the FP8 W8A8 consumers': the batch-invariant
+  // mode's FP8 steps): with bf16 rows, or none, the three launches measured faster (docs/perf.md,
+  // version 29: the kernel's 16 blocks hold SMs the next persistent kernel's blocks wait for).
+  const bool on = s_->norm_route == 1 || (s_->norm_route == -1 && q_kind == 1);
+  const bool fits = on && T == 1 && router.dtype() == DType::kF32 && router.n_in() == D &&
                     cuda::norm_route_ok(D, E, p.n_group, p.top_k, q_kind) && aligned(residual.raw_data(), 16) &&
                     aligned(delta.raw_data(), 16) && aligned(out.raw_data(), 16) &&
                     aligned(router.weight.raw_data(), 16) &&

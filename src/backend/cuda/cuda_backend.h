@@ -85,16 +85,17 @@ class CudaBackend : public Backend {
   void mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor& x, const QuantizedRows* xq,
                            const Tensor& positions, const Tensor& slots, const AttentionBatch& decode, Tensor& cache,
                            Tensor& out) override;
-  // Where that kernel runs and the row fits its folded norm (D ≤ kMlaSublayerNormMaxD, aligned
-  // rows: add_rms_norm's vectorized kernel), the norm in the same launch (xq left unwritten: the
+  // Where that kernel runs, set_sublayer_norm_fused picks the fold and the row fits it (D ≤
+  // kMlaSublayerNormMaxD, aligned rows: add_rms_norm's vectorized kernel), the norm in the same launch (xq left unwritten: the
   // kernel reads x's rows itself); otherwise add_rms_norm_quantized, then mla_decode_sublayer.
   void add_rms_norm_mla_decode_sublayer(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps, Tensor& x,
                                         QuantizedRows& xq, const MlaSublayerWeights& w, const Tensor& positions,
                                         const Tensor& slots, const AttentionBatch& decode, Tensor& cache,
                                         Tensor& out) override;
   void moe_route(const Tensor& logits, const RouterParams& p, Tensor& ids, Tensor& weights) override;
-  // One token (T = 1, F32 router, shapes cuda::norm_route_ok takes): cuda::norm_route's one
-  // launch, the batch-invariant mode's bits in both modes; else the three ops.
+  // One token (T = 1, F32 router, shapes cuda::norm_route_ok takes) where set_norm_route_fused
+  // picks it: cuda::norm_route's one launch, the batch-invariant mode's bits in both modes; else
+  // the three ops.
   void add_rms_norm_route(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps, Tensor& out,
                           QuantizedRows& xq, const LinearWeight& router, const RouterParams& p, Tensor& ids,
                           Tensor& weights) override;
@@ -172,12 +173,15 @@ class CudaBackend : public Backend {
   // MoE is that form at every size; 1 in both modes (the default mode's one-token step then
   // quantizes x and h as its larger steps do); 0 never. DEEPINFER_CUDA_MOE_ONE_W8A8=0|1.
   void set_moe_one_w8a8(int mode);
-  // Whether add_rms_norm_route runs a one-token step as one launch (cuda::norm_route; default on)
-  // or as its three ops. DEEPINFER_CUDA_NORM_ROUTE=0|1 sets it at construction.
-  void set_norm_route_fused(bool on);
-  // Whether add_rms_norm_mla_decode_sublayer folds the norm into the sublayer kernel (default
-  // on). DEEPINFER_CUDA_SUBLAYER_NORM=0|1 sets it at construction.
-  void set_sublayer_norm_fused(bool on);
+  // Where add_rms_norm_route runs a one-token step as one launch (cuda::norm_route) instead of
+  // its three ops: -1 (the default) where x's rows are FP8 codes (the batch-invariant mode's FP8
+  // steps: faster there, slower elsewhere — docs/perf.md, version 29), 1 always, 0 never.
+  // DEEPINFER_CUDA_NORM_ROUTE=0|1 sets it at construction.
+  void set_norm_route_fused(int mode);
+  // Where add_rms_norm_mla_decode_sublayer folds the norm into the sublayer kernel: -1 (the
+  // default) in the default mode (the invariant forms measured slower with it), 1 always, 0
+  // never. DEEPINFER_CUDA_SUBLAYER_NORM=0|1 sets it at construction.
+  void set_sublayer_norm_fused(int mode);
   // The batch-invariant mode's naive MLA form (the kv_b decompression on invariant_gemm, then
   // the flash kernel, whose rows do not depend on their chunk): whether MlaPolicy::kByOrigin may
   // run prompt tokens on it (naive_mla_batch_invariant). On by default since the GPU suite proved
