@@ -423,6 +423,21 @@ TEST_F(CudaOps, KvWriteRoundsToBf16) {
 
 // Routing (a warp per token) against the reference: the same experts in the same order, ties
 // included, for 64 and 160 experts (several per lane) and several blocks of tokens.
+// A routing rule (routed scaling 2.5; bias: the correction bias, or null).
+RouterParams router_params(ScoringFunc f, TopkMethod m, int64_t groups, int64_t topk_group, int64_t k, bool norm,
+                           const float* bias) {
+  RouterParams p;
+  p.scoring_func = f;
+  p.topk_method = m;
+  p.n_group = groups;
+  p.topk_group = topk_group;
+  p.top_k = k;
+  p.norm_topk_prob = norm;
+  p.routed_scaling_factor = 2.5f;
+  p.correction_bias = bias;
+  return p;
+}
+
 TEST_F(CudaOps, MoeRouteAllMethods) {
   struct Case { ScoringFunc f; TopkMethod m; int64_t groups, topk_group, k; bool norm; bool bias; };
   for (const Case& c : {Case{ScoringFunc::kSoftmax, TopkMethod::kGreedy, 1, 1, 6, false, false},
@@ -434,15 +449,8 @@ TEST_F(CudaOps, MoeRouteAllMethods) {
       if (T == 29)  // exact ties: integer logits, the lower expert id must win
         for (int64_t i = 0; i < logits.numel(); ++i) logits.data<float>()[i] = std::round(logits.data<float>()[i]);
       Tensor bias = randn({E}, 0.1f);
-      RouterParams p;
-      p.scoring_func = c.f;
-      p.topk_method = c.m;
-      p.n_group = c.groups;
-      p.topk_group = c.topk_group;
-      p.top_k = c.k;
-      p.norm_topk_prob = c.norm;
-      p.routed_scaling_factor = 2.5f;
-      p.correction_bias = c.bias ? bias.data<float>() : nullptr;
+      RouterParams p =
+          router_params(c.f, c.m, c.groups, c.topk_group, c.k, c.norm, c.bias ? bias.data<float>() : nullptr);
       Tensor ref_ids = Tensor::empty_host(DType::kI32, {T, c.k}), ref_w = Tensor::empty_host(DType::kF32, {T, c.k});
       ref_.moe_route(logits, p, ref_ids, ref_w);
       Tensor d_bias = gpu_->place_tensor(bias);
@@ -1307,15 +1315,8 @@ TEST_F(CudaOps, NormRouteEqualsTheThreeOps) {
         const LinearWeight router = gpu_->place_linear_fp32(host_linear(c.E, c.D, DType::kF32));
         ASSERT_EQ(router.dtype(), DType::kF32);
         const Tensor d_bias = gpu_->place_tensor(randn({c.E}, 0.1f));
-        RouterParams p;
-        p.scoring_func = c.f;
-        p.topk_method = c.m;
-        p.n_group = c.groups;
-        p.topk_group = c.topk_group;
-        p.top_k = c.k;
-        p.norm_topk_prob = c.norm;
-        p.routed_scaling_factor = 2.5f;
-        p.correction_bias = c.bias ? d_bias.data<float>() : nullptr;
+        const RouterParams p =
+            router_params(c.f, c.m, c.groups, c.topk_group, c.k, c.norm, c.bias ? d_bias.data<float>() : nullptr);
         struct Out { Tensor res, x, ids, w; QuantizedRows xq; };
         Out o[2];
         for (int fused = 0; fused < 2; ++fused) {

@@ -142,8 +142,7 @@ struct CudaState {
   // FP8 codes, 0 never, 1 always); DEEPINFER_CUDA_NORM_ROUTE=0|1.
   int norm_route = -1;
   // The layer's input norm folded into the sublayer kernel (set_sublayer_norm_fused: −1 in the
-  // default mode, 0 never, 1 always);
-  // DEEPINFER_CUDA_SUBLAYER_NORM=0|1.
+  // default mode, 0 never, 1 always); DEEPINFER_CUDA_SUBLAYER_NORM=0|1.
   int sublayer_norm = -1;
   // Zeroed counters: [0] cuda::mla_sublayer's and [1] cuda::moe_one's grid barriers, [2]
   // cuda::norm_route's arrivals.
@@ -1112,9 +1111,9 @@ void CudaBackend::add_rms_norm_mla_decode_sublayer(Tensor& residual, const Tenso
                                                    Tensor& out) {
   const int64_t D = residual.size(1);
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  // add_rms_norm's vectorized kernel at one row (the op path's x, whatever xq is).
   // By default only the default mode folds it: the invariant forms measured slower with it
-  // (docs/perf.md, version 29).
+  // (docs/perf.md, version 29). The op path's x at one row is add_rms_norm's vectorized kernel's
+  // (whatever xq is) exactly where the conditions below hold.
   const bool on = s_->sublayer_norm == 1 || (s_->sublayer_norm == -1 && !s_->batch_invariant);
   const bool fold = on && residual.size(0) == 1 && x.size(0) == 1 && x.size(1) == D &&
                     norm.numel() == D && D % 4 == 0 && D <= cuda::kMlaSublayerNormMaxD &&
@@ -1262,10 +1261,10 @@ void CudaBackend::add_rms_norm_route(Tensor& residual, const Tensor& delta, cons
   const int64_t T = residual.size(0), D = residual.size(1), E = router.n_out();
   const int q_kind = !xq.defined() ? 0 : xq.codes.dtype() == DType::kU8 ? 1 : 2;
   auto aligned = [](const void* ptr, uintptr_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; };
-  // The op path's norm at one row is add_rms_norm's vectorized kernel exactly where these hold.
   // By default only where x's rows are FP8 codes (the FP8 W8A8 consumers': the batch-invariant
-  // mode's FP8 steps): with bf16 rows, or none, the three launches measured faster (docs/perf.md,
-  // version 29: the kernel's 16 blocks hold SMs the next persistent kernel's blocks wait for).
+  // mode's FP8 steps); with bf16 rows, or none, the three launches measured faster (docs/perf.md,
+  // version 29). The op path's norm at one row is add_rms_norm's vectorized kernel exactly where
+  // the alignments below hold, so the kernel's bits are the op path's.
   const bool on = s_->norm_route == 1 || (s_->norm_route == -1 && q_kind == 1);
   const bool fits = on && T == 1 && router.dtype() == DType::kF32 && router.n_in() == D &&
                     cuda::norm_route_ok(D, E, p.n_group, p.top_k, q_kind) && aligned(residual.raw_data(), 16) &&
