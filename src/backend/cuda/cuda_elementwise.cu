@@ -226,8 +226,9 @@ __global__ void resolve_tokens_kernel(int32_t* ids, int64_t n, const int32_t* pe
 }
 
 // add_rms_norm for D % 4 == 0, D ≤ 1024·kVec: a block of kNormThreads per row, norm_row_sum and
-// norm_row_store (cuda_norm_row.cuh) — kRows 1: out's row also quantized per 1×128 group (e4m3 codes q [T, D],
-// scales sq [T, D / 128]); kRows 2: out's row rounded to bf16 into q [T, D] bf16.
+// norm_row_store (cuda_norm_row.cuh: the row read once, written twice, 16-byte accesses) — kRows
+// 1: out's row also quantized per 1×128 group (e4m3 codes q [T, D], scales sq [T, D / 128]);
+// kRows 2: out's row rounded to bf16 into q [T, D] bf16.
 template <int kVec, int kRows>
 __global__ void __launch_bounds__(kNormThreads)
     add_rms_norm_vec_kernel(float* res, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,

@@ -21,7 +21,7 @@
 //               owns rows [b·N/G, (b+1)·N/G) of the stacked [W_q; W_kv] (N = H·(dn + dr) + r + dr).
 //               With the layer's input norm folded in (MlaSublayerArgs::residual: one launch
 //               fewer a layer), every block first makes x itself from the residual stream and
-//               the previous sublayer's output, add_rms_norm's arithmetic (cuda_norm_row.cuh);
+//               the previous layer's FFN output, add_rms_norm's arithmetic (cuda_norm_row.cuh);
 //               block 0 writes x out, block G − 1 the residual's sum while it waits at B3.
 //   P2 absorb:  block G − 1: the new latent, rms_norm(kv[:r]) ⊙ w and RoPE(kv[r:]), to the cache
 //               (bf16; mla_kv_write_kernel's arithmetic). Blocks 0..127: item (h, c0) = (b / 8,
