@@ -6,25 +6,40 @@
 #     bash scripts/device/bench_lab.sh LABEL,DTYPE,MODE[,ENV=VALUE...] ...
 # MODE: default | invariant (--batch-invariant). Example: bash scripts/device/bench_lab.sh
 #   base,fp8,default w8a8rows2,fp8,default,DEEPINFER_CUDA_FP8_W8A8_ROWS=2
+# ROUNDS=n (default 1): every setting n times, the settings interleaved round by round (one
+# invocation's figure moves ±0.05 ms at B = 1 between invocations, a round's settings ±0.01:
+# docs/perf.md, version 29); labels get the round as a suffix (LABEL.r), the table a median
+# column per setting.
 # Output: the table on stdout; $OUT/bench_lab.tgz holds each setting's lab_<LABEL>.json / .log.
 set -uo pipefail
 source "$(dirname "$0")/build_device.sh"
 [ "${BUILD:-1}" = 1 ] && device_build deepinfer
 BIN=build-device/src/tools/deepinfer LITE=bench/configs/deepseek_v2_lite.json
 labels=()
-for spec in "$@"; do
-  IFS=, read -r label dtype mode envs <<< "$spec"
-  flag=""
-  [ "$mode" = invariant ] && flag=--batch-invariant
-  # shellcheck disable=SC2086  # envs: zero or more ENV=VALUE words
-  timeout 150 env ${envs//,/ } "$BIN" bench --config "$LITE" --dtype "$dtype" --prefill "${PREFILL-4096}" \
-    --decode-batch "${BATCHES:-1,2,8,32,64,128,256}" --context "${CONTEXT:-512}" $flag --json "$OUT/lab_$label.json" > "$OUT/lab_$label.log" 2>&1
-  echo "== $label ($dtype $mode ${envs//,/ }): rc=$?"
-  labels+=("$label")
+rounds=${ROUNDS:-1}
+for ((round = 1; round <= rounds; ++round)); do
+  for spec in "$@"; do
+    IFS=, read -r label dtype mode envs <<< "$spec"
+    [ "$rounds" -gt 1 ] && label="$label.$round"
+    flag=""
+    [ "$mode" = invariant ] && flag=--batch-invariant
+    # shellcheck disable=SC2086  # envs: zero or more ENV=VALUE words
+    timeout 150 env ${envs//,/ } "$BIN" bench --config "$LITE" --dtype "$dtype" --prefill "${PREFILL-4096}" \
+      --decode-batch "${BATCHES:-1,2,8,32,64,128,256}" --context "${CONTEXT:-512}" $flag \
+      --json "$OUT/lab_$label.json" > "$OUT/lab_$label.log" 2>&1
+    echo "== $label ($dtype $mode ${envs//,/ }): rc=$?"
+    labels+=("$label")
+  done
 done
 python3 - "$OUT" "${labels[@]}" <<'PY'
-import json, sys
+import json, statistics, sys
 out, labels = sys.argv[1], sys.argv[2:]
+# Settings run in rounds (LABEL.r): a median column per setting after the rounds' columns.
+bases = []
+for name in labels:
+    base = name.rsplit(".", 1)[0] if "." in name and name.rsplit(".", 1)[1].isdigit() else None
+    if base is not None and base not in bases:
+        bases.append(base)
 rows = {}
 for name in labels:
     try:
@@ -34,9 +49,15 @@ for name in labels:
     for r in d.get("results", []):
         key = f"{r.get('phase')} {r.get('tokens') or r.get('batch')}"
         rows.setdefault(key, {})[name] = r.get("ms") or r.get("ms_per_step")
-print("| case | " + " | ".join(labels) + " |")
-print("|---|" + "---:|" * len(labels))
+for v in rows.values():
+    for base in bases:
+        runs = [v[n] for n in labels if n.rsplit(".", 1)[0] == base and v.get(n)]
+        if runs:
+            v[base + " median"] = statistics.median(runs)
+columns = labels + [base + " median" for base in bases]
+print("| case | " + " | ".join(columns) + " |")
+print("|---|" + "---:|" * len(columns))
 for k, v in rows.items():
-    print(f"| {k} | " + " | ".join(f"{v[n]:.2f}" if v.get(n) else "–" for n in labels) + " |")
+    print(f"| {k} | " + " | ".join(f"{v[n]:.2f}" if v.get(n) else "–" for n in columns) + " |")
 PY
 (cd "$OUT" && tar czf /tmp/bench_lab.tgz lab_* 2>/dev/null; rm -f lab_*; mv /tmp/bench_lab.tgz .)
