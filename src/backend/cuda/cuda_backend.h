@@ -175,7 +175,7 @@ class CudaBackend : public Backend {
   void set_moe_one_w8a8(int mode);
   // Where add_rms_norm_route runs a one-token step as one launch (cuda::norm_route) instead of
   // its three ops: -1 (the default) where x's rows are FP8 codes (the batch-invariant mode's FP8
-  // steps: faster there, slower elsewhere — docs/perf.md, version 29), 1 always, 0 never.
+  // steps: faster there, slower before bf16 experts — docs/perf.md, version 29), 1 always, 0 never.
   // DEEPINFER_CUDA_NORM_ROUTE=0|1 sets it at construction.
   void set_norm_route_fused(int mode);
   // Where add_rms_norm_mla_decode_sublayer folds the norm into the sublayer kernel: -1 (the

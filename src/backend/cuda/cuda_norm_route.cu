@@ -17,9 +17,9 @@
 // logits the invariant router's (gemm_f32_ordered in any of its forms), the routing the route
 // kernel's — so the outputs equal the batch-invariant mode's three launches bit for bit (the
 // default mode's router GEMV sums in another order: its logits differ in the last bits).
-// Measured (docs/perf.md, version 29): faster than the three launches before the W8A8 one-token
-// MoE kernel (the batch-invariant mode's FP8 steps), slower before the bf16 one — the backend
-// picks it by that (CudaBackend::set_norm_route_fused).
+// Measured (docs/perf.md, version 29): faster than the three launches before FP8 experts (the
+// W8A8 one-token kernel, the grouped GEMVs), slower before the bf16 one-token kernel — the
+// backend picks it where the norm's rows are FP8 codes (CudaBackend::set_norm_route_fused).
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_f32_ordered.cuh"
 #include "backend/cuda/cuda_launch.cuh"
