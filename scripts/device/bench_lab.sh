@@ -6,7 +6,8 @@
 #     bash scripts/device/bench_lab.sh LABEL,DTYPE,MODE[,ENV=VALUE...] ...
 # MODE: default | invariant (--batch-invariant). Example: bash scripts/device/bench_lab.sh
 #   base,fp8,default w8a8rows2,fp8,default,DEEPINFER_CUDA_FP8_W8A8_ROWS=2
-# ROUNDS=n (default 1): every setting n times, the settings interleaved round by round (one
+# An ENV=VALUE of BIN=path runs that setting on another build's deepinfer (e.g. the code before a
+# change). ROUNDS=n (default 1): every setting n times, the settings interleaved round by round (one
 # invocation's figure moves ±0.05 ms at B = 1 between invocations, a round's settings ±0.01:
 # docs/perf.md, version 29); labels get the round as a suffix (LABEL.r), the table a median
 # column per setting.
@@ -21,10 +22,11 @@ for ((round = 1; round <= rounds; ++round)); do
   for spec in "$@"; do
     IFS=, read -r label dtype mode envs <<< "$spec"
     [ "$rounds" -gt 1 ] && label="$label.$round"
-    flag=""
+    flag="" bin=$BIN
     [ "$mode" = invariant ] && flag=--batch-invariant
+    for kv in ${envs//,/ }; do [[ $kv == BIN=* ]] && bin=${kv#BIN=}; done
     # shellcheck disable=SC2086  # envs: zero or more ENV=VALUE words
-    timeout 150 env ${envs//,/ } "$BIN" bench --config "$LITE" --dtype "$dtype" --prefill "${PREFILL-4096}" \
+    timeout 150 env ${envs//,/ } "$bin" bench --config "$LITE" --dtype "$dtype" --prefill "${PREFILL-4096}" \
       --decode-batch "${BATCHES:-1,2,8,32,64,128,256}" --context "${CONTEXT:-512}" $flag \
       --json "$OUT/lab_$label.json" > "$OUT/lab_$label.log" 2>&1
     echo "== $label ($dtype $mode ${envs//,/ }): rc=$?"
