@@ -8,7 +8,7 @@
 // replays of back-to-back launches (PDL lets each one's weight copies start under the previous
 // one), the median of --reps. Then one eager launch with the kernel's timeline (trace): per mark,
 // the median and latest block's time since the earliest block entered, in µs.
-// --invariant: the kernel's invariant form (the batch-invariant mode's: 128-key splits, at most
+// --invariant: the kernel's invariant form (the batch-invariant mode's: 64-key splits, at most
 // 32, the dense linears' K structure). --fp8: the FP8 form (q_proj | kv_a_proj and o_proj as e4m3
 // codes with a scale per row and 128-column block, counted at a byte per weight plus the
 // scales); with --invariant, the invariant form's FP8 linears on wgmma (the W8A8 GEMM's bits).
@@ -126,7 +126,7 @@ void bench_case(int64_t context, int reps, bool invariant, bool fp8, double copy
   a.counter = static_cast<unsigned long long*>(counter.p);
   a.fp8 = fp8;
   if (invariant) {  // the backend's rule (cuda_backend.cpp: kMlaInvariantSplitKeys, kMlaInvariantMaxSplits)
-    a.split_keys = 128;
+    a.split_keys = 64;
     a.max_splits = 32;
   }
   auto args = [&](int i) {

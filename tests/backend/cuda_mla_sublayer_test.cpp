@@ -18,8 +18,8 @@
 // (its grid barrier's counter carries over between them), and the op-by-op path (fused off) meets
 // the same bound. In the batch-invariant mode the kernel's invariant form must equal that mode's
 // op-by-op path bit for bit — the output row and the cached latent — at contexts that change
-// its split rule (one split of 128 keys, partial splits, 4,096 → 4,097 keys: spans of 128 → 256,
-// up to 32 splits of 640 keys). With FP8 linears that mode's are W8A8 (x quantized per 1×128
+// its split rule (kMlaInvariantSplitKeys = 64: two splits of 64 keys, partial splits, 2,048 →
+// 2,049 keys: spans of 64 → 128, up to 32 splits of 640 keys). With FP8 linears that mode's are W8A8 (x quantized per 1×128
 // group, e4m3 to 2^-4 relative per element: ~3 % relative over a dot product, twice — q | kv_a
 // and o_proj — against the reference's unquantized x; measured 3.5–3.9e-2 for the output row,
 // 2.4–2.5e-2 for the latent, run s30-1), so there the bound is 1e-1 (the O(1) of a wrong head or
@@ -274,11 +274,12 @@ TEST_F(CudaMlaSublayer, MatchesReferenceOps) {
 TEST_F(CudaMlaSublayer, InvariantFormIsTheInvariantOpsBitwise) {
   check(1, 64, true, 1.0f, true);
   check(33, 16, true, 1.0f, true);
-  check(128, 64, false, 1.2f, true);   // one split of four tiles
-  check(129, 64, true, 1.0f, true);    // a second split of one key
+  check(128, 64, false, 1.2f, true);   // two splits of two tiles
+  check(129, 64, true, 1.0f, true);    // a third split of one key
   check(530, 16, true, 1.0f, true);
-  check(4096, 64, true, 1.0f, true);   // 32 splits of 128 keys
-  check(4097, 64, false, 1.0f, true);  // 17 splits of 256 keys
+  check(2048, 64, true, 1.0f, true);   // 32 splits of 64 keys
+  check(2049, 64, false, 1.0f, true);  // 17 splits of 128 keys
+  check(4097, 64, false, 1.0f, true);  // 22 splits of 192 keys
   check(20000, 64, true, 1.0f, true);  // 32 splits of 640 keys: the ring refilled 9 times
 }
 

@@ -208,12 +208,15 @@ constexpr int64_t kMoeFusedSharedMaxTokens = 16;
 constexpr int64_t kInvariantSmallRows = 64;
 // Batch-invariant router GEMMs of at most this many rows run their K chunks in parallel blocks.
 constexpr int64_t kInvariantRouterParallelRows = 16;
-// Batch-invariant MLA decode: a row of n keys is cut into splits of mla_split_span(n, 128, 32)
-// keys — ceil(n / 128) splits up to 4096 keys, at most 32 (a function of the row alone).
+// Batch-invariant MLA decode: a row of n keys is cut into splits of mla_split_span(n, 64, 32)
+// keys — ceil(n / 64) splits up to 2048 keys, at most 32 (a function of the row alone).
 // Decode-shaped steps launch all 32 split slots, so a graph's launch never changes as contexts
-// grow; other steps launch what their longest row needs. 128 rather than 256: a decode row's
-// latency is its split's tile count (run s5-6: +17 % at B=1 with 256).
-constexpr int64_t kMlaInvariantSplitKeys = 128;
+// grow; other steps launch what their longest row needs. A decode row's latency is its split's
+// tile count, a large batch's cost its partial states: 64 keys against 128 took the mode's
+// overhead at V2-Lite 512 keys B = 1 from +16 % to +12 % (bf16; FP8 +9 → +5 %) for B = 32's
+// +12 → +13 % (FP8 +3 → +5 %), every figure within point 5's 15 % (run s33-7, docs/perf.md
+// version 30); 256 cost B = 1 +17 % (run s5-6).
+constexpr int64_t kMlaInvariantSplitKeys = 64;
 constexpr int64_t kMlaInvariantMaxSplits = 32;
 // Default-mode dense linears of at most this many rows run on the decode GEMV (cuda_gemv.cu): the
 // weights read once at the copy rate (FP8 at a byte each), fp32 activations rounded to bf16 as
