@@ -19,12 +19,12 @@
 // the same bound. In the batch-invariant mode the kernel's invariant form must equal that mode's
 // op-by-op path bit for bit — the output row and the cached latent — at contexts that change
 // its split rule (kMlaInvariantSplitKeys = 64: two splits of 64 keys, partial splits, 2,048 →
-// 2,049 keys: spans of 64 → 128, up to 32 splits of 640 keys). With FP8 linears that mode's are W8A8 (x quantized per 1×128
-// group, e4m3 to 2^-4 relative per element: ~3 % relative over a dot product, twice — q | kv_a
-// and o_proj — against the reference's unquantized x; measured 3.5–3.9e-2 for the output row,
-// 2.4–2.5e-2 for the latent, run s30-1), so there the bound is 1e-1 (the O(1) of a wrong head or
-// split still fails it) and the claim that matters is the bitwise one. Skipped
-// without a GPU (CI), or where the kernel does not apply (not sm_90a).
+// 2,049 keys: spans of 64 → 128, up to 32 splits of 640 keys). With FP8 linears that mode's are
+// W8A8 (x quantized per 1×128 group, e4m3 to 2^-4 relative per element: ~3 % relative over a
+// dot product, twice — q | kv_a and o_proj — against the reference's unquantized x; measured
+// 3.5–3.9e-2 for the output row, 2.4–2.5e-2 for the latent, run s30-1), so there the bound is
+// 1e-1 (the O(1) of a wrong head or split still fails it) and the claim that matters is the
+// bitwise one. Skipped without a GPU (CI), or where the kernel does not apply (not sm_90a).
 #include <gtest/gtest.h>
 
 #include <algorithm>
