@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # On the GPU machine: the batch-invariant MLA decode's keys per split (DEEPINFER_CUDA_MLA_INVARIANT_SPLIT,
-# default 128) — the identity suites with a candidate value, then the invariant decode steps at
-# 512 and 4,096 keys of context with each value (docs/perf.md, version 16).
+# default 64 since docs/perf.md version 30) — the identity suites with a candidate value, then the
+# invariant decode steps at 512 and 4,096 keys of context with each value (version 16).
 # Usage (device `run`, carry [".device_carry", "third_party"]):
-#   [SPLITS="128 64 32"] [CANDIDATE=64] bash scripts/device/mla_split_lab.sh
+#   [SPLITS="128 64 32"] [CANDIDATE=32] bash scripts/device/mla_split_lab.sh
 # Output: $OUT/inv_*.log, $OUT/bench_lab.tgz (per context), the tables on stdout.
 set -uo pipefail
 source "$(dirname "$0")/build_device.sh"
 device_build deepinfer_tests deepinfer
 T=build-device/tests/deepinfer_tests
-for keys in ${CANDIDATE:-64}; do
+for keys in ${CANDIDATE:-32}; do
   env DEEPINFER_CUDA_MLA_INVARIANT_SPLIT="$keys" "$T" --gtest_filter='CudaBatchInvariance.*:CudaInvariantOps.*' \
     > "$OUT/inv_ops_$keys.log" 2>&1
   echo "invariance split $keys: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/inv_ops_$keys.log" | tr '\n' ' ')"
