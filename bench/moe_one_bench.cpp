@@ -8,12 +8,15 @@
 // CUDA graph replays of back-to-back launches, the median of --reps. Then three eager launches
 // back to back, the last with the kernel's timeline (trace): per mark, the median and latest
 // block's time since the earliest block entered, in µs.
-// Does not check results (CudaOps.MoeOneTokenKernelAtV2LiteSizes does).
+// Does not check results (CudaOps.MoeOneTokenKernelAtV2LiteSizes does); "out_fnv" is an FNV-1a
+// hash of the traced launch's output bits, so two builds of the kernel can be compared bit for
+// bit on the same machine (the inputs are the same pseudo-random draws every run).
 // --fp8: e4m3 codes with per-row scales over 128 columns (half the bytes).
 // --chain: bf16 in the batch-invariant mode's arithmetic (MoeOneArgs::chain).
 // --w8a8: FP8 in the W8A8 arithmetic (MoeOneArgs::w8a8, cuda::moe_one_w8a8).
 // Usage: moe_one_bench [--reps 9] [--fp8 [--w8a8] | --chain]
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -115,12 +118,19 @@ int main(int argc, char** argv) {
   ta.trace = static_cast<unsigned long long*>(trace.p);
   launch(ta);
   const std::string tl = timeline_json(trace.p, G, n_marks, s);
+  std::vector<uint32_t> out_bits(static_cast<size_t>(kD));
+  DI_CUDA_CHECK(cudaMemcpyAsync(out_bits.data(), out.p, out_bits.size() * 4, cudaMemcpyDeviceToHost, s));
+  DI_CUDA_CHECK(cudaStreamSynchronize(s));
+  uint64_t fnv = 1469598103934665603ull;
+  for (const uint32_t v : out_bits) {
+    for (int byte = 0; byte < 4; ++byte) fnv = (fnv ^ ((v >> (8 * byte)) & 0xffu)) * 1099511628211ull;
+  }
   std::printf(
       "{\"kernel\": \"deepinfer_moe_one\", \"weights\": \"%s\", \"D\": %ld, \"I\": %ld, \"slots\": %ld, \"us\": %.2f, \"mb\": %.2f, "
-      "\"gbps\": %.1f, \"copy_gbps\": %.1f, \"frac_of_copy\": %.3f, \"marks\": \"entry, issued, waited, "
+      "\"gbps\": %.1f, \"copy_gbps\": %.1f, \"frac_of_copy\": %.3f, \"out_fnv\": \"%016llx\", \"marks\": \"entry, issued, waited, "
       "last A issued, last issued, x staged, first full, A done, barrier, exit%s\",%s %s}\n",
       w8a8 ? "fp8 w8a8" : fp8 ? "fp8" : chain ? "bf16 chain" : "bf16", static_cast<long>(kD), static_cast<long>(kI), static_cast<long>(kK + kS), t * 1e6, bytes * 1e-6,
-      bytes / t * 1e-9, copy_bps * 1e-9, bytes / t / copy_bps, w8a8 ? ", h quantized, first B stage" : "",
+      bytes / t * 1e-9, copy_bps * 1e-9, bytes / t / copy_bps, static_cast<unsigned long long>(fnv), w8a8 ? ", h quantized, first B stage" : "",
       w8a8 ? (moe_one_w8a8_boxes_3d() ? " \"w2_boxes\": \"3-D\"," : " \"w2_boxes\": \"2-D\",") : "", tl.c_str());
   DI_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;

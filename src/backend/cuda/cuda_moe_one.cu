@@ -137,35 +137,59 @@ __device__ __forceinline__ float warp_dot(const unsigned char* row, const bf16* 
 // row g+8's 16 codes at columns 64·c + 16i .. + 15 of 64-column group c, and MMA j of the group
 // takes codes 4j .. 4j + 3 of them in its k slots 2i, 2i + 1, 2i + 8, 2i + 9 — B's lanes 0..3
 // hold x at the same columns.
+// kFp8Interleave scale blocks at a time run as independent MMA chains, interleaved MMA by MMA (a
+// block's chain is 4·gpb dependent MMAs), the remaining nk mod kFp8Interleave blocks one at a
+// time; each block still sums from zero and its scaled sum is added in block order, so the
+// result is the one-block-at-a-time loop's bit for bit.
+constexpr int kFp8Interleave = 4;
+// Blocks kb0 .. kb0 + N − 1 of fp8_rows_dot (all < nk), their scaled sums added to y0, y8 in order.
+template <int N>
+__device__ __forceinline__ void fp8_rows_blocks(const unsigned char* sw, int64_t K, const float* sc, int nk, int gpb,
+                                                const __half* xs, int g, int i, int kb0, float& y0, float& y8) {
+  float c[N][4] = {};
+  for (int gr = 0; gr < gpb; ++gr) {
+    uint4 w0[N], w8[N], xa[N], xb[N];
+#pragma unroll
+    for (int bb = 0; bb < N; ++bb) {
+      const int64_t col = (int64_t{kb0 + bb} * gpb + gr) * kMmaGroup + 16 * i;
+      w0[bb] = *reinterpret_cast<const uint4*>(sw + g * K + col);
+      w8[bb] = *reinterpret_cast<const uint4*>(sw + (g + 8) * K + col);
+      xa[bb] = xb[bb] = make_uint4(0, 0, 0, 0);
+      if (g == 0) {
+        xa[bb] = *reinterpret_cast<const uint4*>(xs + col);
+        xb[bb] = *reinterpret_cast<const uint4*>(xs + col + 8);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int bb = 0; bb < N; ++bb) {
+        const uint32_t r0 = j == 0 ? w0[bb].x : j == 1 ? w0[bb].y : j == 2 ? w0[bb].z : w0[bb].w;
+        const uint32_t r8 = j == 0 ? w8[bb].x : j == 1 ? w8[bb].y : j == 2 ? w8[bb].z : w8[bb].w;
+        const uint32_t x0 = j == 0 ? xa[bb].x : j == 1 ? xa[bb].z : j == 2 ? xb[bb].x : xb[bb].z;
+        const uint32_t x1 = j == 0 ? xa[bb].y : j == 1 ? xa[bb].w : j == 2 ? xb[bb].y : xb[bb].w;
+        const uint32_t a[4] = {e4m3x2_to_f16x2(r0 & 0xffffu), e4m3x2_to_f16x2(r8 & 0xffffu), e4m3x2_to_f16x2(r0 >> 16),
+                               e4m3x2_to_f16x2(r8 >> 16)};
+        mma_f16_16816(c[bb], a, x0, x1);
+      }
+    }
+  }
+  if (i == 0) {
+#pragma unroll
+    for (int bb = 0; bb < N; ++bb) {
+      y0 = fmaf(c[bb][0], sc[g * nk + kb0 + bb], y0);
+      y8 = fmaf(c[bb][2], sc[(g + 8) * nk + kb0 + bb], y8);
+    }
+  }
+}
 __device__ __forceinline__ void fp8_rows_dot(const unsigned char* sw, int64_t K, const float* sc, int nk, int gpb,
                                              const __half* xs, int lane, float& y0, float& y8) {
   const int g = lane / 4, i = lane % 4;
   y0 = 0.0f, y8 = 0.0f;
-  for (int kb = 0; kb < nk; ++kb) {
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int gr = 0; gr < gpb; ++gr) {
-      const int64_t col = (int64_t{kb} * gpb + gr) * kMmaGroup + 16 * i;
-      const uint4 w0 = *reinterpret_cast<const uint4*>(sw + g * K + col);
-      const uint4 w8 = *reinterpret_cast<const uint4*>(sw + (g + 8) * K + col);
-      uint4 xa = make_uint4(0, 0, 0, 0), xb = make_uint4(0, 0, 0, 0);
-      if (g == 0) {
-        xa = *reinterpret_cast<const uint4*>(xs + col);
-        xb = *reinterpret_cast<const uint4*>(xs + col + 8);
-      }
-      const uint32_t r0[4] = {w0.x, w0.y, w0.z, w0.w}, r8[4] = {w8.x, w8.y, w8.z, w8.w};
-      const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t a[4] = {e4m3x2_to_f16x2(r0[j] & 0xffffu), e4m3x2_to_f16x2(r8[j] & 0xffffu),
-                               e4m3x2_to_f16x2(r0[j] >> 16), e4m3x2_to_f16x2(r8[j] >> 16)};
-        mma_f16_16816(c, a, xw[2 * j], xw[2 * j + 1]);
-      }
-    }
-    if (i == 0) {
-      y0 = fmaf(c[0], sc[g * nk + kb], y0);
-      y8 = fmaf(c[2], sc[(g + 8) * nk + kb], y8);
-    }
-  }
+  int kb = 0;
+  for (; kb + kFp8Interleave <= nk; kb += kFp8Interleave)
+    fp8_rows_blocks<kFp8Interleave>(sw, K, sc, nk, gpb, xs, g, i, kb, y0, y8);
+  for (; kb < nk; ++kb) fp8_rows_blocks<1>(sw, K, sc, nk, gpb, xs, g, i, kb, y0, y8);
 }
 // The math warps' barrier (named barrier 1: the producer warp never joins).
 __device__ __forceinline__ void math_sync() { named_barrier(1, 32 * kMath); }
@@ -174,15 +198,32 @@ __device__ __forceinline__ void math_sync() { named_barrier(1, 32 * kMath); }
 // 2^14 (e = 0 unless one passes 16,384) — exact for every magnitude in [2^(e−14), 2^(e+14)), as
 // the decode GEMV's tensor-core form stages them. Returns 2^e (to scale the sums back). By the
 // math warps (t: the thread's index among them; red8: 8 floats of shared scratch); n % 4 == 0;
-// ends with their barrier.
+// ends with their barrier. Up to kStageRegs float4 a thread (V2-Lite's h: 11, x: 2) are read from
+// L2 once, all loads in flight together, and kept in registers across the maximum's barrier (two
+// passes over L2, four loads at a time, took ~2 µs more of phase B's critical path: perf.md,
+// version 31); larger n reads the values twice.
+constexpr int kStageRegs = 12;
 __device__ __forceinline__ float stage_f16_scaled(const float* src, int64_t n, __half* dst, int t, float* red8) {
+  constexpr int kT = 32 * kMath;
   const float4* s4 = reinterpret_cast<const float4*>(src);
   auto rounded = [](float v) { return __bfloat162float(__float2bfloat16(v)); };
+  auto vmax = [&](float4 v) {
+    return fmaxf(fmaxf(fabsf(rounded(v.x)), fabsf(rounded(v.y))), fmaxf(fabsf(rounded(v.z)), fabsf(rounded(v.w))));
+  };
+  const bool in_regs = n / 4 <= int64_t{kStageRegs} * kT;
+  float4 v[kStageRegs];
   float mx = 0.0f;
+  if (in_regs) {
+#pragma unroll
+    for (int j = 0; j < kStageRegs; ++j) {
+      const int64_t c = t + int64_t{j} * kT;
+      v[j] = c < n / 4 ? __ldcg(s4 + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int j = 0; j < kStageRegs; ++j) mx = fmaxf(mx, vmax(v[j]));
+  } else {
 #pragma unroll 4
-  for (int64_t c = t; c < n / 4; c += 32 * kMath) {
-    const float4 v = __ldcg(s4 + c);
-    mx = fmaxf(mx, fmaxf(fmaxf(fabsf(rounded(v.x)), fabsf(rounded(v.y))), fmaxf(fabsf(rounded(v.z)), fabsf(rounded(v.w)))));
+    for (int64_t c = t; c < n / 4; c += kT) mx = fmaxf(mx, vmax(__ldcg(s4 + c)));
   }
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   if (t % 32 == 0) red8[t / 32] = mx;
@@ -194,12 +235,20 @@ __device__ __forceinline__ float stage_f16_scaled(const float* src, int64_t n, _
   frexpf(mx, &p);  // mx < 2^p
   const int e = max(0, p - 14);
   const float down = ldexpf(1.0f, -e);
-#pragma unroll 4
-  for (int64_t c = t; c < n / 4; c += 32 * kMath) {
-    const float4 v = __ldcg(s4 + c);
+  auto put = [&](int64_t c, float4 x) {
     __half2* d = reinterpret_cast<__half2*>(dst + 4 * c);
-    d[0] = __floats2half2_rn(rounded(v.x) * down, rounded(v.y) * down);
-    d[1] = __floats2half2_rn(rounded(v.z) * down, rounded(v.w) * down);
+    d[0] = __floats2half2_rn(rounded(x.x) * down, rounded(x.y) * down);
+    d[1] = __floats2half2_rn(rounded(x.z) * down, rounded(x.w) * down);
+  };
+  if (in_regs) {
+#pragma unroll
+    for (int j = 0; j < kStageRegs; ++j) {
+      const int64_t c = t + int64_t{j} * kT;
+      if (c < n / 4) put(c, v[j]);
+    }
+  } else {
+#pragma unroll 4
+    for (int64_t c = t; c < n / 4; c += kT) put(c, __ldcg(s4 + c));
   }
   math_sync();  // red8 read by every thread and dst written before anyone goes on
   return ldexpf(1.0f, e);
