@@ -16,7 +16,10 @@ source "$(dirname "$0")/build_device.sh"
 LIB=$PWD/build-device/src/tools/libdeepinfer_kernel_trace.so LITE=bench/configs/deepseek_v2_lite.json
 [ -f "$LIB" ] || { echo "no $LIB (CUPTI not found at configure time?)"; find / -name "libcupti.so*" -o -name cupti.h 2>/dev/null | head; exit 1; }
 step_ms() {  # the bench JSON's decode ms per step
-  python3 -c 'import json,sys; print(" ".join(f"{r.get(\"ms_per_step\", 0):.3f}" for r in json.load(open(sys.argv[1]))["results"] if r.get("phase") == "decode"))' "$1" 2>/dev/null
+  python3 - "$1" <<'PY' 2>/dev/null
+import json, sys
+print(" ".join(f"{r.get('ms_per_step', 0):.3f}" for r in json.load(open(sys.argv[1]))["results"] if r.get("phase") == "decode"))
+PY
 }
 for spec in "$@"; do
   IFS=, read -r label dtype mode envs <<< "$spec"
