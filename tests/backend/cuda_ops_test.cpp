@@ -1350,6 +1350,71 @@ TEST_F(CudaOps, NormRouteEqualsTheThreeOps) {
       }
   gpu_->set_batch_invariant(false);
 }
+
+// add_rms_norm_route_moe_ffn at one token, where cuda::moe_one routes the token itself
+// (MoeOneArgs::logits), against the two ops it stands for (add_rms_norm_route's three launches,
+// then moe_ffn's moe_one reading the route kernel's ids and weights) on the same backend: the
+// same logits (the router matmul either way), route_row's arithmetic in both kernels — so every
+// output bitwise: the residual, the normed row, ids, weights and the experts' output, written
+// over delta as the model passes it. bf16 and FP8 experts (moe_one's FP8 form switched on), the
+// default mode and the batch-invariant one (bf16: the chain form; FP8: the W8A8 form, which does
+// not route — the two ops run), greedy routing over 64 experts and group-limited over 72 in 8
+// groups. The op list shows which path ran.
+TEST_F(CudaOps, MoeOneRoutesAsTheRouteKernel) {
+  const int64_t D = 512, I = 256, k = 6, S = 2;
+  auto& cuda_b = dynamic_cast<CudaBackend&>(*gpu_);
+  cuda_b.set_moe_one_fp8(true);
+  struct Case { int64_t E; TopkMethod m; int64_t groups, topk_group; bool norm; };
+  for (const Case& c : {Case{64, TopkMethod::kGreedy, 1, 1, false}, Case{72, TopkMethod::kGroupLimitedGreedy, 8, 3, true}})
+    for (const DType dt : {DType::kF32, DType::kF8E4M3}) {
+      const bool fp8 = dt == DType::kF8E4M3;
+      const std::vector<MlpWeights> experts = host_experts(c.E, D, I, dt);
+      const PlacedMoe moe = place_moe(*gpu_, experts, host_mlp(D, S * I, dt), I);
+      const SharedExperts d_sh = moe.shared_experts();
+      const LinearWeight router = gpu_->place_linear_fp32(host_linear(c.E, D, DType::kF32));
+      const RouterParams p = router_params(ScoringFunc::kSoftmax, c.m, c.groups, c.topk_group, k, c.norm, nullptr);
+      const Tensor res = randn({1, D}, 3.0f), delta = randn({1, D});
+      const Tensor d_norm = gpu_->place_tensor(randn({D}, 0.3f));
+      for (const bool invariant : {false, true}) {
+        const std::string what = "E=" + std::to_string(c.E) + " " + std::string(dtype_name(dt)) +
+                                 (invariant ? " invariant" : " default");
+        gpu_->set_batch_invariant(invariant);
+        struct Out { Tensor res, x, ids, w, out; };
+        Out o[2];
+        std::vector<std::string> ops[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          Out& r = o[fused];
+          r.res = up(res);
+          r.out = up(delta);  // delta in, the experts' output out
+          r.x = dev_empty(DType::kF32, {1, D});
+          r.ids = dev_empty(DType::kI32, {1, k});
+          r.w = dev_empty(DType::kF32, {1, k});
+          QuantizedRows xq;
+          gpu_->set_op_timing(true);
+          if (fused == 1) {
+            gpu_->add_rms_norm_route_moe_ffn(r.res, r.out, d_norm, 1e-6f, r.x, xq, router, p, r.ids, r.w, moe.routed,
+                                             d_sh, r.out);
+          } else {
+            gpu_->add_rms_norm_route(r.res, r.out, d_norm, 1e-6f, r.x, xq, router, p, r.ids, r.w);
+            gpu_->moe_ffn(r.x, r.ids, r.w, moe.routed, d_sh, r.out, &xq);
+          }
+          for (const OpTime& t : gpu_->take_op_times()) ops[fused].push_back(t.op);
+          gpu_->set_op_timing(false);
+        }
+        const bool routes_itself = !(fp8 && invariant);
+        const bool ran = std::find(ops[1].begin(), ops[1].end(), "moe_one+route") != ops[1].end();
+        EXPECT_EQ(ran, routes_itself) << what;
+        EXPECT_TRUE(std::find(ops[1].begin(), ops[1].end(), "moe_route") == ops[1].end() || !routes_itself) << what;
+        for (const auto& [a, b] : std::vector<std::pair<Tensor, Tensor>>{
+                 {o[0].res, o[1].res}, {o[0].x, o[1].x}, {o[0].ids, o[1].ids}, {o[0].w, o[1].w}, {o[0].out, o[1].out}}) {
+          const Tensor ha = down(a), hb = down(b);
+          EXPECT_EQ(std::memcmp(ha.raw_data(), hb.raw_data(), ha.n_bytes()), 0) << what;
+        }
+      }
+    }
+  gpu_->set_batch_invariant(false);
+  cuda_b.set_moe_one_fp8(false);
+}
 #endif
 
 // Random paged layout for sequences (q_len, kv_len): pages shuffled over the pool.
