@@ -137,15 +137,6 @@ void Backend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights,
   add(out, s);
 }
 
-void Backend::add_rms_norm_route_moe_ffn(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps,
-                                         Tensor& x, QuantizedRows& xq, const LinearWeight& router,
-                                         const RouterParams& p, Tensor& ids, Tensor& weights,
-                                         const std::vector<MlpWeights>& experts, const SharedExperts& shared,
-                                         Tensor& out) {
-  add_rms_norm_route(residual, delta, norm, eps, x, xq, router, p, ids, weights);
-  moe_ffn(x, ids, weights, experts, shared, out, &xq);
-}
-
 void Backend::resolve_tokens(Tensor& ids, const Tensor& pending) {
   DI_CHECK(on_host());
   int32_t* id = ids.data<int32_t>();

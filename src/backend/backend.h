@@ -276,17 +276,6 @@ class Backend {
   virtual void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                        const SharedExperts& shared, Tensor& out, const QuantizedRows* xq = nullptr);
 
-  // A MoE layer's FFN from its input: add_rms_norm_route(residual, delta, norm, eps, x, xq, router,
-  // p, ids, weights), then moe_ffn(x, ids, weights, experts, shared, out, &xq) — ids, weights, x
-  // and xq written as those ops write them. out may be delta (the norm reads it first). A backend
-  // may route inside the experts' launch (the CUDA backend at one token: cuda::moe_one's own
-  // routing, moe_route's arithmetic on the same logits). Default: the two ops.
-  virtual void add_rms_norm_route_moe_ffn(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps,
-                                          Tensor& x, QuantizedRows& xq, const LinearWeight& router,
-                                          const RouterParams& p, Tensor& ids, Tensor& weights,
-                                          const std::vector<MlpWeights>& experts, const SharedExperts& shared,
-                                          Tensor& out);
-
   // out = down(silu(gate(x)) * up(x)). x [T, D] F32; out [T, D] F32.
   virtual void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) = 0;
 

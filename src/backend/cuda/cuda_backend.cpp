@@ -185,9 +185,6 @@ struct CudaState {
   // The route kernel's PDL trigger after its routing (RouteArgs::late_trigger; the same bits);
   // DEEPINFER_CUDA_ROUTE_LATE_TRIGGER=0|1, a lab knob.
   bool route_late_trigger = false;
-  // add_rms_norm_route_moe_ffn routes inside cuda::moe_one at one token (MoeOneArgs::logits; the
-  // same ids and weights); DEEPINFER_CUDA_MOE_ONE_ROUTE=0|1, a lab knob.
-  bool moe_one_route = true;
   bool batch_invariant = false;  // set_batch_invariant
 };
 
@@ -290,7 +287,6 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   if (int64_t form = -1; read_env_int("DEEPINFER_CUDA_MOE_FORM", 0, 5, 1, form)) s_->moe_gemm = static_cast<int>(form);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_MOE_CHAIN", s_->moe_one_chain);
   read_env_switch("DEEPINFER_CUDA_ROUTE_LATE_TRIGGER", s_->route_late_trigger);
-  read_env_switch("DEEPINFER_CUDA_MOE_ONE_ROUTE", s_->moe_one_route);
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_ROUTER_TILED", on))
     s_->router_tiled_rows = on ? kRouterTiledMinRows : 0;
   if (bool fuse = false; read_env_switch("DEEPINFER_CUDA_MOE_SHARED_FUSE", fuse)) s_->shared_fuse = fuse ? 1 : 0;
@@ -1266,8 +1262,9 @@ cuda::RouteArgs route_args(const RouterParams& p, int64_t E, Tensor& ids, Tensor
 }
 }  // namespace
 
-bool CudaBackend::norm_route_takes(const Tensor& residual, const Tensor& delta, const Tensor& out,
-                                   const QuantizedRows& xq, const LinearWeight& router, const RouterParams& p) const {
+void CudaBackend::add_rms_norm_route(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps, Tensor& out,
+                                     QuantizedRows& xq, const LinearWeight& router, const RouterParams& p, Tensor& ids,
+                                     Tensor& weights) {
   const int64_t T = residual.size(0), D = residual.size(1), E = router.n_out();
   const int q_kind = !xq.defined() ? 0 : xq.codes.dtype() == DType::kU8 ? 1 : 2;
   auto aligned = [](const void* ptr, uintptr_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; };
@@ -1282,18 +1279,10 @@ bool CudaBackend::norm_route_takes(const Tensor& residual, const Tensor& delta, 
                     aligned(delta.raw_data(), 16) && aligned(out.raw_data(), 16) &&
                     aligned(router.weight.raw_data(), 16) &&
                     (q_kind == 0 || aligned(xq.codes.raw_data(), q_kind == 1 ? 4 : 8));
-  return fits;
-}
-
-void CudaBackend::add_rms_norm_route(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps, Tensor& out,
-                                     QuantizedRows& xq, const LinearWeight& router, const RouterParams& p, Tensor& ids,
-                                     Tensor& weights) {
-  if (!norm_route_takes(residual, delta, out, xq, router, p)) {
+  if (!fits) {
     Backend::add_rms_norm_route(residual, delta, norm, eps, out, xq, router, p, ids, weights);
     return;
   }
-  const int64_t D = residual.size(1), E = router.n_out();
-  const int q_kind = !xq.defined() ? 0 : xq.codes.dtype() == DType::kU8 ? 1 : 2;
   OpTimer timer(*this, "add_rms_norm_route");
   DI_CHECK_EQ(norm.numel(), D);
   DI_CHECK(out.size(0) == 1 && out.size(1) == D && ids.numel() == p.top_k && weights.numel() == p.top_k);
@@ -1645,8 +1634,9 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
   run_moe(x, ids, weights, experts, nullptr, out);
 }
 
-bool CudaBackend::shared_in_routed_launch(const Tensor& x, int64_t k, const std::vector<MlpWeights>& experts,
-                                          const SharedExperts& shared) const {
+void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                          const std::vector<MlpWeights>& experts, const SharedExperts& shared, Tensor& out,
+                          const QuantizedRows* xq_in) {
   const int64_t S = shared.mlp != nullptr && shared.slices != nullptr ? static_cast<int64_t>(shared.slices->size()) : 0;
   // The shared slices as extra experts of the routed launch (combined after each token's routed
   // slots) at decode sizes (kMoeFusedSharedMaxTokens), where the separate shared MLP is ~6
@@ -1657,28 +1647,20 @@ bool CudaBackend::shared_in_routed_launch(const Tensor& x, int64_t k, const std:
   // steps keep the shared MLP on its own (cuBLAS for bf16 weights), its output added by the
   // routed combine.
   const bool fp8 = !experts.empty() && experts[0].gate_proj.dtype() == DType::kF8E4M3;
-  const int64_t E_all = static_cast<int64_t>(experts.size()) + S, R = x.size(0) * (k + S);
+  const int64_t E_all = static_cast<int64_t>(experts.size()) + S, R = x.size(0) * (ids.size(1) + S);
   const bool wgmma_prefill = moe_prefill_sized(R, E_all) && !experts.empty() &&
                              moe_wgmma_ok(fp8, x.size(1), experts[0].gate_proj.n_out());
   const bool rule = x.size(0) <= kMoeFusedSharedMaxTokens ||
-                    (fp8 && x.size(0) * (k + S) <= kMoeDecodeMaxRows) || wgmma_prefill;
-  return S > 0 && (s_->batch_invariant || (s_->shared_fuse < 0 ? rule : s_->shared_fuse == 1));
-}
-
-void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                          const std::vector<MlpWeights>& experts, const SharedExperts& shared, Tensor& out,
-                          const QuantizedRows* xq_in) {
-  const int64_t S = shared.mlp != nullptr && shared.slices != nullptr ? static_cast<int64_t>(shared.slices->size()) : 0;
-  const bool fp8 = !experts.empty() && experts[0].gate_proj.dtype() == DType::kF8E4M3;
-  const bool fuse = shared_in_routed_launch(x, ids.size(1), experts, shared);  // S > 0
+                    (fp8 && x.size(0) * (ids.size(1) + S) <= kMoeDecodeMaxRows) || wgmma_prefill;
+  const bool fuse = s_->batch_invariant || (s_->shared_fuse < 0 ? rule : s_->shared_fuse == 1);
   // x's rows as the norm that wrote them quantized them (xq_in), for the W8A8 forms below.
   RowsFp8Once given;
   if (quantized_of(xq_in, x.size(0), x.size(1)).first != nullptr) given = rows_fp8(x, xq_in);
   RowsFp8Once* ready = given.ready ? &given : nullptr;
-  if (fuse || shared.mlp == nullptr) {
+  if ((S > 0 && fuse) || shared.mlp == nullptr) {
     if (moe_one(x, ids, weights, experts, S > 0 ? shared.slices : nullptr, out)) return;
   }
-  if (fuse) {
+  if (S > 0 && fuse) {
     OpTimer timer(*this, "moe_experts+shared");
     run_moe(x, ids, weights, experts, shared.slices, out, nullptr, ready);
     return;
@@ -1702,19 +1684,20 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   run_moe(x, ids, weights, experts, nullptr, out, &s, xq.q != nullptr ? &xq : nullptr);
 }
 
-cuda::MoeOneForm CudaBackend::moe_one_form_of(const Tensor& x, int64_t k, const std::vector<MlpWeights>& experts,
-                                              const std::vector<MlpWeights>* shared_slices) const {
+bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                          const std::vector<MlpWeights>& experts, const std::vector<MlpWeights>* shared_slices,
+                          Tensor& out) {
   const int64_t S = shared_slices != nullptr ? static_cast<int64_t>(shared_slices->size()) : 0;
-  if (x.size(0) != 1 || experts.empty()) return cuda::MoeOneForm::kNone;
+  if (x.size(0) != 1 || experts.empty()) return false;
   const DType dt = experts[0].gate_proj.dtype();
   const bool fp8 = dt == DType::kF8E4M3;
-  if (dt != DType::kBF16 && !fp8) return cuda::MoeOneForm::kNone;
-  const int64_t D = x.size(1), I = experts[0].gate_proj.n_out();
+  if (dt != DType::kBF16 && !fp8) return false;
+  const int64_t D = x.size(1), I = experts[0].gate_proj.n_out(), k = ids.size(1);
   const int64_t block_k = fp8 ? experts[0].gate_proj.block_k : 0;
   // FP8: per-row scales (block_n 1, as placed), one block_k for both stacks.
   if (fp8 && (experts[0].gate_proj.block_n != 1 || experts[0].down_proj.block_n != 1 ||
               experts[0].down_proj.block_k != block_k))
-    return cuda::MoeOneForm::kNone;
+    return false;
   // The form by the mode, the switches and what fits (cuda_moe_form.h).
   cuda::MoeOneQuery q;
   q.fp8 = fp8;
@@ -1728,33 +1711,22 @@ cuda::MoeOneForm CudaBackend::moe_one_form_of(const Tensor& x, int64_t k, const 
     q.chain_fits = cuda::moe_one_fits(D, I, k, S, false, 0, true);
   }
   const cuda::MoeOneForm form = cuda::moe_one_form(q);
-  if (form == cuda::MoeOneForm::kNone) return form;
+  if (form == cuda::MoeOneForm::kNone) return false;
+  const bool chain = form == cuda::MoeOneForm::kChain, w8a8 = form == cuda::MoeOneForm::kW8a8;
   std::vector<const LinearWeight*> w13, w2;
   for (const std::vector<MlpWeights>* list : {&experts, shared_slices}) {
     if (list == nullptr) continue;
     for (const MlpWeights& m : *list) {
       if (m.gate_proj.n_out() != I || m.down_proj.n_in() != I || m.gate_proj.n_in() != D || m.gate_proj.dtype() != dt ||
           m.down_proj.dtype() != dt)
-        return cuda::MoeOneForm::kNone;
+        return false;
       w13.push_back(&m.gate_proj);
       w13.push_back(&m.up_proj);
       w2.push_back(&m.down_proj);
     }
   }
-  return stacked(w13) && stacked(w2) ? form : cuda::MoeOneForm::kNone;
-}
-
-bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                          const std::vector<MlpWeights>& experts, const std::vector<MlpWeights>* shared_slices,
-                          Tensor& out, const Tensor* logits, const RouterParams* p) {
-  const int64_t S = shared_slices != nullptr ? static_cast<int64_t>(shared_slices->size()) : 0;
-  const int64_t k = ids.size(1);
-  const cuda::MoeOneForm form = moe_one_form_of(x, k, experts, shared_slices);
-  if (form == cuda::MoeOneForm::kNone || (logits != nullptr && form == cuda::MoeOneForm::kW8a8)) return false;
-  const bool chain = form == cuda::MoeOneForm::kChain, w8a8 = form == cuda::MoeOneForm::kW8a8;
-  const bool fp8 = experts[0].gate_proj.dtype() == DType::kF8E4M3;
-  const int64_t D = x.size(1), I = experts[0].gate_proj.n_out();
-  OpTimer timer(*this, logits != nullptr ? "moe_one+route" : "moe_one");
+  if (!stacked(w13) || !stacked(w2)) return false;
+  OpTimer timer(*this, "moe_one");
   ScratchScope scope(*this);
   cuda::MoeOneArgs a;
   a.x = cdptr<float>(x);
@@ -1767,55 +1739,16 @@ bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weig
     a.fp8 = true;
     a.w13_scale = cdptr<float>(experts[0].gate_proj.scale_inv);
     a.w2_scale = cdptr<float>(experts[0].down_proj.scale_inv);
-    a.block_k = experts[0].gate_proj.block_k;
+    a.block_k = block_k;
   }
   a.chain = chain;
   a.w8a8 = w8a8;
   a.out = dptr<float>(out);
   a.h = dptr<float>(empty(DType::kF32, {(k + S) * I}));
   a.counter = s_->grid_counter + 1;
-  if (logits != nullptr) {  // ids and weights are outputs here (block 0 writes them)
-    a.logits = cdptr<float>(*logits);
-    a.route = route_args(*p, a.E, const_cast<Tensor&>(ids), const_cast<Tensor&>(weights));
-    a.route.T = 1;
-  }
   if (w8a8) cuda::moe_one_w8a8(a, s_->stream);
   else cuda::moe_one(a, s_->stream);
   return true;
-}
-
-void CudaBackend::add_rms_norm_route_moe_ffn(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps,
-                                             Tensor& x, QuantizedRows& xq, const LinearWeight& router,
-                                             const RouterParams& p, Tensor& ids, Tensor& weights,
-                                             const std::vector<MlpWeights>& experts, const SharedExperts& shared,
-                                             Tensor& out) {
-  // The routing inside moe_one: one token, the three-op input path (not norm_route's launch),
-  // the experts on moe_one's non-W8A8 forms with the shared slices in their launch (moe_ffn's
-  // rule), route_row's bounds and an fp32 router.
-  const int64_t E = router.n_out(), k = p.top_k;
-  const std::vector<MlpWeights>* slices =
-      shared.mlp != nullptr && shared.slices != nullptr && !shared.slices->empty() ? shared.slices : nullptr;
-  const cuda::MoeOneForm form = residual.size(0) == 1 && s_->moe_one_route &&
-                                        (slices == nullptr ? shared.mlp == nullptr
-                                                           : shared_in_routed_launch(x, k, experts, shared))
-                                    ? moe_one_form_of(x, k, experts, slices)
-                                    : cuda::MoeOneForm::kNone;
-  const bool fold = form != cuda::MoeOneForm::kNone && form != cuda::MoeOneForm::kW8a8 &&
-                    !norm_route_takes(residual, delta, x, xq, router, p) && router.dtype() == DType::kF32 &&
-                    router.n_in() == x.size(1) && E == static_cast<int64_t>(experts.size()) &&
-                    cuda::moe_one_route_ok(E, p.n_group, k, x.size(1));
-  if (!fold) {
-    Backend::add_rms_norm_route_moe_ffn(residual, delta, norm, eps, x, xq, router, p, ids, weights, experts, shared,
-                                        out);
-    return;
-  }
-  DI_CHECK(ids.numel() == k && weights.numel() == k);
-  add_rms_norm_quantized(residual, delta, norm, eps, x, xq);
-  ScratchScope scope(*this);
-  Tensor logits = empty(DType::kF32, {1, E});  // [1, E] fp32, like the references
-  matmul(x, 0, router, logits);
-  const bool ran = moe_one(x, ids, weights, experts, slices, out, &logits, &p);
-  DI_CHECK(ran && "moe_one_form_of took this step");
 }
 
 void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights,

@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/cuda_moe_form.h"
 
 namespace deepinfer {
 namespace cuda {
@@ -102,14 +101,6 @@ class CudaBackend : public Backend {
                           Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const std::vector<MlpWeights>& experts, Tensor& out) override;
-  // One token whose experts take cuda::moe_one (not its W8A8 form) after the three-op input path:
-  // the norm, the router's logits (matmul), then moe_one routing the token itself (the same ids
-  // and weights as moe_route, written out too) — the route kernel's launch and its dependent
-  // wait gone (DEEPINFER_CUDA_MOE_ONE_ROUTE=0: the two ops). Else the two ops.
-  void add_rms_norm_route_moe_ffn(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps, Tensor& x,
-                                  QuantizedRows& xq, const LinearWeight& router, const RouterParams& p, Tensor& ids,
-                                  Tensor& weights, const std::vector<MlpWeights>& experts,
-                                  const SharedExperts& shared, Tensor& out) override;
   // The W8A8 forms (the shared MLP's, the routed experts' form 5) read xq when given and defined.
   void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                const SharedExperts& shared, Tensor& out, const QuantizedRows* xq = nullptr) override;
@@ -259,21 +250,8 @@ class CudaBackend : public Backend {
   // A one-token step's experts (+ the shared slices, or null) as one persistent kernel
   // (cuda::moe_one, or for FP8 in the W8A8 arithmetic cuda::moe_one_w8a8), where it applies
   // (set_moe_one_fused, set_moe_one_fp8, set_moe_one_w8a8); false: nothing launched.
-  // With logits ([1, E] fp32, the router's) and p: the kernel routes the token itself
-  // (MoeOneArgs::logits) and writes ids and weights; not on the W8A8 form (false).
   bool moe_one(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
-               const std::vector<MlpWeights>* shared_slices, Tensor& out, const Tensor* logits = nullptr,
-               const RouterParams* p = nullptr);
-  // The form moe_one takes for these experts at x's shape (k routed slots), kNone where none.
-  cuda::MoeOneForm moe_one_form_of(const Tensor& x, int64_t k, const std::vector<MlpWeights>& experts,
-                                   const std::vector<MlpWeights>* shared_slices) const;
-  // moe_ffn's rule: whether the shared slices run in the routed experts' launch (false without
-  // slices).
-  bool shared_in_routed_launch(const Tensor& x, int64_t k, const std::vector<MlpWeights>& experts,
-                               const SharedExperts& shared) const;
-  // Whether add_rms_norm_route takes cuda::norm_route's one launch for these operands.
-  bool norm_route_takes(const Tensor& residual, const Tensor& delta, const Tensor& out, const QuantizedRows& xq,
-                        const LinearWeight& router, const RouterParams& p) const;
+               const std::vector<MlpWeights>* shared_slices, Tensor& out);
   // moe_experts over `experts`, plus (non-null) the shared slices stacked after them as extra
   // experts of weight 1 in every token's last slots (cuda::MoeArgs::n_shared); addend (non-null,
   // [T, D] fp32) is added to every token's combined row (cuda::MoeArgs::addend); xq (non-null):

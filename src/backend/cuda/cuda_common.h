@@ -139,22 +139,6 @@ void gemm_tf32(cublasHandle_t h, int64_t M, int64_t N, int64_t K, const float* A
 void gemm_f32(cublasHandle_t h, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
               int64_t ldb, float* C, int64_t ldc);
 
-// One token's routing (moe_route's arguments; moe_one's in-kernel routing reads them too).
-struct RouteArgs {
-  const float* logits;  // [T, E]
-  const float* bias;    // [E] or null
-  int64_t T, E, n_group, topk_group, top_k;
-  int scoring;  // 0 softmax, 1 sigmoid
-  int method;   // 0 greedy, 1 group-limited greedy, 2 noaux_tc
-  bool norm_topk_prob;
-  float scale;
-  int32_t* ids;     // [T, k]
-  float* weights;   // [T, k]
-  // moe_route only: the PDL trigger after the routing, not before it (the next kernel's launch
-  // waits for it; the same bits) — a lab knob (CudaBackend's DEEPINFER_CUDA_ROUTE_LATE_TRIGGER).
-  bool late_trigger;
-};
-
 // ---- cuda_mla.cu ----
 // The absorbed form over the paged latent cache for the selected sequences' rows: per (row, head)
 // q̃ = W_UKᵀ q_nope, softmax(scale · (q̃·c_kv + q_pe·k_pe)) over the causal keys, o_lat = Σ p·c_kv,
@@ -329,8 +313,8 @@ void mla_sublayer(const MlaSublayerArgs& a, cudaStream_t s);
 struct MoeOneArgs {
   const float* x = nullptr;        // [D] the token's normed row
   int64_t D = 0, I = 0, k = 0, E = 0, n_shared = 0;
-  const int32_t* ids = nullptr;    // [k] routed experts (< E), from the previous kernel (or, with
-  const float* weights = nullptr;  // [k]  logits set, written by block 0: see below)
+  const int32_t* ids = nullptr;    // [k] routed experts (< E), from the previous kernel
+  const float* weights = nullptr;  // [k]
   const void* w13 = nullptr;       // [(E + n_shared)·2I, D] bf16 or e4m3: gate_e; up_e
   const void* w2 = nullptr;        // [(E + n_shared)·D, I]
   bool fp8 = false;                // e4m3 codes with per-row scales:
@@ -348,13 +332,6 @@ struct MoeOneArgs {
   float* out = nullptr;            // [D]
   float* h = nullptr;              // scratch [(k + n_shared)·I] f32
   unsigned long long* counter = nullptr;  // its grid barrier's (zero at first use, only this kernel's)
-  // moe_one (not the W8A8 form): the routing in the kernel. With logits [E] set (the router's,
-  // from the previous kernel), each block's producer warp routes the token itself (route_row,
-  // cuda_moe_route.cuh: moe_route's arithmetic, so the same ids and weights) instead of reading
-  // ids and weights, and block 0 writes them to ids and weights (then outputs). route's E,
-  // bias, n_group, topk_group, top_k (= k), scoring, method, norm_topk_prob and scale are read.
-  const float* logits = nullptr;
-  RouteArgs route{};
   // A lab timeline, or null: [G][kMoeOneMarks] global-timer ns per block at entry; the producer's
   // pre-wait stages issued, its wait returned, its last phase-A stage issued, its last stage
   // issued; the math warps' x staged, first stage full, phase A done, barrier passed, exit.
@@ -369,10 +346,6 @@ constexpr int kMoeOneW8a8Marks = 12;
 bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared, bool fp8 = false, int64_t block_k = 0,
                   bool chain = false);
 void moe_one(const MoeOneArgs& a, cudaStream_t s);
-// Whether moe_one may route in the kernel (MoeOneArgs::logits) for E routed experts in n_group
-// groups, top_k = k, hidden size D on this GPU (route_row's bounds; D ≥ the SM count: every block
-// has output rows).
-bool moe_one_route_ok(int64_t E, int64_t n_group, int64_t k, int64_t D);
 // ---- cuda_moe_one_w8a8.cu ----
 // Whether moe_one_w8a8 serves these sizes (e4m3 weights with per-row scales over 128 columns) on
 // this GPU: D a multiple of 512, I of 128, both up to 2048, k + n_shared ≤ 8.
@@ -421,6 +394,20 @@ struct SampleArgs {
 void sample(const SampleArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
 
 // ---- cuda_moe.cu ----
+struct RouteArgs {
+  const float* logits;  // [T, E]
+  const float* bias;    // [E] or null
+  int64_t T, E, n_group, topk_group, top_k;
+  int scoring;  // 0 softmax, 1 sigmoid
+  int method;   // 0 greedy, 1 group-limited greedy, 2 noaux_tc
+  bool norm_topk_prob;
+  float scale;
+  int32_t* ids;     // [T, k]
+  float* weights;   // [T, k]
+  // moe_route only: the PDL trigger after the routing, not before it (the next kernel's launch
+  // waits for it; the same bits) — a lab knob (CudaBackend's DEEPINFER_CUDA_ROUTE_LATE_TRIGGER).
+  bool late_trigger;
+};
 void moe_route(const RouteArgs& a, cudaStream_t s);
 
 // ---- cuda_norm_route.cu ----

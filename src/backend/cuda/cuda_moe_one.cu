@@ -100,7 +100,7 @@ bool stages_fit(int64_t D, int64_t I) {
 }
 
 struct Layout {
-  uint32_t ring, x, h, red, y, bars, rt, total;
+  uint32_t ring, x, h, red, y, bars, total;
 };
 __host__ __device__ inline uint32_t align16(uint64_t v) { return static_cast<uint32_t>((v + 15) / 16 * 16); }
 // G: the grid (a block's output rows: at most ⌈D / G⌉, their y[slot][row] in shared memory).
@@ -113,10 +113,7 @@ __host__ __device__ inline Layout layout(int64_t D, int64_t I, int64_t slots, in
   l.red = l.h + align16(uint64_t{2} * slots * I);
   l.y = l.red + 2 * 2 * Cfg<kFp8>::kUnits * 4;
   l.bars = l.y + align16(uint64_t{4} * slots * ((D + G - 1) / G));
-  // The routing in the kernel (MoeOneArgs::logits): weights [kMaxSlots] f32, ids [kMaxSlots],
-  // then its mbarrier.
-  l.rt = l.bars + 2 * kStages * 8;
-  l.total = l.rt + 8 * kMaxSlots + 8;
+  l.total = l.bars + 2 * kStages * 8;
   return l;
 }
 
@@ -260,9 +257,7 @@ __device__ __forceinline__ float stage_f16_scaled(const float* src, int64_t n, _
 
 }  // namespace
 
-// kRoute: the routing in the kernel (MoeOneArgs::logits) — its own instantiation, so that the
-// forms without it keep their registers (the FP8 form spills 32 bytes with it).
-template <bool kFp8, bool kChain, bool kRoute>
+template <bool kFp8, bool kChain>
 __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<kFp8, kChain>;
@@ -283,14 +278,6 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
   float* ys = reinterpret_cast<float*>(smem + L.y);     // [slots][rows_max]: phase B's dots
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L.bars);
   uint64_t* empty = full + kStages;
-  // The routing in the kernel (a.logits set): the producer's, into s_w / s_ids (block 0 also
-  // writes them out), `routed` completing once they are written.
-  float* s_w = reinterpret_cast<float*>(smem + L.rt);
-  uint64_t* routed = reinterpret_cast<uint64_t*>(smem + L.rt + 8 * kMaxSlots);
-  const MoeOneRouting routing{a.route, a.logits, reinterpret_cast<int32_t*>(s_w + kMaxSlots), s_w,
-                              b == 0 ? const_cast<int32_t*>(a.ids) : nullptr, b == 0 ? const_cast<float*>(a.weights) : nullptr,
-                              routed};
-  const MoeOneRouting* route = kRoute ? &routing : nullptr;
   const unsigned char* w13 = static_cast<const unsigned char*>(a.w13);
   const unsigned char* w2 = static_cast<const unsigned char*>(a.w2);
   // FP8: scale blocks per row of w13 (over D) and of w2 (over I); chunks of 16 per block.
@@ -327,7 +314,6 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
       mbar_init(&full[s], kFp8 ? 1 + 32 : 1);  // FP8: + the producer lanes' cp.async arrivals
       mbar_init(&empty[s], kOwned ? 1 : kMath);  // warp-owned stages: stage s is warp s's alone
     }
-    mbar_init(routed, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -342,8 +328,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
     int64_t my_e = lane >= k && lane < slots ? a.E + (lane - k) : 0;
     bool waited = false;
     for (int64_t q = 0; q < n_a + n_b; ++q) {
-      const int st = moe_one_producer_turn<kStages>(q, empty, n_shared_stages, a.ids, k, lane, my_e, waited, mark,
-                                                    route, ring, C::kStride);
+      const int st = moe_one_producer_turn<kStages>(q, empty, n_shared_stages, a.ids, k, lane, my_e, waited, mark);
       if (q == n_a - 1 && lane == 0) mark(3);
       unsigned char* dst = ring + st * C::kStride;
       float* dsc = reinterpret_cast<float*>(dst + kStageBytes);  // FP8: the stage's rows' scales
@@ -557,12 +542,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
     }
   }
   math_sync();
-  // The routing in the kernel: the producer routed before its first stage of a routed slot — and
-  // a block with output rows has such stages in phase B — so `routed` completes (no block with
-  // rows waits forever; the launcher requires D ≥ G, so block 0, which writes the ids, has rows).
-  if (route != nullptr && rows > 0) mbar_wait(routed, 0);
-  moe_one_combine(ys, rows, rows_max, k, slots, route != nullptr ? s_w : a.weights, a.out + j0, t, 32 * kMath,
-                  route != nullptr);
+  moe_one_combine(ys, rows, rows_max, k, slots, a.weights, a.out + j0, t, 32 * kMath);
   if (t == 0) mark(9);
 #else
   __trap();  // sm_90a only (moe_one_fits)
@@ -588,43 +568,27 @@ bool moe_one_fits(int64_t D, int64_t I, int64_t k, int64_t n_shared, bool fp8, i
   return stages_fit<false>(D, I) && layout<false>(D, I, slots, sm_count()).total <= static_cast<uint32_t>(kOptinSmem);
 }
 
-bool moe_one_route_ok(int64_t E, int64_t n_group, int64_t k, int64_t D) {
-  return E >= 1 && E <= kRouteMaxExperts && n_group >= 1 && n_group <= kRouteMaxGroups && k >= 1 && k <= 32 &&
-         k <= E && D >= sm_count();
-}
-
 void moe_one(const MoeOneArgs& a, cudaStream_t s) {
   const int64_t slots = a.k + a.n_shared;
   DI_CUDA_REQUIRE(!(a.fp8 && a.chain));
-  // The routing in the kernel: route_row's bounds, top_k = k, and every block with output rows.
-  DI_CUDA_REQUIRE(a.logits == nullptr || (a.route.top_k == a.k && a.route.E == a.E && a.ids != nullptr &&
-                                          a.weights != nullptr && moe_one_route_ok(a.E, a.route.n_group, a.k, a.D)));
   const uint32_t bytes = a.fp8     ? layout<true>(a.D, a.I, slots, sm_count()).total
                          : a.chain ? layout<false, true>(a.D, a.I, slots, sm_count()).total
                                    : layout<false>(a.D, a.I, slots, sm_count()).total;
   DI_CUDA_REQUIRE(bytes <= static_cast<uint32_t>(kOptinSmem));
   static const bool attr = [] {
-    for (const void* f : {reinterpret_cast<const void*>(moe_one_kernel<false, false, false>),
-                          reinterpret_cast<const void*>(moe_one_kernel<true, false, false>),
-                          reinterpret_cast<const void*>(moe_one_kernel<false, true, false>),
-                          reinterpret_cast<const void*>(moe_one_kernel<false, false, true>),
-                          reinterpret_cast<const void*>(moe_one_kernel<true, false, true>),
-                          reinterpret_cast<const void*>(moe_one_kernel<false, true, true>)})
-      DI_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
+    DI_CUDA_CHECK(
+        cudaFuncSetAttribute(moe_one_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
+    DI_CUDA_CHECK(
+        cudaFuncSetAttribute(moe_one_kernel<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
+    DI_CUDA_CHECK(
+        cudaFuncSetAttribute(moe_one_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kOptinSmem));
     return true;
   }();
   (void)attr;
   const dim3 grid(static_cast<unsigned>(sm_count()));
-  auto go = [&](auto kernel) { launch_pdl(kernel, grid, dim3(kThreads), bytes, s, a); };
-  if (a.logits != nullptr) {
-    if (a.fp8) go(moe_one_kernel<true, false, true>);
-    else if (a.chain) go(moe_one_kernel<false, true, true>);
-    else go(moe_one_kernel<false, false, true>);
-  } else {
-    if (a.fp8) go(moe_one_kernel<true, false, false>);
-    else if (a.chain) go(moe_one_kernel<false, true, false>);
-    else go(moe_one_kernel<false, false, false>);
-  }
+  if (a.fp8) launch_pdl(moe_one_kernel<true, false>, grid, dim3(kThreads), bytes, s, a);
+  else if (a.chain) launch_pdl(moe_one_kernel<false, true>, grid, dim3(kThreads), bytes, s, a);
+  else launch_pdl(moe_one_kernel<false, false>, grid, dim3(kThreads), bytes, s, a);
 }
 
 }  // namespace deepinfer::cuda

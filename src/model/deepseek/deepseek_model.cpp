@@ -187,20 +187,20 @@ void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, Tensor&
   rp.correction_bias = w.e_score_correction_bias.defined() ? w.e_score_correction_bias.data<float>() : nullptr;
   Tensor ids = backend.empty(DType::kI32, {T, k});
   Tensor weights = backend.empty(DType::kF32, {T, k});
-  SharedExperts shared;
-  if (w.has_shared_experts) {
-    shared.mlp = &w.shared_experts;
-    shared.slices = &w.shared_slices;
-  }
-  // The router's logits in fp32, like the references; the experts' output into delta.
-  backend.add_rms_norm_route_moe_ffn(h, delta, w.post_attention_layernorm, eps, x, xq, w.gate, rp, ids, weights,
-                                     w.experts, shared, delta);
+  // The router's logits in fp32, like the references.
+  backend.add_rms_norm_route(h, delta, w.post_attention_layernorm, eps, x, xq, w.gate, rp, ids, weights);
   if (routing_trace_ != nullptr) {
     const Tensor host = backend.to_host(ids);
     Tensor copy = Tensor::empty_host(DType::kI32, host.shape());
     std::copy(host.data<int32_t>(), host.data<int32_t>() + host.numel(), copy.data<int32_t>());
     routing_trace_->push_back(copy);
   }
+  SharedExperts shared;
+  if (w.has_shared_experts) {
+    shared.mlp = &w.shared_experts;
+    shared.slices = &w.shared_slices;
+  }
+  backend.moe_ffn(x, ids, weights, w.experts, shared, delta, &xq);
 }
 
 Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, PagedKvCache& cache, MlaPolicy policy,

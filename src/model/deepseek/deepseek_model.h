@@ -132,8 +132,8 @@ class DeepseekModel {
                  const AttentionBatch& prefill, Tensor& cache_layer, Tensor& attn_out) const;
   // The FFN half of a layer: h [T, hidden] += delta (the attention's output), x = post-attention
   // RMSNorm of h (its rows quantized into xq where the backend makes them), then delta = dense
-  // MLP or MoE (+ shared experts) of x. A MoE layer's norm, router, routing and experts go to the
-  // backend as one op (add_rms_norm_route_moe_ffn), which it may fuse.
+  // MLP or MoE (+ shared experts) of x. A MoE layer's norm, router and routing go to the backend
+  // as one op (add_rms_norm_route), which it may fuse.
   void ffn(Backend& backend, const DeepseekLayerWeights& w, Tensor& h, Tensor& delta, Tensor& x,
            QuantizedRows& xq) const;
 
