@@ -182,9 +182,6 @@ struct CudaState {
   // The invariant router at decode sizes in one launch (gemm_f32_ordered_fused: the bits of its
   // parallel chunks + their sum); DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER=0|1, a lab knob.
   bool invariant_fused_router = true;
-  // The route kernel's PDL trigger after its routing (RouteArgs::late_trigger; the same bits);
-  // DEEPINFER_CUDA_ROUTE_LATE_TRIGGER=0|1, a lab knob.
-  bool route_late_trigger = false;
   bool batch_invariant = false;  // set_batch_invariant
 };
 
@@ -286,7 +283,6 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_int("DEEPINFER_CUDA_FP8_W8A8_ROWS", 0, int64_t{1} << 40, 1, s_->dense_w8a8_rows);
   if (int64_t form = -1; read_env_int("DEEPINFER_CUDA_MOE_FORM", 0, 5, 1, form)) s_->moe_gemm = static_cast<int>(form);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_MOE_CHAIN", s_->moe_one_chain);
-  read_env_switch("DEEPINFER_CUDA_ROUTE_LATE_TRIGGER", s_->route_late_trigger);
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_ROUTER_TILED", on))
     s_->router_tiled_rows = on ? kRouterTiledMinRows : 0;
   if (bool fuse = false; read_env_switch("DEEPINFER_CUDA_MOE_SHARED_FUSE", fuse)) s_->shared_fuse = fuse ? 1 : 0;
@@ -1488,7 +1484,6 @@ void CudaBackend::moe_route(const Tensor& logits, const RouterParams& p, Tensor&
   cuda::RouteArgs a = route_args(p, logits.size(1), ids, weights);
   a.logits = cdptr<float>(logits);
   a.T = logits.size(0);
-  a.late_trigger = s_->route_late_trigger;
   cuda::moe_route(a, s_->stream);
 }
 

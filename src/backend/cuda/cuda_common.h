@@ -404,9 +404,6 @@ struct RouteArgs {
   float scale;
   int32_t* ids;     // [T, k]
   float* weights;   // [T, k]
-  // moe_route only: the PDL trigger after the routing, not before it (the next kernel's launch
-  // waits for it; the same bits) — a lab knob (CudaBackend's DEEPINFER_CUDA_ROUTE_LATE_TRIGGER).
-  bool late_trigger;
 };
 void moe_route(const RouteArgs& a, cudaStream_t s);
 

@@ -61,17 +61,14 @@ constexpr int kMaxGroups = kRouteMaxGroups;
 constexpr int kRouteWarps = 4;
 
 // One warp per token (kRouteWarps tokens per block): route_row (cuda_moe_route.cuh).
-// kLate (RouteArgs::late_trigger): the PDL trigger after the routing, not at the start.
-template <bool kLate>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
   pdl_wait();
-  if constexpr (!kLate) pdl_trigger();
+  pdl_trigger();
   __shared__ float smem[kRouteWarps][kRouteSmemFloats];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
-  if (t >= a.T) return;  // whole warps leave (an exit counts as the trigger); no block-wide barrier follows
+  if (t >= a.T) return;  // whole warps leave; no block-wide barrier follows
   route_row(a, a.logits + t * a.E, smem[warp], lane, a.ids + t * a.top_k, a.weights + t * a.top_k);
-  if constexpr (kLate) pdl_trigger();
 }
 
 constexpr int64_t kSmallSortMax = 512;  // routed rows sorted by small_sort_kernel
@@ -952,8 +949,7 @@ void moe_route(const RouteArgs& a, cudaStream_t s) {
   DI_CUDA_REQUIRE(a.E <= kMaxExperts);
   DI_CUDA_REQUIRE(a.n_group <= kMaxGroups);
   DI_CUDA_REQUIRE(a.top_k >= 1 && a.top_k <= 32);  // one pick per lane
-  if (a.late_trigger) launch_pdl(route_kernel<true>, grid_for(a.T, kRouteWarps), kRouteWarps * 32, 0, s, a);
-  else launch_pdl(route_kernel<false>, grid_for(a.T, kRouteWarps), kRouteWarps * 32, 0, s, a);
+  launch_pdl(route_kernel, grid_for(a.T, kRouteWarps), kRouteWarps * 32, 0, s, a);
   DI_CUDA_LAUNCHED();
 }
 

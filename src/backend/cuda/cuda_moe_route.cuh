@@ -13,7 +13,6 @@ namespace {
 constexpr int kRouteMaxExperts = 256;  // routed experts (the router's limit)
 constexpr int kRouteMaxGroups = 64;
 constexpr int kRouteSmemFloats = 2 * kRouteMaxExperts + kRouteMaxGroups;  // a warp's slice (route_row)
-constexpr int kRoutePerLane = kRouteMaxExperts / 32;  // experts a lane holds in registers
 
 // Routes one token from its logits lg [E] (a.E ≤ kRouteMaxExperts, a.n_group ≤
 // kRouteMaxGroups, 1 ≤ a.top_k ≤ 32) into ids [top_k] and w [top_k]; every lane of the warp
@@ -28,46 +27,18 @@ __device__ __forceinline__ void route_row(const RouteArgs& a, const float* lg, f
   float* choice = scores + kRouteMaxExperts;
   float* group_score = choice + kRouteMaxExperts;
   const int E = static_cast<int>(a.E);
-  // The lane's logits (and biases) loaded at once, into registers. Read where used, each lg[e]
-  // after a store to the scores (which may alias it, for all the compiler knows) was a memory
-  // round trip of its own, in a chain — while the one-token step's route kernel took 4.8–7.3 µs
-  // in the graph (run s35-1's kernel timeline: docs/perf.md, version 32). The arithmetic is the
-  // same, in the same order: the same bits.
-  float v[kRoutePerLane], bias[kRoutePerLane], sc[kRoutePerLane];
-#pragma unroll
-  for (int i = 0; i < kRoutePerLane; ++i) {
-    const int e = lane + 32 * i;
-    v[i] = e < E ? lg[e] : 0.0f;
-    sc[i] = 0.0f;
-    bias[i] = e < E && a.bias != nullptr ? a.bias[e] : 0.0f;
-  }
   if (a.scoring == 0) {
     float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kRoutePerLane; ++i)
-      if (lane + 32 * i < E) mx = fmaxf(mx, v[i]);
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, lg[e]);
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     float sum = 0;
-#pragma unroll
-    for (int i = 0; i < kRoutePerLane; ++i)
-      if (lane + 32 * i < E) sum += (sc[i] = expf(v[i] - mx));
+    for (int e = lane; e < E; e += 32) sum += (scores[e] = expf(lg[e] - mx));
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-#pragma unroll
-    for (int i = 0; i < kRoutePerLane; ++i) sc[i] /= sum;
+    for (int e = lane; e < E; e += 32) scores[e] /= sum;
   } else {
-#pragma unroll
-    for (int i = 0; i < kRoutePerLane; ++i) sc[i] = 1.0f / (1.0f + expf(-v[i]));
+    for (int e = lane; e < E; e += 32) scores[e] = 1.0f / (1.0f + expf(-lg[e]));
   }
-  float ch[kRoutePerLane];  // the lane's choice scores
-#pragma unroll
-  for (int i = 0; i < kRoutePerLane; ++i) {
-    const int e = lane + 32 * i;
-    ch[i] = sc[i] + (a.bias != nullptr ? bias[i] : 0.0f);
-    if (e < E) {
-      scores[e] = sc[i];
-      choice[e] = ch[i];
-    }
-  }
+  for (int e = lane; e < E; e += 32) choice[e] = scores[e] + (a.bias != nullptr ? a.bias[e] : 0.0f);
   __syncwarp();
   if (a.method != 0 && a.n_group > 1) {
     const int per = static_cast<int>(a.E / a.n_group), G = static_cast<int>(a.n_group);
@@ -94,9 +65,6 @@ __device__ __forceinline__ void route_row(const RouteArgs& a, const float* lg, f
         for (int e = 0; e < per; ++e) choice[g * per + e] = -INFINITY;
     }
     __syncwarp();
-#pragma unroll
-    for (int i = 0; i < kRoutePerLane; ++i)
-      if (lane + 32 * i < E) ch[i] = choice[lane + 32 * i];
   }
   uint32_t taken = 0;  // bit i: this lane's expert lane + 32 i is chosen
   float wsum = 0;
@@ -105,12 +73,10 @@ __device__ __forceinline__ void route_row(const RouteArgs& a, const float* lg, f
   for (int64_t j = 0; j < a.top_k; ++j) {
     float bv = -INFINITY;
     int be = INT_MAX;
-#pragma unroll
-    for (int i = 0; i < kRoutePerLane; ++i) {
-      const int e = lane + 32 * i;
-      if (e >= E || (taken & (1u << i))) continue;
-      if (be == INT_MAX || ch[i] > bv) {
-        bv = ch[i];
+    for (int i = 0, e = lane; e < E; ++i, e += 32) {
+      if (taken & (1u << i)) continue;
+      if (be == INT_MAX || choice[e] > bv) {
+        bv = choice[e];
         be = e;
       }
     }
