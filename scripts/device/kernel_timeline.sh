@@ -6,7 +6,7 @@
 # one layer's kernels start to end. The bench's own ms per step is printed beside it (traced),
 # and, with UNTRACED=1, from a second untraced invocation (the trace must not move the step).
 # Usage (device `run`, carry [".device_carry", "third_party"]):
-#   [BATCH=1] [CONTEXT=512] [LAYER=12] [BUILD=0] [UNTRACED=1] \
+#   [BATCH=1] [CONTEXT=512] [LAYER=12] [LAYER_KERNEL=mla_sublayer] [BUILD=0] [UNTRACED=1] \
 #     bash scripts/device/kernel_timeline.sh LABEL,DTYPE,MODE[,ENV=VALUE...] ...
 # (the settings as bench_lab.sh's; BIN=path: another build's deepinfer)
 # Output: the tables on stdout; $OUT/timeline_<LABEL>.json, $OUT/trace_<LABEL>.tsv.gz.
@@ -38,6 +38,7 @@ for spec in "$@"; do
     echo "   untraced ms/step $(step_ms "$OUT/bench_${label}_untraced.json")"
   fi
   python3 scripts/device/kernel_timeline.py "$OUT/trace_$label.tsv" --label "$label" --layer "${LAYER:-12}" \
+    --layer-kernel "${LAYER_KERNEL:-mla_sublayer}" \
     --json "$OUT/timeline_$label.json"
   gzip -f "$OUT/trace_$label.tsv"
 done
