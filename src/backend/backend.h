@@ -276,12 +276,6 @@ class Backend {
   virtual void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                        const SharedExperts& shared, Tensor& out, const QuantizedRows* xq = nullptr);
 
-  // A hint, no effect on any value: these weights are read soon (the model names the next
-  // layer's attention weights before a layer's MoE). A backend may start moving them toward its
-  // compute units while other work runs — the CUDA backend into L2, carried by the one-token MoE
-  // kernels (DEEPINFER_CUDA_PREFETCH). Default: nothing.
-  virtual void prefetch_weights(const std::vector<const LinearWeight*>& w) { (void)w; }
-
   // out = down(silu(gate(x)) * up(x)). x [T, D] F32; out [T, D] F32.
   virtual void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) = 0;
 

@@ -692,43 +692,6 @@ TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
 // expert's neighbours and end at the last expert; and in the batch-invariant mode (bf16), its
 // chain form bitwise against that mode's grouped form, alone and in a batch. Where the kernel
 // does not apply (not sm_90a) the op-by-op path runs every time.
-// prefetch_weights (set_l2_prefetch on) changes no value: a one-token MoE step — moe_one in bf16
-// and FP8, and the grouped GEMVs (moe_one off: FP8's tensor-core GEMV carries the ranges) — gives
-// the bits it gives without the hint, with ranges of several weights (codes and scales) pending.
-TEST_F(CudaOps, L2PrefetchChangesNoValue) {
-#ifdef DEEPINFER_HAVE_CUDA
-  const int64_t D = 2048, I = 1408, E = 8, k = 6, S = 2;
-  auto& cuda_b = dynamic_cast<CudaBackend&>(*gpu_);
-  cuda_b.set_moe_one_fp8(true);
-  for (const DType dt : {DType::kF32, DType::kF8E4M3}) {
-    const std::vector<MlpWeights> experts = host_experts(E, D, I, dt);
-    const PlacedMoe moe = place_moe(*gpu_, experts, host_mlp(D, S * I, dt), I);
-    const SharedExperts d_sh = moe.shared_experts();
-    const Tensor d_x = up(randn({1, D}));
-    const Tensor d_ids = up(i32({7, 0, 3, 4, 1, 6}).reshape({1, k}));
-    Tensor w = Tensor::empty_host(DType::kF32, {1, k});
-    for (int64_t j = 0; j < k; ++j) w.data<float>()[j] = 0.05f + 0.1f * static_cast<float>(j);
-    const Tensor d_w = up(w);
-    for (const bool one : {true, false}) {
-      cuda_b.set_moe_one_fused(one);
-      Tensor outs[2];
-      for (int pf = 0; pf < 2; ++pf) {
-        cuda_b.set_l2_prefetch(pf == 1);
-        gpu_->prefetch_weights({&moe.routed[0].gate_proj, &moe.routed[0].down_proj, &moe.shared.gate_proj});
-        Tensor d_o = dev_empty(DType::kF32, {1, D});
-        gpu_->moe_ffn(d_x, d_ids, d_w, moe.routed, d_sh, d_o);
-        outs[pf] = down(d_o);
-      }
-      EXPECT_EQ(0, std::memcmp(outs[0].raw_data(), outs[1].raw_data(), outs[0].n_bytes()))
-          << dtype_name(dt) << (one ? " moe_one" : " grouped GEMVs");
-    }
-  }
-  cuda_b.set_l2_prefetch(false);
-  cuda_b.set_moe_one_fused(true);
-  cuda_b.set_moe_one_fp8(false);
-#endif
-}
-
 TEST_F(CudaOps, MoeOneTokenKernelAtV2LiteSizes) {
 #ifdef DEEPINFER_HAVE_CUDA
   const int64_t D = 2048, I = 1408, E = 8, k = 6, S = 2;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <utility>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_moe_form.h"
@@ -183,11 +182,6 @@ struct CudaState {
   // The invariant router at decode sizes in one launch (gemm_f32_ordered_fused: the bits of its
   // parallel chunks + their sum); DEEPINFER_CUDA_INVARIANT_FUSED_ROUTER=0|1, a lab knob.
   bool invariant_fused_router = true;
-  // prefetch_weights' ranges brought into L2 by the next one-token MoE launch (MoeOneArgs::pf,
-  // MoeArgs::pf), or ignored (off); DEEPINFER_CUDA_PREFETCH=0|1, a lab knob. `pf`: the pending
-  // ranges, taken (and cleared) by that launch.
-  bool prefetch = false;
-  cuda::L2Prefetch pf;
   bool batch_invariant = false;  // set_batch_invariant
 };
 
@@ -289,7 +283,6 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_int("DEEPINFER_CUDA_FP8_W8A8_ROWS", 0, int64_t{1} << 40, 1, s_->dense_w8a8_rows);
   if (int64_t form = -1; read_env_int("DEEPINFER_CUDA_MOE_FORM", 0, 5, 1, form)) s_->moe_gemm = static_cast<int>(form);
   read_env_switch("DEEPINFER_CUDA_INVARIANT_MOE_CHAIN", s_->moe_one_chain);
-  read_env_switch("DEEPINFER_CUDA_PREFETCH", s_->prefetch);
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_ROUTER_TILED", on))
     s_->router_tiled_rows = on ? kRouterTiledMinRows : 0;
   if (bool fuse = false; read_env_switch("DEEPINFER_CUDA_MOE_SHARED_FUSE", fuse)) s_->shared_fuse = fuse ? 1 : 0;
@@ -374,7 +367,6 @@ void CudaBackend::set_router_tiled(bool on, int64_t min_rows) {
 }
 
 void CudaBackend::set_invariant_moe_one_chain(bool on) { s_->moe_one_chain = on; }
-void CudaBackend::set_l2_prefetch(bool on) { s_->prefetch = on; }
 
 // Only the flash kernel's dims: the fallback's per-sequence TF32 GEMMs take cuBLAS algorithms
 // by the chunk's shape.
@@ -1631,23 +1623,6 @@ bool CudaBackend::invariant_parts_one_row(const Tensor& x, const std::vector<con
   return true;
 }
 
-void CudaBackend::prefetch_weights(const std::vector<const LinearWeight*>& w) {
-  s_->pf = cuda::L2Prefetch{};
-  if (!s_->prefetch) return;
-  auto add = [&](const Tensor& t) {
-    if (!t.defined() || s_->pf.n == cuda::kMaxL2Prefetch || reinterpret_cast<uintptr_t>(t.raw_data()) % 16 != 0) return;
-    const uint64_t bytes = static_cast<uint64_t>(t.n_bytes()) / 16 * 16;
-    if (bytes == 0) return;
-    s_->pf.ptr[s_->pf.n] = t.raw_data();
-    s_->pf.bytes[s_->pf.n] = bytes;
-    ++s_->pf.n;
-  };
-  for (const LinearWeight* p : w) {
-    add(p->weight);
-    add(p->scale_inv);
-  }
-}
-
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                               const std::vector<MlpWeights>& experts, Tensor& out) {
   OpTimer timer(*this, "moe_experts");
@@ -1766,7 +1741,6 @@ bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weig
   a.out = dptr<float>(out);
   a.h = dptr<float>(empty(DType::kF32, {(k + S) * I}));
   a.counter = s_->grid_counter + 1;
-  a.pf = std::exchange(s_->pf, cuda::L2Prefetch{});  // prefetch_weights' ranges, issued by this launch
   if (w8a8) cuda::moe_one_w8a8(a, s_->stream);
   else cuda::moe_one(a, s_->stream);
   return true;
@@ -1811,7 +1785,6 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
     DI_CHECK(experts[0].gate_proj.dtype() == DType::kBF16);
   }
   a.out = dptr<float>(out);
-  if (a.T == 1) a.pf = std::exchange(s_->pf, cuda::L2Prefetch{});  // carried by the one-token GEMVs (form 1)
   if (addend != nullptr) {
     DI_CHECK(addend->dtype() == DType::kF32 && addend->size(0) == a.T && addend->size(1) == out.size(1));
     a.addend = cdptr<float>(*addend);

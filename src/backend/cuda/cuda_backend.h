@@ -101,10 +101,6 @@ class CudaBackend : public Backend {
                           Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const std::vector<MlpWeights>& experts, Tensor& out) override;
-  // With DEEPINFER_CUDA_PREFETCH=1: the weights' bytes (and scales), up to cuda::kMaxL2Prefetch
-  // tensors, go into L2 from the blocks of the next one-token MoE launch (cuda::moe_one's, or the
-  // FP8 gate | up GEMV's tensor-core form), before their PDL wait; else nothing.
-  void prefetch_weights(const std::vector<const LinearWeight*>& w) override;
   // The W8A8 forms (the shared MLP's, the routed experts' form 5) read xq when given and defined.
   void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                const SharedExperts& shared, Tensor& out, const QuantizedRows* xq = nullptr) override;
@@ -241,9 +237,6 @@ class CudaBackend : public Backend {
   // 64.05 → 57.17, 16K 281.1 → 257.7, B = 1 3.33 → 3.16, B = 32 11.35 → 11.70, B = 256
   // 15.86 → 15.26. DEEPINFER_CUDA_INVARIANT_MOE_CHAIN=0|1 sets it at construction.
   void set_invariant_moe_one_chain(bool on);
-  // Whether prefetch_weights acts (its ranges brought into L2 by the next one-token MoE launch) or
-  // is ignored — the default. DEEPINFER_CUDA_PREFETCH=0|1 sets it at construction.
-  void set_l2_prefetch(bool on);
   bool naive_mla_batch_invariant(const MlaParams& p) const override;
   // The cudaStream_t all ops are issued on, as an opaque pointer.
   void* stream() const;

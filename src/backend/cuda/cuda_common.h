@@ -304,17 +304,6 @@ bool mla_sublayer_fits(int64_t D, int64_t H, int64_t dn, int64_t dr, int64_t dv,
 bool mla_sublayer_invariant_fp8_fits(int64_t D);
 int64_t mla_sublayer_max_splits();
 void mla_sublayer(const MlaSublayerArgs& a, cudaStream_t s);
-// Bytes to bring into L2 ahead of their use (Backend::prefetch_weights: the next layer's
-// attention weights), carried by a kernel with memory bandwidth to spare, whose blocks each
-// issue a share before their PDL wait (cuda_l2_prefetch.cuh). Ranges: 16-byte aligned starts and
-// sizes, weights no kernel writes. No effect on any value.
-constexpr int kMaxL2Prefetch = 8;
-struct L2Prefetch {
-  const void* ptr[kMaxL2Prefetch] = {};
-  uint64_t bytes[kMaxL2Prefetch] = {};
-  int n = 0;
-};
-
 // ---- cuda_moe_one.cu ----
 // A MoE block's experts at one token as one persistent kernel (the file's comment): out = Σ_s<k
 // weights[s] · expert_{ids[s]}(x) in slot order, + each shared slice E .. E + n_shared − 1 (weight
@@ -343,7 +332,6 @@ struct MoeOneArgs {
   float* out = nullptr;            // [D]
   float* h = nullptr;              // scratch [(k + n_shared)·I] f32
   unsigned long long* counter = nullptr;  // its grid barrier's (zero at first use, only this kernel's)
-  L2Prefetch pf;  // issued by every block before its PDL wait (Backend::prefetch_weights)
   // A lab timeline, or null: [G][kMoeOneMarks] global-timer ns per block at entry; the producer's
   // pre-wait stages issued, its wait returned, its last phase-A stage issued, its last stage
   // issued; the math warps' x staged, first stage full, phase A done, barrier passed, exit.
@@ -477,8 +465,6 @@ struct MoeArgs {
   bool idle_skip = true;
   bool stagger = false;
   int fp8_cluster = 0;
-  // Form 1 at one token (the fused GEMVs): carried by the gate | up GEMV (GemvArgs::pf).
-  L2Prefetch pf;
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 the decode GEMV (bandwidth), 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
                            // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),
@@ -564,7 +550,6 @@ struct GemvArgs {
   // FP8: the tensor-core form (gemv_fp8_tc) from this many 8-row units; 0: enough for every
   // SM's warps (below, the CUDA-core form splits K across blocks instead). A lab knob.
   int64_t tc_min_units = 0;
-  L2Prefetch pf;  // the tensor-core form: issued by every block before its PDL wait
 };
 // The kernel takes these operands: K a multiple of the 16-byte chunk (8 bf16, 16 FP8, 4 fp32
 // weights), FP8 block_k a multiple of 16, A 16-byte aligned rows (pointer and lda), fp32 weights

@@ -24,7 +24,6 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_gemv_walk.cuh"
-#include "backend/cuda/cuda_l2_prefetch.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 
@@ -65,7 +64,6 @@ template <bool kAF32, bool kGlu>
 __global__ void __launch_bounds__(kThreads, min_blocks<kGlu>())
     gemv_fp8_tc_kernel(GemvArgs g, int32_t n_units, int32_t units_per_slot) {
   extern __shared__ __align__(16) unsigned char smem[];
-  if (threadIdx.x == 0 && g.pf.n > 0) l2_prefetch_share(g.pf, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   __half* a_s = reinterpret_cast<__half*>(smem) + static_cast<int64_t>(warp) * g.K;  // [K] this warp's A row
   const int64_t group = static_cast<int64_t>(blockIdx.x) * kWarps + warp, n_groups = int64_t{gridDim.x} * kWarps;

@@ -1047,9 +1047,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     auto* act = static_cast<float*>(get(sizeof(float) * R * a.I));
     g.w = a.w13, g.w_scale = a.w13_scale, g.N = a.I, g.K = a.D, g.glu = true;
     g.c = act, g.ldc = a.I;
-    g.pf = a.pf;  // the gate | up GEMV carries the prefetch (its tensor-core form)
     gemv(g, s);
-    g.pf = L2Prefetch{};
     auto* y = static_cast<float*>(get(sizeof(float) * R * a.D));
     g.a = act, g.lda = a.I, g.a_rows = nullptr, g.a_row_div = 1;
     g.w = a.w2, g.w_scale = a.w2_scale, g.N = a.D, g.K = a.I, g.glu = false;

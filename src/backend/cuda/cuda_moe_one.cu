@@ -51,7 +51,6 @@
 #include "backend/cuda/cuda_chain_dot.cuh"
 #include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_grid_barrier.cuh"
-#include "backend/cuda/cuda_l2_prefetch.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_moe_one.cuh"
 #include "backend/cuda/cuda_mla_decode.cuh"
@@ -293,7 +292,6 @@ __global__ void __launch_bounds__(kThreads, 1) moe_one_kernel(MoeOneArgs a) {
     if (a.trace != nullptr) a.trace[b * kMoeOneMarks + m] = global_ns();
   };
   if (t == 0) mark(0);
-  if (t == 0 && a.pf.n > 0) l2_prefetch_share(a.pf, b, G);  // the next layer's weights (MoeOneArgs::pf)
 
   // The block's work: shared units [s0, s1) (over S·I), routed units [r0, r1) (over k·I), rows
   // [j0, j1) of the output.

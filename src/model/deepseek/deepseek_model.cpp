@@ -331,14 +331,6 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
       const InputNorm pre{&h, &delta, &w.input_layernorm};
       attention(backend, l, l == 0 ? nullptr : &pre, x, l == 0 ? none : xq_buf, positions, slots, decode, prefill,
                 cache.layer(l), delta);
-      if (l + 1 < c.num_hidden_layers) {  // the next attention's weights, while this layer's FFN runs
-        const DeepseekLayerWeights& n = weights_.layers[static_cast<size_t>(l + 1)];
-        std::vector<const LinearWeight*> next;
-        for (const LinearWeight* p : {&n.q_proj, &n.q_a_proj, &n.q_b_proj, &n.kv_a_proj_with_mqa, &n.o_proj,
-                                      n.kv_b_proj_bf16.weight.defined() ? &n.kv_b_proj_bf16 : &n.kv_b_proj})
-          if (p->weight.defined()) next.push_back(p);
-        backend.prefetch_weights(next);
-      }
       ffn(backend, w, h, delta, x, xq_buf);
       if (l + 1 == c.num_hidden_layers) backend.add_rms_norm_quantized(h, delta, weights_.norm, eps, x, none);
       backend.step_release(layer_mark);
