@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_moe_form.h"
@@ -139,8 +140,11 @@ struct CudaState {
   bool moe_one_fp8 = false;  // set_moe_one_fp8; DEEPINFER_CUDA_MOE_ONE_FP8=0|1
   int moe_one_w8a8 = -1;     // set_moe_one_w8a8; DEEPINFER_CUDA_MOE_ONE_W8A8=0|1
   // A MoE layer's input at one token in one launch (set_norm_route_fused: −1 where x's rows are
-  // FP8 codes, 0 never, 1 always); DEEPINFER_CUDA_NORM_ROUTE=0|1.
+  // FP8 codes or the FP8 sublayer kernel ran just before, 0 never, 1 always);
+  // DEEPINFER_CUDA_NORM_ROUTE=0|1. after_fp8_sublayer: the last attention launch was the FP8
+  // sublayer kernel (set there, taken by add_rms_norm_route).
   int norm_route = -1;
+  bool after_fp8_sublayer = false;
   // The layer's input norm folded into the sublayer kernel (set_sublayer_norm_fused: −1 in the
   // default mode, 0 never, 1 always); DEEPINFER_CUDA_SUBLAYER_NORM=0|1.
   int sublayer_norm = -1;
@@ -1222,6 +1226,7 @@ bool CudaBackend::sublayer_kernel(const MlaSublayerWeights& w, const Tensor& x, 
     a.max_splits = kMlaInvariantMaxSplits;
   }
   cuda::mla_sublayer(a, s_->stream);
+  s_->after_fp8_sublayer = fp8_w;
   return true;
 }
 
@@ -1264,12 +1269,16 @@ void CudaBackend::add_rms_norm_route(Tensor& residual, const Tensor& delta, cons
   const int64_t T = residual.size(0), D = residual.size(1), E = router.n_out();
   const int q_kind = !xq.defined() ? 0 : xq.codes.dtype() == DType::kU8 ? 1 : 2;
   auto aligned = [](const void* ptr, uintptr_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; };
-  // By default only where x's rows are FP8 codes (the FP8 W8A8 consumers': the batch-invariant
-  // mode's FP8 steps, where it measured faster); before bf16 experts the three launches measured
-  // faster. The default mode's FP8 steps (0.02 ms faster with it) make no rows at one token, so
-  // this test leaves them on the three (docs/perf.md, version 29). The op path's norm at one row is add_rms_norm's vectorized kernel exactly where
-  // the alignments below hold, so the kernel's bits are the op path's.
-  const bool on = s_->norm_route == 1 || (s_->norm_route == -1 && q_kind == 1);
+  // By default where x's rows are FP8 codes (the FP8 W8A8 consumers': the batch-invariant mode's
+  // FP8 steps, where it measured faster) and right after the FP8 sublayer kernel (the default
+  // mode's FP8 steps: 0.02 ms faster, version 29 and run s35-3). Its blocks need ~11 KB of shared
+  // memory: beside the FP8 sublayer's blocks they fit and start early (the router rows into L2
+  // before the wait); the bf16 sublayer leaves ~6 KB, so there it starts only once the sublayer's
+  // blocks have left and the three launches measured faster (docs/perf.md, version 32). The op
+  // path's norm at one row is add_rms_norm's vectorized kernel exactly where the alignments below
+  // hold, so the kernel's bits are the op path's.
+  const bool after_fp8_sublayer = std::exchange(s_->after_fp8_sublayer, false);
+  const bool on = s_->norm_route == 1 || (s_->norm_route == -1 && (q_kind == 1 || after_fp8_sublayer));
   const bool fits = on && T == 1 && router.dtype() == DType::kF32 && router.n_in() == D &&
                     cuda::norm_route_ok(D, E, p.n_group, p.top_k, q_kind) && aligned(residual.raw_data(), 16) &&
                     aligned(delta.raw_data(), 16) && aligned(out.raw_data(), 16) &&

@@ -175,7 +175,9 @@ class CudaBackend : public Backend {
   void set_moe_one_w8a8(int mode);
   // Where add_rms_norm_route runs a one-token step as one launch (cuda::norm_route) instead of
   // its three ops: -1 (the default) where x's rows are FP8 codes (the batch-invariant mode's FP8
-  // steps: faster there, slower before bf16 experts — docs/perf.md, version 29), 1 always, 0 never.
+  // steps) or right after the FP8 sublayer kernel (the default mode's FP8 steps) — faster there,
+  // slower after the bf16 sublayer, beside which its blocks do not fit (docs/perf.md, versions
+  // 29 and 32) —, 1 always, 0 never.
   // DEEPINFER_CUDA_NORM_ROUTE=0|1 sets it at construction.
   void set_norm_route_fused(int mode);
   // Where add_rms_norm_mla_decode_sublayer folds the norm into the sublayer kernel: -1 (the
