@@ -7,15 +7,17 @@ keeps the last --steps launches with the step's usual kernel count, and for each
   advance = max(0, end - F)   the step's span this kernel adds (the advances sum to the span),
   idle    = max(0, start - F) the device idle before it (no kernel of the step running),
   early   = max(0, F - start) how long it ran beside its predecessors (PDL: its pre-wait prologue).
-Output: per kernel name, medians over the steps of the per-step sums; then one layer's kernels
+Output: per kernel name, medians over the steps of the per-step sums; what ran outside the graph
+between steps (copies, memsets, kernels: graph id 0) and the idle gaps there; then one layer's kernels
 (the span between two launches of --layer-kernel, the --layer-th of the median step) with each
 kernel's start, end, duration and advance relative to the layer's start. --json writes both.
 
-Usage: kernel_timeline.py TRACE.tsv [--steps 10] [--layer 12] [--layer-kernel mla_sublayer]
+Usage: kernel_timeline.py TRACE.tsv[.gz] [--steps 10] [--layer 12] [--layer-kernel mla_sublayer]
        [--label TEXT] [--json OUT.json]
 """
 import argparse
 import collections
+import gzip
 import json
 import re
 import statistics
@@ -24,6 +26,8 @@ import sys
 
 def short(name):
     """'deepinfer::cuda::(anonymous namespace)::moe_one_kernel<true, false>' -> 'moe_one_kernel<true,false>'."""
+    if name.startswith("["):  # a copy or memset: "[memcpy HtoD]"
+        return name
     depth, cut = 0, 0
     for i, c in enumerate(name):
         if c == "<":
@@ -37,7 +41,7 @@ def short(name):
 
 def load(path):
     rows = []
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         header = f.readline().rstrip("\n").split("\t")
         if header[:2] != ["start_ns", "end_ns"]:
             sys.exit(f"{path}: not a kernel trace (header {header[:3]})")
@@ -48,6 +52,22 @@ def load(path):
             rows.append({"start": int(p[0]), "end": int(p[1]), "corr": int(p[2]), "graph": int(p[3]),
                          "grid": int(p[6]), "name": short(p[9])})
     return rows
+
+
+def between_steps(rows, steps):
+    """Non-graph records (graph id 0: copies, memsets, kernels launched outside the graph) from one
+    step's last end to the next step's last end, and the idle gaps between consecutive steps."""
+    gaps, outside = [], collections.defaultdict(list)
+    for prev, cur in zip(steps, steps[1:]):
+        t0, t1 = max(r["end"] for r in prev), max(r["end"] for r in cur)
+        gaps.append(cur[0]["start"] - t0)
+        per = collections.defaultdict(float)
+        for r in rows:
+            if r["graph"] == 0 and t0 <= r["start"] < t1:
+                per[r["name"]] += r["end"] - r["start"]
+        for k, v in per.items():
+            outside[k].append(v)
+    return gaps, outside
 
 
 def steps_of(rows, n_steps):
@@ -84,7 +104,9 @@ def main():
     ap.add_argument("--label", default="")
     ap.add_argument("--json")
     a = ap.parse_args()
-    steps, usual = steps_of(load(a.trace), a.steps)
+    rows = load(a.trace)
+    steps, usual = steps_of(rows, a.steps)
+    gaps, outside = between_steps(rows, steps)
     steps = [annotate(s) for s in steps]
     ends = [max(r["end"] for r in s) - s[0]["start"] for s in steps]
     print(f"== {a.label or a.trace}: {len(steps)} graph launches of {usual} kernels; span (first start to last end) "
@@ -115,6 +137,10 @@ def main():
     tot = {k: sum(t[k] for t in table) for k in ("dur_us", "advance_us", "idle_us", "early_us")}
     print(f"| (all) | {sum(t['per_step'] for t in table):.0f} | {tot['dur_us']:.1f} | {tot['advance_us']:.1f} | "
           f"{tot['idle_us']:.1f} | {tot['early_us']:.1f} |")
+    if gaps:
+        print(f"between steps: idle gap median {statistics.median(gaps) / 1e3:.1f} us (host-bound while traced); "
+              "outside the graph: " + (", ".join(f"{k} {statistics.median(v) / 1e3:.1f} us x{len(v)}"
+                                               for k, v in sorted(outside.items())) or "nothing"))
     # One layer of the median step.
     med_step = sorted(steps, key=lambda s: max(r["end"] for r in s) - s[0]["start"])[len(steps) // 2]
     marks = [i for i, r in enumerate(med_step) if a.layer_kernel in r["name"]]
@@ -135,7 +161,9 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"label": a.label, "kernels_per_step": usual, "steps": len(steps),
-                       "span_us": [e / 1e3 for e in ends], "per_kernel": table, "layer": layer}, f, indent=1)
+                       "span_us": [e / 1e3 for e in ends], "per_kernel": table, "layer": layer,
+                       "gap_us": [g / 1e3 for g in gaps],
+                       "outside_us": {k: [x / 1e3 for x in v] for k, v in outside.items()}}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,11 @@
 // Usage: DEEPINFER_KERNEL_TRACE=trace.tsv
 //        CUDA_INJECTION64_PATH=.../libdeepinfer_kernel_trace.so deepinfer bench ...
 //        (both in the traced program's environment)
-// Output, one line per kernel in completion order of CUPTI's buffers (sort by start):
+// Output, one line per kernel, memory copy and memset in completion order of CUPTI's buffers (sort
+// by start):
 //   start_ns end_ns correlation graph_id graph_node_id stream grid block dyn_smem name
+// (a copy or memset: grid and block 0, its bytes in the dyn_smem column, name "[memcpy HtoD]",
+// "[memset]", …)
 // (graph_id 0: a kernel launched outside a graph; a graph launch's kernels share its correlation
 // id; name demangled, its parameter list dropped). Errors go to stderr and tracing stops; the
 // traced program runs on either way.
@@ -27,6 +30,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
 
 namespace {
 
@@ -59,6 +63,18 @@ std::string short_name(const char* mangled) {
   return s;
 }
 
+// A copy's direction, as Nsight names it.
+const char* copy_kind(uint8_t kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "DtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return "HtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "PtoP";
+    default: return "other";
+  }
+}
+
 void report(const char* what, CUptiResult r) {
   const char* msg = nullptr;
   cuptiGetResultString(r, &msg);
@@ -77,12 +93,25 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     std::lock_guard<std::mutex> lock(g_mutex);
     CUpti_Activity* record = nullptr;
     while (g_out != nullptr && cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
-      if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
-      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-      std::fprintf(g_out, "%llu\t%llu\t%u\t%u\t%llu\t%u\t%d\t%d\t%d\t%s\n", static_cast<unsigned long long>(k->start),
-                   static_cast<unsigned long long>(k->end), k->correlationId, k->graphId,
-                   static_cast<unsigned long long>(k->graphNodeId), k->streamId, k->gridX * k->gridY * k->gridZ,
-                   k->blockX * k->blockY * k->blockZ, k->dynamicSharedMemory, short_name(k->name).c_str());
+      if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+        std::fprintf(g_out, "%llu\t%llu\t%u\t%u\t%llu\t%u\t%d\t%d\t%d\t%s\n", static_cast<unsigned long long>(k->start),
+                     static_cast<unsigned long long>(k->end), k->correlationId, k->graphId,
+                     static_cast<unsigned long long>(k->graphNodeId), k->streamId, k->gridX * k->gridY * k->gridZ,
+                     k->blockX * k->blockY * k->blockZ, k->dynamicSharedMemory, short_name(k->name).c_str());
+      } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {  // grid, block 0; dyn_smem: the bytes
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+        std::fprintf(g_out, "%llu\t%llu\t%u\t%u\t%llu\t%u\t0\t0\t%llu\t[memcpy %s]\n",
+                     static_cast<unsigned long long>(m->start), static_cast<unsigned long long>(m->end),
+                     m->correlationId, m->graphId, static_cast<unsigned long long>(m->graphNodeId), m->streamId,
+                     static_cast<unsigned long long>(m->bytes), copy_kind(m->copyKind));
+      } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+        std::fprintf(g_out, "%llu\t%llu\t%u\t%u\t%llu\t%u\t0\t0\t%llu\t[memset]\n",
+                     static_cast<unsigned long long>(m->start), static_cast<unsigned long long>(m->end),
+                     m->correlationId, m->graphId, static_cast<unsigned long long>(m->graphNodeId), m->streamId,
+                     static_cast<unsigned long long>(m->bytes));
+      }
     }
     size_t dropped = 0;
     if (cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS && dropped > 0)
@@ -121,10 +150,14 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
     report("cuptiActivityRegisterCallbacks", r);
     return 1;
   }
-  r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-  if (r != CUPTI_SUCCESS) {
-    report("cuptiActivityEnable(CONCURRENT_KERNEL)", r);
-    return 1;
+  for (const auto& [kind, what] : {std::pair{CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, "CONCURRENT_KERNEL"},
+                                   std::pair{CUPTI_ACTIVITY_KIND_MEMCPY, "MEMCPY"},
+                                   std::pair{CUPTI_ACTIVITY_KIND_MEMSET, "MEMSET"}}) {
+    r = cuptiActivityEnable(kind);
+    if (r != CUPTI_SUCCESS) {
+      report(what, r);
+      return 1;
+    }
   }
   std::atexit(at_exit);
   return 1;
