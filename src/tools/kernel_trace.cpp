@@ -16,11 +16,10 @@
 // Output, one line per kernel, memory copy and memset in completion order of CUPTI's buffers (sort
 // by start):
 //   start_ns end_ns correlation graph_id graph_node_id stream grid block dyn_smem name
-// (a copy or memset: grid and block 0, its bytes in the dyn_smem column, name "[memcpy HtoD]",
-// "[memset]", …)
-// (graph_id 0: a kernel launched outside a graph; a graph launch's kernels share its correlation
-// id; name demangled, its parameter list dropped). Errors go to stderr and tracing stops; the
-// traced program runs on either way.
+// graph_id 0: launched outside a graph; a graph launch's records share its correlation id. A
+// kernel's name is demangled, its parameter list dropped; a copy or memset has grid and block 0,
+// its bytes in the dyn_smem column and the name "[memcpy HtoD]" (the direction), "[memset]".
+// Errors go to stderr and tracing stops; the traced program runs on either way.
 #include <cupti.h>
 #include <cxxabi.h>
 
@@ -47,7 +46,8 @@ std::string short_name(const char* mangled) {
   char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
   std::string s = status == 0 && d != nullptr ? d : mangled;
   std::free(d);
-  // The parameter list: the last top-level '(' ... ')' (template arguments may hold parentheses).
+  // The parameter list: from the first '(' outside template arguments that does not open
+  // "(anonymous namespace)".
   int depth = 0;
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
