@@ -1,14 +1,15 @@
 // The decode-sized GEMMs of DeepSeek V2-Lite (1–4 tokens), each kernel that can run them: the
 // decode GEMV (cuda_gemv.cu; fp32 activations rounded as read, or bf16), small_m_gemm
 // (tensor-core 16-row passes; K splits left as partial sums, as the MoE consumers take them),
-// cuBLAS (bf16 → fp32, or fp32 for the router). One JSON line per (shape, rows, kernel, dtype).
+// cuBLAS (bf16 → fp32, or fp32 for the router); the experts at one token also as the model calls
+// the GEMV (gemv_f32a: fp32 A, gate|up gated). One JSON line per (shape, rows, kernel, dtype).
 // Figures: µs per call, and GB/s of weight bytes read (dense N·K; grouped: the experts with
 // rows), against a device-to-device copy rate measured in the same run (bytes read + written).
 // Timing: time_launches (CUDA-graph replays of a batch of launches, median of --reps). Dense
 // weights are rotated through enough copies to exceed 2× L2; grouped calls rotate through 16
 // random routings over all experts (~0.8 GB of bf16 weights), so every call reads from HBM.
 // Does not check results (tests/backend/cuda_ops_test.cpp does). Usage:
-//   decode_gemm_bench [--m 1,4] [--reps 9]
+//   decode_gemm_bench [--m 1,4] [--reps 9] [--only NAME] [--ring]
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -41,7 +42,8 @@ struct ExpertShape {
 };
 // 64 routed experts (top-6) and the 2 shared slices of the routed launch (every token).
 constexpr int64_t kRouted = 64, kShared = 2, kTopK = 6;
-const ExpertShape kExperts[] = {{"experts_gate_up", 2816, 2048}, {"experts_down", 2048, 1408}};
+constexpr int64_t kExpertI = 1408;
+const ExpertShape kExperts[] = {{"experts_gate_up", 2 * kExpertI, 2048}, {"experts_down", 2048, kExpertI}};
 
 enum class Kernel { kGemvF32A, kGemvBf16A, kSmallM, kCublas };
 const char* kernel_name(Kernel k) {
@@ -70,7 +72,7 @@ constexpr int64_t kGemvLabMaxRows = 4;
 
 size_t elem_bytes(Elem e) { return e == Elem::kF32 ? 4 : e == Elem::kBF16 ? 2 : 1; }
 
-void bench_dense(const DenseShape& d, int64_t M, Elem w_elem, int reps, double copy_bps, cublasHandle_t blas,
+void bench_dense(const DenseShape& d, int64_t M, Elem w_elem, bool ring, int reps, double copy_bps, cublasHandle_t blas,
                  cudaStream_t s) {
   const int64_t n_kb = (d.K + 127) / 128;
   const int64_t w_bytes = d.N * d.K * static_cast<int64_t>(elem_bytes(w_elem));
@@ -100,6 +102,7 @@ void bench_dense(const DenseShape& d, int64_t M, Elem w_elem, int reps, double c
             if (w_elem == Elem::kF8) g.w_scale = sp(i), g.block_k = 128;
             g.N = d.N, g.K = d.K, g.rows = M, g.max_rows = M;
             g.c = static_cast<float*>(c.p), g.ldc = d.N;
+            g.ring = ring;
             gemv(g, s);
           } else if (k == Kernel::kSmallM) {
             small_m_gemm(static_cast<const bf16*>(a16.p), d.K, wp(i), sp(i), w_elem == Elem::kF8, 128, d.N, nullptr,
@@ -144,7 +147,8 @@ Routing route(int64_t T, std::mt19937& rng) {
   return r;
 }
 
-void bench_grouped(const ExpertShape& x, int64_t T, Elem w_elem, int reps, double copy_bps, cudaStream_t s) {
+void bench_grouped(const ExpertShape& x, int64_t T, Elem w_elem, bool ring, int reps, double copy_bps,
+                   cudaStream_t s) {
   const int64_t E = kRouted + kShared, R = T * (kTopK + kShared), n_kb = (x.K + 127) / 128;
   constexpr int kRoutings = 16;
   std::mt19937 rng(42);
@@ -167,13 +171,30 @@ void bench_grouped(const ExpertShape& x, int64_t T, Elem w_elem, int reps, doubl
   }
   DI_CUDA_CHECK(cudaStreamSynchronize(s));
   const char* dt = w_elem == Elem::kBF16 ? "bf16" : "fp8";
-  for (Kernel k : {Kernel::kGemvBf16A, Kernel::kSmallM}) {
-    if (k == Kernel::kGemvBf16A && T > kGemvLabMaxRows) continue;
+  // gemv_f32a: the model's call at one token — fp32 A (the normed hidden, h), the gate|up
+  // shape gated (W holds the gate rows, then the up rows: SiLU·mul in the epilogue).
+  Dev a32(static_cast<size_t>(R * x.K) * 4);
+  fill_random(a32.p, Elem::kF32, R * x.K, 8, true, 1.0f, 0, s);
+  const bool gated_shape = x.N == 2 * kExpertI;
+  for (Kernel k : {Kernel::kGemvF32A, Kernel::kGemvBf16A, Kernel::kSmallM}) {
+    if (k != Kernel::kSmallM && T > kGemvLabMaxRows) continue;
+    if (k == Kernel::kGemvF32A && T != 1) continue;
     const double t = time_launches(
         [&](int i) {
           const auto* offsets = static_cast<const int32_t*>(off.p) + (i % kRoutings) * (E + 1);
           const auto* active = static_cast<const int32_t*>(act.p) + (i % kRoutings) * n_active;
-          if (k == Kernel::kGemvBf16A) {
+          if (k == Kernel::kGemvF32A) {
+            GemvArgs g;
+            g.a = a32.p, g.a_elem = Elem::kF32, g.lda = x.K;
+            g.w = w.p, g.w_elem = w_elem;
+            if (w_elem == Elem::kF8) g.w_scale = static_cast<const float*>(sw.p), g.block_k = 128;
+            g.N = gated_shape ? x.N / 2 : x.N, g.K = x.K, g.glu = gated_shape;
+            g.offsets = offsets, g.active = active, g.n_active = n_active;
+            g.max_rows = 1;
+            g.c = static_cast<float*>(c.p), g.ldc = g.N;
+            g.ring = ring;
+            gemv(g, s);
+          } else if (k == Kernel::kGemvBf16A) {
             GemvArgs g;
             g.a = a.p, g.a_elem = Elem::kBF16, g.lda = x.K;
             g.w = w.p, g.w_elem = w_elem;
@@ -182,6 +203,7 @@ void bench_grouped(const ExpertShape& x, int64_t T, Elem w_elem, int reps, doubl
             g.offsets = offsets, g.active = active, g.n_active = n_active;
             g.max_rows = std::min<int64_t>(T, 4);
             g.c = static_cast<float*>(c.p), g.ldc = x.N;
+            g.ring = ring;
             gemv(g, s);
           } else {  // the MoE path's call: K splits left as partials for the consumer
             const bool split = invariant_k_splits(x.K) > 1;
@@ -206,6 +228,8 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed batches (median)");
   std::string only;
   app.add_option("--only", only, "only the shapes whose name contains this");
+  bool ring = false;
+  app.add_flag("--ring", ring, "FP8 GEMVs at one row on the ring-fed form where it applies (GemvArgs::ring)");
   CLI11_PARSE(app, argc, argv);
   cudaStream_t s;
   DI_CUDA_CHECK(cudaStreamCreate(&s));
@@ -218,11 +242,11 @@ int main(int argc, char** argv) {
     for (const DenseShape& d : kDense) {
       if (std::string(d.name).find(only) == std::string::npos) continue;
       for (Elem w : {Elem::kBF16, Elem::kF8, Elem::kF32})
-        if ((w == Elem::kF32) == d.fp32_only) bench_dense(d, M, w, reps, copy_bps, blas, s);
+        if ((w == Elem::kF32) == d.fp32_only) bench_dense(d, M, w, ring, reps, copy_bps, blas, s);
     }
     for (const ExpertShape& x : kExperts) {
       if (std::string(x.name).find(only) == std::string::npos) continue;
-      for (Elem w : {Elem::kBF16, Elem::kF8}) bench_grouped(x, M, w, reps, copy_bps, s);
+      for (Elem w : {Elem::kBF16, Elem::kF8}) bench_grouped(x, M, w, ring, reps, copy_bps, s);
     }
   }
   DI_CUBLAS_CHECK(cublasDestroy(blas));

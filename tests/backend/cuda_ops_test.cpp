@@ -336,8 +336,10 @@ TEST_F(CudaOps, MatmulBf16AndFp8) {
 // (8191, 1408): 1,024 units of 8 rows, so FP8 at one row runs the tensor-core form
 // (cuda_gemv_fp8_tc.cu: 11 scale blocks, a partial last batch, a partial last unit); M = 2 and the
 // other shapes the CUDA-core form, unless set_gemv_tc_min_units lowers the tensor-core form's
-// bound (two more FP8 shapes at the end). Bound 1e-5: fp32 sums of the same products in other
-// orders.
+// bound (two more FP8 shapes at the end). Then the ring-fed form (set_gemv_ring;
+// cuda_gemv_fp8_ring.cu) at (4096, 1408) and (2112, 2048): 256 and 132 units of 16 rows, 7 and 5
+// stages — on a 132-SM H200 one or two units a block, and exactly one. Bound 1e-5: fp32 sums of
+// the same products in other orders.
 TEST_F(CudaOps, DecodeGemvMatchesBf16RoundedReference) {
   struct Case { int64_t N, K; };
   for (const Case c : {Case{37, 1424}, Case{20001, 272}, Case{8191, 1408}})
@@ -377,6 +379,20 @@ TEST_F(CudaOps, DecodeGemvMatchesBf16RoundedReference) {
     gpu_->matmul(up(x), 0, dw, d_o);
     cuda.set_gemv_tc_min_units(0);
     EXPECT_LT(rel_err(down(d_o), ref_o), 1e-5) << "tensor-core form, N=" << c.N;
+  }
+  for (const Case c : {Case{4096, 1408}, Case{2112, 2048}}) {
+    const LinearWeight w = host_linear(c.N, c.K, DType::kF8E4M3);
+    const LinearWeight dw = gpu_->place_linear({&w});
+    Tensor x = randn({1, c.K});
+    Tensor xr = Tensor::empty_host(DType::kF32, {1, c.K});
+    for (int64_t i = 0; i < x.numel(); ++i) xr.data<float>()[i] = bf16_to_f32(f32_to_bf16(x.data<float>()[i]));
+    Tensor ref_o = Tensor::empty_host(DType::kF32, {1, c.N});
+    ref_.matmul(xr, 0, w, ref_o);
+    Tensor d_o = dev_empty(DType::kF32, {1, c.N});
+    cuda.set_gemv_ring(true);
+    gpu_->matmul(up(x), 0, dw, d_o);
+    cuda.set_gemv_ring(false);
+    EXPECT_LT(rel_err(down(d_o), ref_o), 1e-5) << "ring-fed form, N=" << c.N;
   }
 #endif
 }
@@ -584,7 +600,9 @@ TEST_F(CudaOps, MlpAndMoeExpertsBf16AndFp8) {
 // read through the permutation, SiLU·mul in the gate|up epilogue; FP8 on the tensor cores in
 // the warp-mode GEMV: gated at the first shape, the down GEMV over each expert's rows at the
 // second; 2 and 3: passes of 2 and 4 rows), bf16 and FP8, against the reference (bound 1e-2 as
-// for the other MoE forms).
+// for the other MoE forms). FP8 at one token also on the ring-fed form (set_gemv_ring): gated at
+// the first shape (1,024 units of 16 rows, K = 256), the down GEMV at the second (K = 256; the
+// gated K = 4,096 leaves it: too long for three stages).
 TEST_F(CudaOps, DecodeGemvMoeBothModes) {
   const int64_t E = 4, k = 2;
   for (const auto& [D, I] : {std::pair<int64_t, int64_t>{256, 4096}, {4096, 256}})
@@ -603,11 +621,20 @@ TEST_F(CudaOps, DecodeGemvMoeBothModes) {
       Tensor t_ids = i32(ids).reshape({T, k});
       Tensor ref_o = Tensor::empty_host(DType::kF32, {T, D});
       ref_.moe_experts(x, t_ids, w, experts, ref_o);
-      set_moe_gemm(*gpu_, 1);
-      Tensor d_o = dev_empty(DType::kF32, {T, D});
-      gpu_->moe_experts(up(x), up(t_ids), up(w), d_experts, d_o);
-      set_moe_gemm(*gpu_, -1);
-      EXPECT_LT(rel_err(down(d_o), ref_o), 1e-2) << dtype_name(dt) << " D=" << D << " T=" << T;
+      for (bool ring : {false, true}) {
+        if (ring && (T != 1 || dt != DType::kF8E4M3)) continue;
+#ifdef DEEPINFER_HAVE_CUDA
+        dynamic_cast<CudaBackend&>(*gpu_).set_gemv_ring(ring);
+#endif
+        set_moe_gemm(*gpu_, 1);
+        Tensor d_o = dev_empty(DType::kF32, {T, D});
+        gpu_->moe_experts(up(x), up(t_ids), up(w), d_experts, d_o);
+        set_moe_gemm(*gpu_, -1);
+#ifdef DEEPINFER_HAVE_CUDA
+        dynamic_cast<CudaBackend&>(*gpu_).set_gemv_ring(false);
+#endif
+        EXPECT_LT(rel_err(down(d_o), ref_o), 1e-2) << dtype_name(dt) << " D=" << D << " T=" << T << " ring " << ring;
+      }
     }
   }
 }

@@ -173,6 +173,9 @@ struct CudaState {
   // The dense FP8 GEMV's tensor-core form from this many 8-row units (GemvArgs::tc_min_units; 0:
   // its own bound); DEEPINFER_CUDA_GEMV_TC_MIN_UNITS=n, a lab knob.
   int64_t gemv_tc_min_units = 0;
+  // FP8 GEMVs at one row on the ring-fed form (GemvArgs::ring; set_gemv_ring;
+  // DEEPINFER_CUDA_GEMV_RING=0|1). Off: slower in the model (perf.md, version 33).
+  bool gemv_ring = false;
   // The invariant router's tiled kernel from this many rows, 0 = never (set_router_tiled;
   // DEEPINFER_CUDA_ROUTER_TILED=0|1).
   int64_t router_tiled_rows = 0;
@@ -278,6 +281,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_MLA_SUBLAYER_FP8", s_->mla_sublayer_fp8);
   read_env_switch("DEEPINFER_CUDA_MOE_ONE", s_->moe_one);
   read_env_switch("DEEPINFER_CUDA_MOE_ONE_FP8", s_->moe_one_fp8);
+  read_env_switch("DEEPINFER_CUDA_GEMV_RING", s_->gemv_ring);
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_MOE_ONE_W8A8", on)) s_->moe_one_w8a8 = on ? 1 : 0;
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_NORM_ROUTE", on)) s_->norm_route = on ? 1 : 0;
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_SUBLAYER_NORM", on)) s_->sublayer_norm = on ? 1 : 0;
@@ -364,6 +368,8 @@ void CudaBackend::set_gemv_tc_min_units(int64_t units) {
   DI_CHECK(units >= 0);
   s_->gemv_tc_min_units = units;
 }
+
+void CudaBackend::set_gemv_ring(bool on) { s_->gemv_ring = on; }
 
 void CudaBackend::set_router_tiled(bool on, int64_t min_rows) {
   DI_CHECK(min_rows > kInvariantRouterParallelRows);
@@ -967,6 +973,7 @@ bool CudaBackend::try_gemv(const void* a, cuda::Elem a_elem, int64_t lda, int64_
   g.rows = M, g.max_rows = M;
   g.c = out, g.ldc = ldc;
   g.tc_min_units = s_->gemv_tc_min_units;
+  g.ring = s_->gemv_ring;
   if (out2 != nullptr) g.c2 = out2, g.ldc2 = n2, g.n_split = n_rows;
   cuda::gemv(g, s_->stream);
   return true;
@@ -1821,6 +1828,7 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
   a.invariant = s_->batch_invariant && !a.one_chain;
   a.glu_fused = s_->fp8_glu;
   a.idle_skip = s_->fp8_idle_skip;
+  a.gemv_ring = s_->gemv_ring;
   a.stagger = s_->fp8_stagger == 1 || (s_->fp8_stagger == -1 && a.T * a.k >= kStaggerMinRows);
   a.fp8_cluster = s_->fp8_cluster;
   if (xq != nullptr && a.form == 5 && a.k > 1) {  // (k = 1 gathers while it quantizes: no copy to save)

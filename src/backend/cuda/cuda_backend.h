@@ -216,6 +216,12 @@ class CudaBackend : public Backend {
   // q | kv_a (456 units) and o_proj (256) on it at one row were slower (run s19-1, FP8 B = 1
   // 2.41 → 2.46 ms at 64 units).
   void set_gemv_tc_min_units(int64_t units);
+  // FP8 GEMVs at one row per pass on the ring-fed form (cuda_gemv_fp8_ring.cu: a producer warp's
+  // bulk copies into a shared-memory ring, 16-row units on f16 MMAs) where it applies. Off by
+  // default: the model's FP8 B = 1 step 2.09 → 2.14 ms with it (run s36-2); its dot, not its
+  // streaming, is the bound (perf.md, version 33). DEEPINFER_CUDA_GEMV_RING=0|1 sets it at
+  // construction.
+  void set_gemv_ring(bool on);
   // The batch-invariant mode's fp32 router GEMM from min_rows rows (> 16, where the parallel-chunk
   // form ends) on the register-tiled kernel (cuda::gemm_f32_ordered's `tiled`: the same
   // arithmetic, so the same bits, ~3× fewer loads and shuffles per product). Off by default: no

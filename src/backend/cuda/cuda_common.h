@@ -485,6 +485,8 @@ struct MoeArgs {
   // it), so those three forms agree bitwise: the batch-invariant mode's bf16 MoE, whose steps
   // have enough experts × columns for parallelism without K splits.
   bool one_chain = false;
+  // Form 1 at one token: its FP8 GEMVs' ring-fed form (GemvArgs::ring).
+  bool gemv_ring = false;
 };
 // Scratch comes from `alloc` (step memory). Forms 0 and 1 never synchronize (graph-capturable);
 // form 1 needs D, I multiples of 8 (bf16) or 16 (FP8; block_k too): moe_gemv_ok.
@@ -550,6 +552,9 @@ struct GemvArgs {
   // FP8: the tensor-core form (gemv_fp8_tc) from this many 8-row units; 0: enough for every
   // SM's warps (below, the CUDA-core form splits K across blocks instead). A lab knob.
   int64_t tc_min_units = 0;
+  // FP8 at one row per pass: the ring-fed form (gemv_fp8_ring) where it applies. Off by default:
+  // slower in the model than the register-buffered form (docs/perf.md, version 33).
+  bool ring = false;
 };
 // The kernel takes these operands: K a multiple of the 16-byte chunk (8 bf16, 16 FP8, 4 fp32
 // weights), FP8 block_k a multiple of 16, A 16-byte aligned rows (pointer and lda), fp32 weights
@@ -560,6 +565,11 @@ void gemv(const GemvArgs& g, cudaStream_t s);
 // weights with 128-column scale blocks, one A row per pass, K ≤ 8192, enough units of 8 rows for
 // every SM's warps, sm_90a); returns whether it ran.
 bool gemv_fp8_tc(const GemvArgs& g, cudaStream_t s);
+// cuda_gemv_fp8_ring.cu: the same FP8 GEMV with its weights streamed by TMA through a
+// shared-memory ring, 16-row units (plain N % 16 == 0, gated N % 8 == 0), K short enough for a
+// three-stage ring (V2-Lite's 2,048 and 1,408: yes; 4,096: no), at least one unit per SM, sm_90a,
+// GemvArgs::ring set; gemv tries it first; returns whether it ran.
+bool gemv_fp8_ring(const GemvArgs& g, cudaStream_t s);
 // ---- cuda_bf16_wgmma.cu ----
 // Grouped bf16 GEMM on wgmma (sm_90): C[r, n] (row stride ldc, fp32) = Σ_k A[r, k] · W[e·N + n, k]
 // for the rows r of expert e, [offsets[e], offsets[e+1]). A [R, K] and W [E·N, K] bf16, 16-byte

@@ -407,7 +407,8 @@ void gemv(const GemvArgs& g, cudaStream_t s) {
   DI_CUDA_REQUIRE_MSG(g.c2 == nullptr || (!g.glu && g.active == nullptr && g.n_split >= 0 && g.n_split <= g.N),
                       "gemv: a split output takes the dense, ungated form and 0 <= n_split <= N");
   if (g.N == 0 || (g.active == nullptr && g.rows == 0)) return;
-  if (gemv_fp8_tc(g, s)) return;  // FP8 at one row per pass: the tensor-core form
+  if (gemv_fp8_ring(g, s)) return;  // FP8 at one row per pass: the ring-fed tensor-core form
+  if (gemv_fp8_tc(g, s)) return;    // or the register-buffered one
   const bool af32 = g.a_elem == Elem::kF32;
   switch (g.w_elem) {
     case Elem::kBF16:

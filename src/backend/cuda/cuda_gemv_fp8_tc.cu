@@ -14,14 +14,14 @@
 // 2i+8, 2i+9} for MMA j, a permutation of K that A follows: A's row 0 (lanes 0..3; rows 1..15
 // are zero) holds the same 16 activations. A block's 8 MMAs accumulate from zero in fp32; lanes
 // 0..3 then add block sum · scale for their two columns (2i, 2i + 1) in K order.
-// A is staged per warp in shared memory when its pass starts: rounded to bf16 (the GEMV's
-// contract), times 2^−e where e ≥ 0 is the least keeping every |a| · 2^−e < 2^14 (e = 0 unless
-// the row holds a magnitude past 16,384), then f16 — exact for every magnitude in
-// [2^−14 · 2^e, 2^14 · 2^e]; the sums are multiplied by 2^e at the end.
+// A is staged per warp in shared memory when its pass starts (stage_row_f16_warp,
+// cuda_fp8_rows_dot.cuh): rounded to bf16 (the GEMV's contract), times 2^−e, then f16 — exact in
+// the range that keeps; the sums are multiplied by 2^e at the end.
 // Compared with the CUDA-core form: the same operands and fp32 sums, another order (per scale
 // block on the MMA units, then scaled), so results differ by fp32 rounding only.
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_fp8_rows_dot.cuh"
 #include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_gemv_walk.cuh"
 #include "backend/cuda/cuda_launch.cuh"
@@ -140,38 +140,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kGlu>())
   float back = 1.0f;
   auto stage = [&](int32_t a_row) {
     if (a_row == staged) return;
-    __syncwarp();  // the previous row's reads are done
-    const int64_t K = g.K;
-    const unsigned char* row = static_cast<const unsigned char*>(g.a) + a_row * g.lda * (kAF32 ? 4 : 2);
-    auto quad = [&](int64_t k) {  // A[row, k..k+3] rounded to bf16, as floats
-      if constexpr (kAF32) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(row) + k / 4);
-        const float2 lo = __bfloat1622float2(__floats2bfloat162_rn(v.x, v.y));
-        const float2 hi = __bfloat1622float2(__floats2bfloat162_rn(v.z, v.w));
-        return make_float4(lo.x, lo.y, hi.x, hi.y);
-      } else {
-        const uint2 v = __ldg(reinterpret_cast<const uint2*>(row) + k / 4);
-        return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
-                           __uint_as_float(v.y & 0xffff0000u));
-      }
-    };
-    float amax = 0.0f;
-    for (int64_t k = 4 * lane; k < K; k += 128) {
-      const float4 v = quad(k);
-      amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const int e = amax > 16384.0f ? ilogbf(amax) - 13 : 0;  // |a| · 2^−e < 2^14
-    const float inv = ldexpf(1.0f, -e);
-    back = ldexpf(1.0f, e);
-    for (int64_t k = 4 * lane; k < K; k += 128) {  // the row again, from L1
-      const float4 v = quad(k);
-      const __half2 lo = __floats2half2_rn(v.x * inv, v.y * inv), hi = __floats2half2_rn(v.z * inv, v.w * inv);
-      *reinterpret_cast<uint2*>(a_s + k) =
-          make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-    }
-    __syncwarp();
+    back = stage_row_f16_warp<kAF32>(static_cast<const unsigned char*>(g.a) + a_row * g.lda * (kAF32 ? 4 : 2), g.K,
+                                     a_s, lane);
     staged = a_row;
   };
 

@@ -1038,6 +1038,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     g.w_elem = a.fp8 ? Elem::kF8 : Elem::kBF16, g.block_k = a.fp8 ? a.block_k : 0;
     g.offsets = offsets, g.active = active, g.n_active = n_active;
     g.max_rows = std::min<int64_t>(a.T, 4);
+    g.ring = a.gemv_ring;
     return g;
   };
   if (fused_gemv) {

@@ -49,6 +49,7 @@
 // I % 64 == 0; the whole layout within 227 KB (moe_one_fits). Deterministic: every sum in a fixed order, no splits.
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_chain_dot.cuh"
+#include "backend/cuda/cuda_fp8_rows_dot.cuh"
 #include "backend/cuda/cuda_fp8_widen.cuh"
 #include "backend/cuda/cuda_grid_barrier.cuh"
 #include "backend/cuda/cuda_launch.cuh"
@@ -72,7 +73,6 @@ constexpr int kMaxSlots = 32;                // the producer: a lane holds each 
 constexpr int kMaxBlocksK = 16;              // FP8: scale blocks per row
 constexpr int kOptinSmem = 227 * 1024;
 constexpr int kMmaRows = 16;                 // FP8: a stage's rows, the M of one m16n8k16 MMA
-constexpr int kMmaGroup = 64;                // FP8: columns a lane's 16-byte chunk covers in 4 MMAs
 
 constexpr uint32_t kChainPad = 16;           // chain form: bytes after each staged row (ldmatrix banks)
 constexpr int kChainK = 64;                  // chain form: K a multiple of this (small_m_gemm's K step)
@@ -127,69 +127,6 @@ __device__ __forceinline__ float warp_dot(const unsigned char* row, const bf16* 
 #pragma unroll 4
   for (int c = lane; c < n / 8; c += 32) acc = mla::dot8_bf16(w[c], xv[c], acc);
   return mla::warp_sum(acc);
-}
-// FP8: a stage's 16 rows (row ρ: K e4m3 codes at sw + ρ·K, its nk scales at sc + ρ·nk, one per
-// block_k = gpb·64 columns) against xs (K f16: bf16(x)·2^−e) on the tensor cores, by one warp —
-// the weights as the A operand of m16n8k16 f16 MMAs (fp32 sums), x as column 0 of B (the other
-// columns zero). Per scale block the MMAs sum from zero, then · the row's scale is added to the
-// row's sum, blocks in order; lanes 4g return rows g and g + 8 in y0, y8. K is permuted as the
-// decode GEMV's tensor-core form permutes it: lane (g = lane/4, i = lane%4) holds row g's and
-// row g+8's 16 codes at columns 64·c + 16i .. + 15 of 64-column group c, and MMA j of the group
-// takes codes 4j .. 4j + 3 of them in its k slots 2i, 2i + 1, 2i + 8, 2i + 9 — B's lanes 0..3
-// hold x at the same columns.
-// kFp8Interleave scale blocks at a time run as independent MMA chains, interleaved MMA by MMA (a
-// block's chain is 4·gpb dependent MMAs), the remaining nk mod kFp8Interleave blocks one at a
-// time; each block still sums from zero and its scaled sum is added in block order, so the
-// result is the one-block-at-a-time loop's bit for bit.
-constexpr int kFp8Interleave = 4;
-// Blocks kb0 .. kb0 + N − 1 of fp8_rows_dot (all < nk), their scaled sums added to y0, y8 in order.
-template <int N>
-__device__ __forceinline__ void fp8_rows_blocks(const unsigned char* sw, int64_t K, const float* sc, int nk, int gpb,
-                                                const __half* xs, int g, int i, int kb0, float& y0, float& y8) {
-  float c[N][4] = {};
-  for (int gr = 0; gr < gpb; ++gr) {
-    uint4 w0[N], w8[N], xa[N], xb[N];
-#pragma unroll
-    for (int bb = 0; bb < N; ++bb) {
-      const int64_t col = (int64_t{kb0 + bb} * gpb + gr) * kMmaGroup + 16 * i;
-      w0[bb] = *reinterpret_cast<const uint4*>(sw + g * K + col);
-      w8[bb] = *reinterpret_cast<const uint4*>(sw + (g + 8) * K + col);
-      xa[bb] = xb[bb] = make_uint4(0, 0, 0, 0);
-      if (g == 0) {
-        xa[bb] = *reinterpret_cast<const uint4*>(xs + col);
-        xb[bb] = *reinterpret_cast<const uint4*>(xs + col + 8);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int bb = 0; bb < N; ++bb) {
-        const uint32_t r0 = j == 0 ? w0[bb].x : j == 1 ? w0[bb].y : j == 2 ? w0[bb].z : w0[bb].w;
-        const uint32_t r8 = j == 0 ? w8[bb].x : j == 1 ? w8[bb].y : j == 2 ? w8[bb].z : w8[bb].w;
-        const uint32_t x0 = j == 0 ? xa[bb].x : j == 1 ? xa[bb].z : j == 2 ? xb[bb].x : xb[bb].z;
-        const uint32_t x1 = j == 0 ? xa[bb].y : j == 1 ? xa[bb].w : j == 2 ? xb[bb].y : xb[bb].w;
-        const uint32_t a[4] = {e4m3x2_to_f16x2(r0 & 0xffffu), e4m3x2_to_f16x2(r8 & 0xffffu), e4m3x2_to_f16x2(r0 >> 16),
-                               e4m3x2_to_f16x2(r8 >> 16)};
-        mma_f16_16816(c[bb], a, x0, x1);
-      }
-    }
-  }
-  if (i == 0) {
-#pragma unroll
-    for (int bb = 0; bb < N; ++bb) {
-      y0 = fmaf(c[bb][0], sc[g * nk + kb0 + bb], y0);
-      y8 = fmaf(c[bb][2], sc[(g + 8) * nk + kb0 + bb], y8);
-    }
-  }
-}
-__device__ __forceinline__ void fp8_rows_dot(const unsigned char* sw, int64_t K, const float* sc, int nk, int gpb,
-                                             const __half* xs, int lane, float& y0, float& y8) {
-  const int g = lane / 4, i = lane % 4;
-  y0 = 0.0f, y8 = 0.0f;
-  int kb = 0;
-  for (; kb + kFp8Interleave <= nk; kb += kFp8Interleave)
-    fp8_rows_blocks<kFp8Interleave>(sw, K, sc, nk, gpb, xs, g, i, kb, y0, y8);
-  for (; kb < nk; ++kb) fp8_rows_blocks<1>(sw, K, sc, nk, gpb, xs, g, i, kb, y0, y8);
 }
 // The math warps' barrier (named barrier 1: the producer warp never joins).
 __device__ __forceinline__ void math_sync() { named_barrier(1, 32 * kMath); }
