@@ -364,35 +364,26 @@ TEST_F(CudaOps, DecodeGemvMatchesBf16RoundedReference) {
   }
 #ifdef DEEPINFER_HAVE_CUDA
   // The FP8 tensor-core form on matrices of few units (set_gemv_tc_min_units: 5 units with a
-  // partial one, V2-Lite's kv_a_proj's 72), which by default take the CUDA-core form.
+  // partial one, V2-Lite's kv_a_proj's 72), which by default take the CUDA-core form; then the
+  // ring-fed form (set_gemv_ring), off by default.
   auto& cuda = dynamic_cast<CudaBackend&>(*gpu_);
-  for (const Case c : {Case{37, 1408}, Case{576, 2048}}) {
-    const LinearWeight w = host_linear(c.N, c.K, DType::kF8E4M3);
+  struct FormCase { Case c; bool ring; };
+  for (const FormCase f : {FormCase{{37, 1408}, false}, FormCase{{576, 2048}, false}, FormCase{{4096, 1408}, true},
+                           FormCase{{2112, 2048}, true}}) {
+    const LinearWeight w = host_linear(f.c.N, f.c.K, DType::kF8E4M3);
     const LinearWeight dw = gpu_->place_linear({&w});
-    Tensor x = randn({1, c.K});
-    Tensor xr = Tensor::empty_host(DType::kF32, {1, c.K});
+    Tensor x = randn({1, f.c.K});
+    Tensor xr = Tensor::empty_host(DType::kF32, {1, f.c.K});
     for (int64_t i = 0; i < x.numel(); ++i) xr.data<float>()[i] = bf16_to_f32(f32_to_bf16(x.data<float>()[i]));
-    Tensor ref_o = Tensor::empty_host(DType::kF32, {1, c.N});
+    Tensor ref_o = Tensor::empty_host(DType::kF32, {1, f.c.N});
     ref_.matmul(xr, 0, w, ref_o);
-    Tensor d_o = dev_empty(DType::kF32, {1, c.N});
-    cuda.set_gemv_tc_min_units(1);
-    gpu_->matmul(up(x), 0, dw, d_o);
-    cuda.set_gemv_tc_min_units(0);
-    EXPECT_LT(rel_err(down(d_o), ref_o), 1e-5) << "tensor-core form, N=" << c.N;
-  }
-  for (const Case c : {Case{4096, 1408}, Case{2112, 2048}}) {
-    const LinearWeight w = host_linear(c.N, c.K, DType::kF8E4M3);
-    const LinearWeight dw = gpu_->place_linear({&w});
-    Tensor x = randn({1, c.K});
-    Tensor xr = Tensor::empty_host(DType::kF32, {1, c.K});
-    for (int64_t i = 0; i < x.numel(); ++i) xr.data<float>()[i] = bf16_to_f32(f32_to_bf16(x.data<float>()[i]));
-    Tensor ref_o = Tensor::empty_host(DType::kF32, {1, c.N});
-    ref_.matmul(xr, 0, w, ref_o);
-    Tensor d_o = dev_empty(DType::kF32, {1, c.N});
-    cuda.set_gemv_ring(true);
+    Tensor d_o = dev_empty(DType::kF32, {1, f.c.N});
+    if (f.ring) cuda.set_gemv_ring(true);
+    else cuda.set_gemv_tc_min_units(1);
     gpu_->matmul(up(x), 0, dw, d_o);
     cuda.set_gemv_ring(false);
-    EXPECT_LT(rel_err(down(d_o), ref_o), 1e-5) << "ring-fed form, N=" << c.N;
+    cuda.set_gemv_tc_min_units(0);
+    EXPECT_LT(rel_err(down(d_o), ref_o), 1e-5) << (f.ring ? "ring-fed" : "tensor-core") << " form, N=" << f.c.N;
   }
 #endif
 }

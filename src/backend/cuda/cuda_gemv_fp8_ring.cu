@@ -47,7 +47,7 @@
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kMath = 8;                    // math warps
+constexpr int kMath = 8;                    // math warps (one per ring stage; those past the depth idle)
 constexpr int kThreads = 32 * (kMath + 1);  // + the producer warp
 constexpr int kRows = 16;                   // weight rows per unit (the MMA's M)
 constexpr int kScaleBlock = 128;            // columns per scale (block_k)
