@@ -337,7 +337,7 @@ TEST_F(CudaOps, MatmulBf16AndFp8) {
 // (cuda_gemv_fp8_tc.cu: 11 scale blocks, a partial last batch, a partial last unit); M = 2 and the
 // other shapes the CUDA-core form, unless set_gemv_tc_min_units lowers the tensor-core form's
 // bound (two more FP8 shapes at the end). Then the ring-fed form (set_gemv_ring;
-// cuda_gemv_fp8_ring.cu) at (4096, 1408) and (2112, 2048): 256 and 132 units of 16 rows, 7 and 5
+// cuda_gemv_fp8_ring.cu) at (4096, 1408) and (2112, 2048): 256 and 132 units of 16 rows, 8 and 5
 // stages — on a 132-SM H200 one or two units a block, and exactly one. Bound 1e-5: fp32 sums of
 // the same products in other orders.
 TEST_F(CudaOps, DecodeGemvMatchesBf16RoundedReference) {
