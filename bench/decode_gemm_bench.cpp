@@ -183,26 +183,17 @@ void bench_grouped(const ExpertShape& x, int64_t T, Elem w_elem, bool ring, int 
         [&](int i) {
           const auto* offsets = static_cast<const int32_t*>(off.p) + (i % kRoutings) * (E + 1);
           const auto* active = static_cast<const int32_t*>(act.p) + (i % kRoutings) * n_active;
-          if (k == Kernel::kGemvF32A) {
+          if (k != Kernel::kSmallM) {
+            const bool model_form = k == Kernel::kGemvF32A;
             GemvArgs g;
-            g.a = a32.p, g.a_elem = Elem::kF32, g.lda = x.K;
+            g.a = model_form ? a32.p : a.p, g.a_elem = model_form ? Elem::kF32 : Elem::kBF16, g.lda = x.K;
             g.w = w.p, g.w_elem = w_elem;
             if (w_elem == Elem::kF8) g.w_scale = static_cast<const float*>(sw.p), g.block_k = 128;
-            g.N = gated_shape ? x.N / 2 : x.N, g.K = x.K, g.glu = gated_shape;
-            g.offsets = offsets, g.active = active, g.n_active = n_active;
-            g.max_rows = 1;
-            g.c = static_cast<float*>(c.p), g.ldc = g.N;
-            g.ring = ring;
-            gemv(g, s);
-          } else if (k == Kernel::kGemvBf16A) {
-            GemvArgs g;
-            g.a = a.p, g.a_elem = Elem::kBF16, g.lda = x.K;
-            g.w = w.p, g.w_elem = w_elem;
-            if (w_elem == Elem::kF8) g.w_scale = static_cast<const float*>(sw.p), g.block_k = 128;
-            g.N = x.N, g.K = x.K;
+            g.glu = model_form && gated_shape;
+            g.N = g.glu ? x.N / 2 : x.N, g.K = x.K;
             g.offsets = offsets, g.active = active, g.n_active = n_active;
             g.max_rows = std::min<int64_t>(T, 4);
-            g.c = static_cast<float*>(c.p), g.ldc = x.N;
+            g.c = static_cast<float*>(c.p), g.ldc = g.N;
             g.ring = ring;
             gemv(g, s);
           } else {  // the MoE path's call: K splits left as partials for the consumer
