@@ -47,7 +47,8 @@ __device__ __forceinline__ void quantize_group(const float (&v)[4], bool store, 
     s = __uint_as_float(bits);
   }
   if (store) {
-    const __nv_fp8x2_storage_t lo = fp8_codes2(v[0], v[1], s), hi = fp8_codes2(v[2], v[3], s);
+    const float inv = fp8_scale_inverse(s);
+    const __nv_fp8x2_storage_t lo = fp8_codes2(v[0], v[1], s, inv), hi = fp8_codes2(v[2], v[3], s, inv);
     *reinterpret_cast<uint32_t*>(q) = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
   }
   if (threadIdx.x % 32 == 0) *scale = s;

@@ -619,6 +619,7 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
     amax1 = fmaxf(amax1, __shfl_xor_sync(0xffffffffu, amax1, 1));
     amax1 = fmaxf(amax1, __shfl_xor_sync(0xffffffffu, amax1, 2));
     const float sq0 = fp8_group_scale(amax0), sq1 = fp8_group_scale(amax1);
+    const float iq0 = fp8_scale_inverse(sq0), iq1 = fp8_scale_inverse(sq1);
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -630,7 +631,7 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
           if (row >= m_end) continue;
           const __nv_bfloat162 pair = *reinterpret_cast<const __nv_bfloat162*>(&word);
           const __nv_fp8x2_storage_t codes =
-              fp8_codes2(__low2float(pair), __high2float(pair), hr == 0 ? sq0 : sq1);
+              fp8_codes2(__low2float(pair), __high2float(pair), hr == 0 ? sq0 : sq1, hr == 0 ? iq0 : iq1);
           *reinterpret_cast<__nv_fp8x2_storage_t*>(q + row * I + n0 + 64 * h + 8 * j + 2 * (lane % 4)) = codes;
         }
     if (lane % 4 == 0) {

@@ -143,8 +143,8 @@ __device__ __forceinline__ void norm_row_store(const NormRow<kVec>& r, const Nor
         float amax = fmaxf(fmaxf(fabsf(b[0]), fabsf(b[1])), fmaxf(fabsf(b[2]), fabsf(b[3])));
 #pragma unroll
         for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        const float sc = fp8_group_scale(amax);
-        const uint32_t lo = fp8_codes2(b[0], b[1], sc), hi = fp8_codes2(b[2], b[3], sc);
+        const float sc = fp8_group_scale(amax), inv = fp8_scale_inverse(sc);
+        const uint32_t lo = fp8_codes2(b[0], b[1], sc, inv), hi = fp8_codes2(b[2], b[3], sc, inv);
         reinterpret_cast<uint32_t*>(q)[j] = lo | (hi << 16);
         if (threadIdx.x % 32 == 0) sq[j / 32] = sc;
       }
