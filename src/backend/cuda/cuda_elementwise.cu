@@ -96,7 +96,8 @@ __global__ void rope_kernel(float* x, int64_t heads, int64_t stride, int64_t off
   rope_table(a, positions[t], cs);
   pdl_wait();
   pdl_trigger();
-  rope_heads(a, cs, x + t * heads * stride + offset, heads, stride);
+  for (int64_t k = threadIdx.x; k < heads * a.half; k += blockDim.x)
+    rope_pair(a, cs, x + (t * heads + k / a.half) * stride + offset, k % a.half);
 }
 
 // Token t's latent: rms_norm_kernel's arithmetic on kv[t, :r] (launched with the block size
@@ -130,7 +131,8 @@ __global__ void mla_kv_write_kernel(float* kv, int64_t width, int64_t r, const v
   float p0 = 0, p1 = 0;
   if (pe) p0 = x[r + ia], p1 = x[r + ib];
   if (q.q != nullptr)  // the queries' pairs, independent of the norm
-    rope_heads(a, cs, q.q + t * q.heads * q.stride + q.offset, q.heads, q.stride);
+    for (int64_t k = threadIdx.x; k < q.heads * a.half; k += blockDim.x)
+      rope_pair(a, cs, q.q + (t * q.heads + k / a.half) * q.stride + q.offset, k % a.half);
 #pragma unroll
   for (int u = 0; u < kKvPerThread; ++u)
     if (threadIdx.x + int64_t{u} * blockDim.x < r) ss = __fmaf_rn(v[u], v[u], ss);

@@ -148,47 +148,32 @@ __global__ void permute_kernel(const float* x, const int32_t* perm, int64_t k, i
 // Row i of q / sq ← row perm[i] / k of qx / sqx: the slots' rows from each token's quantized row
 // (a row's quantization does not depend on its slot, so these are the bits of quantizing the
 // gathered rows). qx [T, D] e4m3, sqx [T, kb] fp32, q [R, D], sq [R, kb]; D % 16 == 0, the rows
-// 16-byte aligned. A warp per kGatherWarpRows rows (kGatherRows per block): the rows' indices in
-// one load, then every 16-byte load of the rows (up to kGatherChunks a lane) before their stores.
-// A warp per row waited on its index, then its row, 48 rows an SM: 24 µs per V2-Lite layer at
-// 4,096 tokens for 50 MB of stores, 1.8 TB/s (run s37-2; before it a block per row, 32 µs).
-constexpr int kGatherWarpRows = 4, kGatherRows = 8 * kGatherWarpRows;
-constexpr int kGatherChunks = 16;  // 16-byte loads a lane holds at once (D = 2,048: 4 rows × 4)
-__global__ void __launch_bounds__(32 * kGatherRows / kGatherWarpRows)
-    gather_quantized_kernel(const uint8_t* qx, const float* sqx, const int32_t* perm, int64_t R, int32_t k, int64_t D,
+// 16-byte aligned. A warp per row (kGatherRows per block), its 16-byte loads issued together
+// before its stores: a block per row of 128 threads waited on two dependent round trips per
+// 2 KB row (32 µs per V2-Lite layer at 4,096 tokens, ~1.9 TB/s, run s21-3).
+constexpr int kGatherRows = 8;
+__global__ void __launch_bounds__(32 * kGatherRows)
+    gather_quantized_kernel(const uint8_t* qx, const float* sqx, const int32_t* perm, int64_t R, int64_t k, int64_t D,
                             int64_t kb, uint8_t* q, float* sq) {
   pdl_wait();
   pdl_trigger();
-  const int64_t i0 = int64_t{blockIdx.x} * kGatherRows + (threadIdx.x / 32) * kGatherWarpRows;
-  if (i0 >= R) return;
+  const int64_t i = int64_t{blockIdx.x} * kGatherRows + threadIdx.x / 32;
+  if (i >= R) return;
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int rows = R - i0 < kGatherWarpRows ? static_cast<int>(R - i0) : kGatherWarpRows;
-  const int32_t my_src = lane < rows ? perm[i0 + lane] / k : 0;  // lane j: row i0 + j's source
-  const int n16 = static_cast<int>(D / 16);
-  if (n16 == 0) return;
-  // Pairs (row r, chunk col) in row-major order c = r·n16 + col, lane + 32·u of each pass of
-  // kGatherChunks (r and col stepped: no division per chunk).
-  const int total = rows * n16;
-  int r = lane / n16, col = lane - r * n16;
-  for (int c0 = 0; c0 < total; c0 += 32 * kGatherChunks) {
-    uint4 v[kGatherChunks];
-    int rr = r, cc = col;
+  const int64_t src = perm[i] / k, n16 = D / 16;
+  const auto* from = reinterpret_cast<const uint4*>(qx + src * D);
+  auto* to = reinterpret_cast<uint4*>(q + i * D);
+  constexpr int kUnroll = 4;
+  for (int64_t c0 = lane; c0 < n16; c0 += 32 * kUnroll) {
+    uint4 v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kGatherChunks; ++u) {
-      const int32_t src = __shfl_sync(0xffffffffu, my_src, rr < rows ? rr : 0);
-      if (rr < rows) v[u] = reinterpret_cast<const uint4*>(qx + int64_t{src} * D)[cc];
-      for (cc += 32; cc >= n16; cc -= n16) ++rr;
-    }
+    for (int u = 0; u < kUnroll; ++u)
+      if (c0 + 32 * u < n16) v[u] = from[c0 + 32 * u];
 #pragma unroll
-    for (int u = 0; u < kGatherChunks; ++u) {
-      if (r < rows) reinterpret_cast<uint4*>(q + (i0 + r) * D)[col] = v[u];
-      for (col += 32; col >= n16; col -= n16) ++r;
-    }
+    for (int u = 0; u < kUnroll; ++u)
+      if (c0 + 32 * u < n16) to[c0 + 32 * u] = v[u];
   }
-  for (int j = 0; j < rows; ++j) {
-    const int32_t src = __shfl_sync(0xffffffffu, my_src, j);
-    for (int64_t g = lane; g < kb; g += 32) sq[(i0 + j) * kb + g] = sqx[int64_t{src} * kb + g];
-  }
+  for (int64_t g = lane; g < kb; g += 32) sq[i * kb + g] = sqx[src * kb + g];
 }
 
 // act[r, c] = bf16(silu(g) · u) with g = h[r, c], u = h[r, I + c] (h [R, 2I]), each the sum of
@@ -1089,9 +1074,8 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
         quantize_fp8_rows_bf16(a.x, a.D, nullptr, 1, a.T, a.D, q1, s1, s);
         qx = q1, sqx = s1;
       }
-      launch_pdl(gather_quantized_kernel, static_cast<unsigned>((R + kGatherRows - 1) / kGatherRows),
-                 32 * kGatherRows / kGatherWarpRows, 0, s, qx, sqx, perm, R, static_cast<int32_t>(a.k), a.D, kb_d, q,
-                 sq);
+      launch_pdl(gather_quantized_kernel, static_cast<unsigned>((R + kGatherRows - 1) / kGatherRows), 32 * kGatherRows,
+                 0, s, qx, sqx, perm, R, a.k, a.D, kb_d, q, sq);
       DI_CUDA_LAUNCHED();
     } else {
       quantize_fp8_rows_bf16(a.x, a.D, perm, a.k, R, a.D, q, sq, s);

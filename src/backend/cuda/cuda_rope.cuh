@@ -39,22 +39,5 @@ __device__ __forceinline__ void rope_pair(const RopeArgs& a, const float* cs, fl
   const int64_t ia = pair_a(a, i), ib = pair_b(a, i);
   rotate(cs, i, v[ia], v[ib], v[ia], v[ib]);
 }
-// Rotates every pair of one token's `heads` heads (head h at x + h·stride), the block's threads
-// taking pairs k = h·half + i, k = threadIdx.x, + blockDim.x, … — h and i stepped, not divided out
-// of k (k / half and k % half in 64 bits cost the latent write ~100 instructions a pair: 14.9 M
-// instructions for 4,096 tokens, issue-bound, run s37-2).
-__device__ inline void rope_heads(const RopeArgs& a, const float* cs, float* x, int64_t heads, int64_t stride) {
-  const int half = a.half;
-  if (half == 0) return;
-  const int dh = static_cast<int>(blockDim.x) / half, di = static_cast<int>(blockDim.x) - dh * half;
-  int64_t h = static_cast<int>(threadIdx.x) / half;
-  int i = static_cast<int>(threadIdx.x) - static_cast<int>(h) * half;
-  while (h < heads) {
-    rope_pair(a, cs, x + h * stride, i);
-    h += dh;
-    i += di;
-    if (i >= half) i -= half, ++h;
-  }
-}
 
 }  // namespace deepinfer::cuda
