@@ -137,6 +137,14 @@ void Backend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights,
   add(out, s);
 }
 
+bool Backend::moe_ffn_norm(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                           const std::vector<MlpWeights>& experts, const SharedExperts& shared, Tensor& out,
+                           const QuantizedRows* xq, const NextNorm& next) {
+  (void)next;
+  moe_ffn(x, ids, weights, experts, shared, out, xq);
+  return false;
+}
+
 void Backend::resolve_tokens(Tensor& ids, const Tensor& pending) {
   DI_CHECK(on_host());
   int32_t* id = ids.data<int32_t>();

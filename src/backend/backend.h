@@ -53,6 +53,17 @@ struct QuantizedRows {
   bool defined() const { return codes.defined(); }
 };
 
+// The input norm of the sublayer after an op (Backend::moe_ffn_norm): residual += the op's
+// output; x = rms_norm(residual) · weight (eps); xq: x's rows for its consumers, as
+// add_rms_norm_quantized writes them (may be undefined).
+struct NextNorm {
+  Tensor* residual = nullptr;       // [T, D] F32
+  const Tensor* weight = nullptr;   // [D]
+  float eps = 0;
+  Tensor* x = nullptr;              // [T, D] F32
+  QuantizedRows* xq = nullptr;
+};
+
 // Device time spent in one kind of op (Backend::take_op_times).
 struct OpTime {
   std::string op;  // e.g. "matmul 2048x2048" (N×K), "mla_attention absorbed", "moe_experts"
@@ -275,6 +286,18 @@ class Backend {
   // xq: as matmul_parts's (x's rows quantized, or null).
   virtual void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                        const SharedExperts& shared, Tensor& out, const QuantizedRows* xq = nullptr);
+
+  // A MoE block's experts, then the next sublayer's input norm on their output: moe_ffn(x, ids,
+  // weights, experts, shared, out, xq), then add_rms_norm_quantized(*next.residual, out,
+  // *next.weight, next.eps, *next.x, *next.xq). next.x may be x and next.xq may be xq (written
+  // after the experts have read them). A backend may fold the norm into the experts' combine (the
+  // CUDA backend from two tokens: one pass over the token rows where there were three; out is then
+  // not written). Returns whether the norm ran here; false: only moe_ffn ran, for the caller to
+  // norm (the CUDA backend at one token, whose next attention kernel norms the row itself).
+  // Default: moe_ffn, false.
+  virtual bool moe_ffn_norm(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                            const std::vector<MlpWeights>& experts, const SharedExperts& shared, Tensor& out,
+                            const QuantizedRows* xq, const NextNorm& next);
 
   // out = down(silu(gate(x)) * up(x)). x [T, D] F32; out [T, D] F32.
   virtual void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) = 0;

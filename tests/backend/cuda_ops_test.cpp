@@ -701,6 +701,78 @@ TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
   }
 }
 
+// moe_ffn_norm (the experts, then the next sublayer's input norm — folded into the combine's
+// launch at prefill sizes, from 512 tokens) against moe_ffn then add_rms_norm_quantized: the
+// residual, x and x's rows bit for bit, for each kind of rows the norm writes (none, FP8 codes and
+// scales, bf16), bf16 and FP8 experts with the shared slices (their forms' combines read fp32 and
+// bf16 expert rows), both modes, x and its rows read by the experts and overwritten by the norm
+// as the model passes them. Below the fold's size the op may leave the norm to the caller
+// (false; at one token it does: the next attention kernel norms the row).
+TEST_F(CudaOps, MoeFfnNormEqualsMoeFfnThenNorm) {
+  const int64_t I = 128, E = 9, k = 3, S = 2;
+  for (const int64_t D : {256, 1024})
+    for (DType dt : {DType::kF32, DType::kF8E4M3}) {
+      const std::vector<MlpWeights> experts = host_experts(E, D, I, dt);
+      const PlacedMoe moe = place_moe(*gpu_, experts, host_mlp(D, S * I, dt), I);
+      const SharedExperts sh = moe.shared_experts();
+      const Tensor norm_w = gpu_->place_tensor(randn({D}, 0.3f));
+      for (bool invariant : {false, true}) {
+        gpu_->set_batch_invariant(invariant);
+        for (const int64_t T : {1, 31, 600})
+          for (const int rows : {0, 1, 2}) {  // next.xq: none, FP8 codes, bf16 rows
+            const Tensor x = randn({T, D}), res = randn({T, D}, 3.0f);
+            std::vector<int32_t> ids;
+            Tensor w;
+            fixed_routing(T, k, E, 3, 0.2f, &ids, &w);
+            const Tensor d_ids = up(i32(ids).reshape({T, k})), d_w = up(w);
+            auto make_rows = [&](const Tensor& dx) {  // x's rows as the previous norm left them
+              if (rows == 0) return QuantizedRows{};
+              if (rows == 2) {
+                QuantizedRows q{dev_empty(DType::kBF16, {T, D}), Tensor()};
+                cuda::to_bf16(dx.data<float>(), D, T, D, static_cast<cuda::bf16*>(q.codes.raw_data()),
+                              static_cast<cudaStream_t>(dynamic_cast<CudaBackend&>(*gpu_).stream()));
+                return q;
+              }
+              QuantizedRows q{dev_empty(DType::kU8, {T, D}), dev_empty(DType::kF32, {T, D / 128})};
+              cuda::quantize_fp8_rows_bf16(dx.data<float>(), D, nullptr, 1, T, D, q.codes.data<uint8_t>(),
+                                           q.scales.data<float>(),
+                                           static_cast<cudaStream_t>(dynamic_cast<CudaBackend&>(*gpu_).stream()));
+              return q;
+            };
+            // The two ops.
+            Tensor xa = up(x), ra = up(res), oa = dev_empty(DType::kF32, {T, D});
+            QuantizedRows qa = make_rows(xa);
+            gpu_->moe_ffn(xa, d_ids, d_w, moe.routed, sh, oa, &qa);
+            gpu_->add_rms_norm_quantized(ra, oa, norm_w, 1e-6f, xa, qa);
+            // The one op.
+            Tensor xb = up(x), rb = up(res), ob = dev_empty(DType::kF32, {T, D});
+            QuantizedRows qb = make_rows(xb);
+            const NextNorm next{&rb, &norm_w, 1e-6f, &xb, &qb};
+            const bool normed = gpu_->moe_ffn_norm(xb, d_ids, d_w, moe.routed, sh, ob, &qb, next);
+            const std::string what = std::string(dtype_name(dt)) + " D=" + std::to_string(D) +
+                                     " T=" + std::to_string(T) + " rows " + std::to_string(rows) +
+                                     (invariant ? " invariant" : "");
+            if (T == 1) {
+              EXPECT_FALSE(normed) << what;
+            }
+            if (T >= 512) {
+              EXPECT_TRUE(normed) << what;
+            }
+            if (!normed) gpu_->add_rms_norm_quantized(rb, ob, norm_w, 1e-6f, xb, qb);
+            std::vector<std::pair<Tensor, Tensor>> same = {{ra, rb}, {xa, xb}};
+            if (rows != 0) same.push_back({qa.codes, qb.codes});
+            if (rows == 1) same.push_back({qa.scales, qb.scales});
+            for (size_t i = 0; i < same.size(); ++i) {
+              const Tensor a = down(same[i].first), b = down(same[i].second);
+              EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.n_bytes()), 0)
+                  << (i == 0 ? "residual" : i == 1 ? "x" : i == 2 ? "rows" : "scales") << ", " << what;
+            }
+          }
+      }
+      gpu_->set_batch_invariant(false);
+    }
+}
+
 // A one-token step's experts at V2-Lite's sizes (D 2048, I 1408, top-6 of 8 routed experts, the
 // shared MLP as 2 slices), bf16 and FP8 weights (e4m3, 128×128 scale blocks, stored per row; the
 // FP8 form is opt-in: set_moe_one_fp8), through the persistent one-token kernel (cuda::moe_one)

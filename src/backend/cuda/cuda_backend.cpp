@@ -176,6 +176,7 @@ struct CudaState {
   // FP8 GEMVs at one row on the ring-fed form (GemvArgs::ring; set_gemv_ring;
   // DEEPINFER_CUDA_GEMV_RING=0|1). Off: slower in the model (perf.md, version 33).
   bool gemv_ring = false;
+  bool moe_norm_fold = true;  // set_moe_norm_fold; DEEPINFER_CUDA_MOE_NORM_FOLD=0|1
   // The invariant router's tiled kernel from this many rows, 0 = never (set_router_tiled;
   // DEEPINFER_CUDA_ROUTER_TILED=0|1).
   int64_t router_tiled_rows = 0;
@@ -210,6 +211,11 @@ bool moe_wgmma_ok(bool fp8, int64_t D, int64_t I) {
 // s17-7 (run s18-2, DEEPINFER_CUDA_MOE_SHARED_FUSE): never fusing, FP8 B = 1 2.64 → 2.86 ms and
 // B = 32 8.24 → 9.30; always fusing moves B = 256 and prefill within the runs' spread.
 constexpr int64_t kMoeFusedSharedMaxTokens = 16;
+// moe_ffn_norm folds the norm into the combine from this many tokens: combine_norm_kernel is a
+// block per token, where the combine alone spreads a token over D / 512 blocks — at decode
+// sizes the separate launches were no slower (run s37-6: bf16 B = 32 10.60 against 10.50 ms
+// folded from two tokens), at prefill sizes the fold saves the fp32 [T, D] round trip.
+constexpr int64_t kMoeNormFoldMinTokens = 512;
 // Batch-invariant mode: GEMMs of at most this many rows use small_m_gemm (16-row passes over
 // the weights), larger ones the tiled kernel; both fold K identically (bitwise-equal results).
 constexpr int64_t kInvariantSmallRows = 64;
@@ -282,6 +288,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_MOE_ONE", s_->moe_one);
   read_env_switch("DEEPINFER_CUDA_MOE_ONE_FP8", s_->moe_one_fp8);
   read_env_switch("DEEPINFER_CUDA_GEMV_RING", s_->gemv_ring);
+  read_env_switch("DEEPINFER_CUDA_MOE_NORM_FOLD", s_->moe_norm_fold);
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_MOE_ONE_W8A8", on)) s_->moe_one_w8a8 = on ? 1 : 0;
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_NORM_ROUTE", on)) s_->norm_route = on ? 1 : 0;
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_SUBLAYER_NORM", on)) s_->sublayer_norm = on ? 1 : 0;
@@ -370,6 +377,7 @@ void CudaBackend::set_gemv_tc_min_units(int64_t units) {
 }
 
 void CudaBackend::set_gemv_ring(bool on) { s_->gemv_ring = on; }
+void CudaBackend::set_moe_norm_fold(bool on) { s_->moe_norm_fold = on; }
 
 void CudaBackend::set_router_tiled(bool on, int64_t min_rows) {
   DI_CHECK(min_rows > kInvariantRouterParallelRows);
@@ -1648,6 +1656,25 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
 void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights,
                           const std::vector<MlpWeights>& experts, const SharedExperts& shared, Tensor& out,
                           const QuantizedRows* xq_in) {
+  (void)moe_ffn_impl(x, ids, weights, experts, shared, out, xq_in, nullptr);
+}
+
+bool CudaBackend::moe_ffn_norm(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                               const std::vector<MlpWeights>& experts, const SharedExperts& shared, Tensor& out,
+                               const QuantizedRows* xq, const NextNorm& next) {
+  DI_CHECK(next.residual != nullptr && next.weight != nullptr && next.x != nullptr && next.xq != nullptr);
+  if (x.size(0) < kMoeNormFoldMinTokens || !s_->moe_norm_fold) {
+    moe_ffn(x, ids, weights, experts, shared, out, xq);
+    return false;
+  }
+  if (!moe_ffn_impl(x, ids, weights, experts, shared, out, xq, &next))
+    add_rms_norm_quantized(*next.residual, out, *next.weight, next.eps, *next.x, *next.xq);
+  return true;
+}
+
+bool CudaBackend::moe_ffn_impl(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                               const std::vector<MlpWeights>& experts, const SharedExperts& shared, Tensor& out,
+                               const QuantizedRows* xq_in, const NextNorm* next) {
   const int64_t S = shared.mlp != nullptr && shared.slices != nullptr ? static_cast<int64_t>(shared.slices->size()) : 0;
   // The shared slices as extra experts of the routed launch (combined after each token's routed
   // slots) at decode sizes (kMoeFusedSharedMaxTokens), where the separate shared MLP is ~6
@@ -1669,17 +1696,15 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   if (quantized_of(xq_in, x.size(0), x.size(1)).first != nullptr) given = rows_fp8(x, xq_in);
   RowsFp8Once* ready = given.ready ? &given : nullptr;
   if ((S > 0 && fuse) || shared.mlp == nullptr) {
-    if (moe_one(x, ids, weights, experts, S > 0 ? shared.slices : nullptr, out)) return;
+    if (moe_one(x, ids, weights, experts, S > 0 ? shared.slices : nullptr, out)) return false;
   }
   if (S > 0 && fuse) {
     OpTimer timer(*this, "moe_experts+shared");
-    run_moe(x, ids, weights, experts, shared.slices, out, nullptr, ready);
-    return;
+    return run_moe(x, ids, weights, experts, shared.slices, out, nullptr, ready, next);
   }
   if (shared.mlp == nullptr) {
     OpTimer timer(*this, "moe_experts");
-    run_moe(x, ids, weights, experts, nullptr, out, nullptr, ready);
-    return;
+    return run_moe(x, ids, weights, experts, nullptr, out, nullptr, ready, next);
   }
   // The shared MLP first, then the routed experts, whose combine adds its output (the add op's
   // values without its pass over memory: 1.2 ms of a V2-Lite prefill at 4,096 tokens, run s9-7).
@@ -1692,7 +1717,7 @@ void CudaBackend::moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weig
   if (ready == nullptr && fp8 && x.size(1) % cuda::kFp8GroupK == 0) xq = rows_fp8(x, nullptr);
   mlp_impl(x, *shared.mlp, s, xq.q != nullptr ? &xq : nullptr);
   OpTimer timer(*this, "moe_experts");
-  run_moe(x, ids, weights, experts, nullptr, out, &s, xq.q != nullptr ? &xq : nullptr);
+  return run_moe(x, ids, weights, experts, nullptr, out, &s, xq.q != nullptr ? &xq : nullptr, next);
 }
 
 bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -1762,9 +1787,9 @@ bool CudaBackend::moe_one(const Tensor& x, const Tensor& ids, const Tensor& weig
   return true;
 }
 
-void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights,
+bool CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights,
                           const std::vector<MlpWeights>& experts, const std::vector<MlpWeights>* shared_slices,
-                          Tensor& out, const Tensor* addend, RowsFp8Once* xq) {
+                          Tensor& out, const Tensor* addend, RowsFp8Once* xq, const NextNorm* next) {
   const int64_t E = static_cast<int64_t>(experts.size());
   DI_CHECK_GT(E, 0);
   std::vector<const LinearWeight*> w13, w2;
@@ -1837,8 +1862,31 @@ void CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
     a.xq = xq->q;
     a.xq_scale = xq->scale;
   }
+  if (next != nullptr) {  // the norm's operands as add_rms_norm_quantized takes them
+    const Tensor& res = *next->residual;
+    DI_CHECK(res.dtype() == DType::kF32 && res.size(0) == a.T && res.size(1) == out.size(1));
+    DI_CHECK(next->x->dtype() == DType::kF32 && next->x->size(0) == a.T && next->x->size(1) == out.size(1));
+    DI_CHECK_EQ(next->weight->numel(), out.size(1));
+    a.norm.residual = dptr<float>(*next->residual);
+    a.norm.w = dptr(*next->weight);
+    a.norm.we = elem_of(next->weight->dtype());
+    a.norm.eps = next->eps;
+    a.norm.x = dptr<float>(*next->x);
+    const QuantizedRows& rows = *next->xq;
+    if (rows.defined()) {
+      DI_CHECK(rows.codes.size(0) == a.T && rows.codes.size(1) == out.size(1));
+      if (rows.codes.dtype() == DType::kBF16) {
+        a.norm.xb = dptr<bf16>(rows.codes);
+      } else {
+        DI_CHECK(rows.codes.dtype() == DType::kU8 && rows.scales.size(0) == a.T &&
+                 rows.scales.size(1) == out.size(1) / cuda::kFp8GroupK);
+        a.norm.q = dptr<uint8_t>(rows.codes);
+        a.norm.sq = dptr<float>(rows.scales);
+      }
+    }
+  }
   ScratchScope scope(*this);
-  cuda::moe_experts(a, arena_alloc, &s_->arena, s_->stream);
+  return cuda::moe_experts(a, arena_alloc, &s_->arena, s_->stream);
 }
 
 void CudaBackend::mlp(const Tensor& x, const MlpWeights& w, Tensor& out) { mlp_impl(x, w, out, nullptr); }

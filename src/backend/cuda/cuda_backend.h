@@ -104,6 +104,11 @@ class CudaBackend : public Backend {
   // The W8A8 forms (the shared MLP's, the routed experts' form 5) read xq when given and defined.
   void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                const SharedExperts& shared, Tensor& out, const QuantizedRows* xq = nullptr) override;
+  // From two tokens: the norm in the routed combine's launch where its shapes allow
+  // (cuda::MoeArgs::norm), else after it (add_rms_norm_quantized); true. One token: moe_ffn, false
+  // (the next layer's sublayer kernel norms the row: add_rms_norm_mla_decode_sublayer).
+  bool moe_ffn_norm(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
+                    const SharedExperts& shared, Tensor& out, const QuantizedRows* xq, const NextNorm& next) override;
   void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void add(Tensor& out, const Tensor& x) override;
@@ -222,6 +227,9 @@ class CudaBackend : public Backend {
   // streaming, is the bound (perf.md, version 33). DEEPINFER_CUDA_GEMV_RING=0|1 sets it at
   // construction.
   void set_gemv_ring(bool on);
+  // moe_ffn_norm folds the norm into the routed combine's launch (default on); off: moe_ffn_norm
+  // is moe_ffn and leaves the norm to the caller. DEEPINFER_CUDA_MOE_NORM_FOLD=0|1, a lab knob.
+  void set_moe_norm_fold(bool on);
   // The batch-invariant mode's fp32 router GEMM from min_rows rows (> 16, where the parallel-chunk
   // form ends) on the register-tiled kernel (cuda::gemm_f32_ordered's `tiled`: the same
   // arithmetic, so the same bits, ~3× fewer loads and shuffles per product). Off by default: no
@@ -264,9 +272,14 @@ class CudaBackend : public Backend {
   // experts of weight 1 in every token's last slots (cuda::MoeArgs::n_shared); addend (non-null,
   // [T, D] fp32) is added to every token's combined row (cuda::MoeArgs::addend); xq (non-null):
   // x's quantized rows, for form 5.
-  void run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
+  // next (non-null): the norm after the combine, which the combine may run (cuda::MoeArgs::norm);
+  // returns whether it did (out then not written).
+  bool run_moe(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                const std::vector<MlpWeights>* shared_slices, Tensor& out, const Tensor* addend = nullptr,
-               RowsFp8Once* xq = nullptr);
+               RowsFp8Once* xq = nullptr, const NextNorm* next = nullptr);
+  // moe_ffn, handing next (non-null) to the routed launch's combine; returns whether the norm ran.
+  bool moe_ffn_impl(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
+                    const SharedExperts& shared, Tensor& out, const QuantizedRows* xq_in, const NextNorm* next);
   // matmul_parts in the batch-invariant mode at one row, as one GEMM where the parts' outputs
   // are adjacent (cuda_backend.cpp); false: not taken.
   bool invariant_parts_one_row(const Tensor& x, const std::vector<const LinearWeight*>& w,

@@ -487,6 +487,21 @@ struct MoeArgs {
   bool one_chain = false;
   // Form 1 at one token: its FP8 GEMVs' ring-fed form (GemvArgs::ring).
   bool gemv_ring = false;
+  // The next sublayer's input norm on the combine's output, or residual null: none. With it,
+  // moe_experts may fold the norm into the combine (combine_norm_kernel: residual += the
+  // combine; x = rms_norm(residual) · w; where q: x's rows quantized per 1×128 group (codes q
+  // [T, D], scales sq [T, D / 128]); where xb: x's rows in bf16 — add_rms_norm_quantized's /
+  // add_rms_norm_bf16's / add_rms_norm's bits) and then not write out; it returns whether it did.
+  struct NextNorm {
+    float* residual = nullptr;  // [T, D]
+    const void* w = nullptr;    // [D] the norm's weight (we)
+    Elem we = Elem::kF32;
+    float eps = 0;
+    float* x = nullptr;     // [T, D]
+    uint8_t* q = nullptr;   // or null
+    float* sq = nullptr;
+    bf16* xb = nullptr;     // or null (not both)
+  } norm;
 };
 // Scratch comes from `alloc` (step memory). Forms 0 and 1 never synchronize (graph-capturable);
 // form 1 needs D, I multiples of 8 (bf16) or 16 (FP8; block_k too): moe_gemv_ok.
@@ -497,7 +512,8 @@ bool moe_w8a8_ok(int64_t D, int64_t I, bool fp8, int64_t block_k);
 // the larger of the widened w13 / w2 (one bf16 buffer, reused) within kMoeWidenMaxBytes.
 constexpr int64_t kMoeWidenMaxBytes = int64_t{1} << 30;
 bool moe_wgmma_fp8_ok(int64_t E_all, int64_t D, int64_t I, int64_t block_k);
-void moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
+// Returns whether a.norm ran (folded into the combine; out not written).
+bool moe_experts(const MoeArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s);
 
 // ---- cuda_moe_sort.cu ----
 // The stable counting sort of a MoE step's R = T·kt (token, slot) entries by expert, as

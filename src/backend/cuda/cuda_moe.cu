@@ -42,6 +42,7 @@
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_moe_route.cuh"
 #include "backend/cuda/cuda_moe_slots.cuh"
+#include "backend/cuda/cuda_norm_row.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_search.cuh"
 
@@ -333,6 +334,57 @@ __global__ void combine_kernel(const YT* __restrict__ y, int64_t n_parts, int64_
     for (int64_t s = 0; s < k; ++s) acc += sw[s] * y_at(srow[s] + j);
     out[t * D + j] = addend != nullptr ? acc + addend[t * D + j] : acc;
   }
+}
+
+// combine_kernel's output folded into the next sublayer's input norm (MoeArgs::norm), one block
+// of kNormThreads per token: thread t's float4 chunks j = t + kNormThreads·x (x < kVec) of the
+// combine — combine_kernel's per-element arithmetic (the slots' rows summed over their parts in
+// order, weighted in slot order, + addend) — are add_rms_norm's delta, kept in registers: then
+// norm_row_chunk / block_sum / norm_row_store as add_rms_norm_vec_kernel<kVec, kRows> runs them
+// (kRows 0: x; 1: x and its FP8 codes; 2: x and its bf16 rows). The bits of combine_kernel then
+// that kernel; the combine's [T, D] fp32 output is neither written nor read back (V2-Lite at
+// 4,096 tokens: 67 MB a layer). Needs k ≤ kCombineMaxK, D % 4 == 0 (kRows 1: D % 128 == 0),
+// D ≤ 4·kNormThreads·kVec, y / addend / residual / x 16-byte aligned.
+template <typename YT, int kVec, int kRows>
+__global__ void __launch_bounds__(kNormThreads)
+    combine_norm_kernel(const YT* __restrict__ y, int64_t n_parts, int64_t stride, const int32_t* __restrict__ inv,
+                        const float* __restrict__ w, int64_t kw, int64_t k, int64_t D,
+                        const float* __restrict__ addend, MoeArgs::NextNorm n) {
+  NormWeight<kVec> nw;
+  norm_row_weight(nw, n.w, n.we, D);  // before the wait: its HBM latency off the chain
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float sw[kCombineMaxK];
+  __shared__ int64_t srow[kCombineMaxK];
+  const int64_t t = blockIdx.x;
+  if (threadIdx.x < k) {
+    sw[threadIdx.x] = threadIdx.x < kw ? w[t * kw + threadIdx.x] : 1.0f;
+    srow[threadIdx.x] = static_cast<int64_t>(inv[t * k + threadIdx.x]) * D;
+  }
+  __syncthreads();
+  const int n4 = static_cast<int>(D / 4);
+  const float4* r4 = reinterpret_cast<const float4*>(n.residual + t * D);
+  NormRow<kVec> r;
+  float ss = 0;
+#pragma unroll
+  for (int x = 0; x < kVec; ++x) {
+    const int j4 = static_cast<int>(threadIdx.x) + kNormThreads * x;
+    if (j4 >= n4) break;
+    const int64_t j = 4 * int64_t{j4};
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (int64_t s = 0; s < k; ++s) {
+      float4 v = load_y4(y + srow[s] + j);
+      for (int64_t p = 1; p < n_parts; ++p) add4(v, load_y4(y + p * stride + srow[s] + j));
+      add_weighted4(acc, sw[s], v);
+    }
+    if (addend != nullptr) add4(acc, *reinterpret_cast<const float4*>(addend + t * D + j));
+    norm_row_chunk(r, x, r4[j4], acc, ss);
+  }
+  r.inv = rsqrtf(block_sum(ss) / static_cast<float>(D) + n.eps);
+  uint8_t* q = kRows == 1 ? n.q + t * D : kRows == 2 ? reinterpret_cast<uint8_t*>(n.xb + t * D) : nullptr;
+  norm_row_store<kVec, kRows>(r, nw, D, n.residual + t * D, n.x + t * D, q,
+                              kRows == 1 ? n.sq + t * (D / kFp8GroupK) : nullptr, nullptr);
 }
 
 constexpr int kBM = 64, kBN = 64, kBK = 32, kPad = 8;
@@ -983,22 +1035,48 @@ bool moe_gemv_ok(int64_t D, int64_t I, bool fp8, int64_t block_k) {
 }
 
 namespace {
-// out[t] = the weighted sum of token t's slot rows of y (combine_kernel), y [n_parts, R, D].
+// out[t] = the weighted sum of token t's slot rows of y (combine_kernel), y [n_parts, R, D] — or,
+// with a.norm where combine_norm_kernel takes the shapes, that sum folded into the next norm
+// (returns true; out not written).
 template <typename YT>
-void combine(const MoeArgs& a, const YT* y, int64_t n_parts, int64_t R, const int32_t* inv, int64_t k_routed,
+bool combine(const MoeArgs& a, const YT* y, int64_t n_parts, int64_t R, const int32_t* inv, int64_t k_routed,
              cudaStream_t s) {
   const bool vec = a.D % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && reinterpret_cast<uintptr_t>(a.addend) % 16 == 0;
+  const MoeArgs::NextNorm& n = a.norm;
+  const bool fold = n.residual != nullptr && vec && a.k <= kCombineMaxK && a.D <= 4 * kNormThreads * 8 &&
+                    reinterpret_cast<uintptr_t>(n.residual) % 16 == 0 && reinterpret_cast<uintptr_t>(n.x) % 16 == 0 &&
+                    (n.q == nullptr || (a.D % kFp8GroupK == 0 && reinterpret_cast<uintptr_t>(n.q) % 4 == 0)) &&
+                    (n.xb == nullptr || reinterpret_cast<uintptr_t>(n.xb) % 8 == 0) &&
+                    (n.q == nullptr || n.xb == nullptr);
+  if (fold) {
+    const int rows = n.q != nullptr ? 1 : n.xb != nullptr ? 2 : 0;
+    const bool narrow = a.D <= 4 * kNormThreads * 2;
+    auto go = [&](auto kernel) {
+      launch_pdl(kernel, static_cast<unsigned>(a.T), kNormThreads, 0, s, y, n_parts, R * a.D, inv, a.weights, k_routed,
+                 a.k, a.D, a.addend, n);
+    };
+    if (narrow) {
+      rows == 0 ? go(combine_norm_kernel<YT, 2, 0>) : rows == 1 ? go(combine_norm_kernel<YT, 2, 1>)
+                                                     : go(combine_norm_kernel<YT, 2, 2>);
+    } else {
+      rows == 0 ? go(combine_norm_kernel<YT, 8, 0>) : rows == 1 ? go(combine_norm_kernel<YT, 8, 1>)
+                                                     : go(combine_norm_kernel<YT, 8, 2>);
+    }
+    DI_CUDA_LAUNCHED();
+    return true;
+  }
   const bool wide = vec && sizeof(YT) == 2 && a.D % 8 == 0;
   const dim3 combine_grid(static_cast<unsigned>(a.T), grid_for(a.D, wide ? 2 * kCombineCols : kCombineCols));
   launch_pdl(combine_kernel<YT>, combine_grid, kCombineThreads, 0, s, y, n_parts, R * a.D, inv, a.weights, k_routed,
              a.k, a.D, vec, wide, a.addend, a.out);
   DI_CUDA_LAUNCHED();
+  return false;
 }
 }  // namespace
 
-void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s) {
-  if (a_in.T == 0) return;
+bool moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s) {
+  if (a_in.T == 0) return false;
   // From here E and k count the shared experts too (every token's slots k_routed .. k − 1).
   MoeArgs a = a_in;
   const int64_t k_routed = a.k, e_routed = a.E;
@@ -1054,8 +1132,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     g.w = a.w2, g.w_scale = a.w2_scale, g.N = a.D, g.K = a.I, g.glu = false;
     g.c = y, g.ldc = a.D;
     gemv(g, s);
-    combine(a, y, 1, R, inv, k_routed, s);
-    return;
+    return combine(a, y, 1, R, inv, k_routed, s);
   }
   if (a.form == 5) {  // W8A8: quantize+gather, GEMM, SiLU·mul+quantize, GEMM, combine (bf16 expert outputs)
     DI_CUDA_REQUIRE(moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k));
@@ -1105,8 +1182,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     g.N = a.D, g.K = a.I, g.w_scale_uniform = a.w2_uniform && a.D % 128 == 0;
     g.c = y, g.c_elem = Elem::kBF16, g.ldc = a.D;
     fp8_grouped_gemm(g, s);
-    combine(a, y, 1, R, inv, k_routed, s);
-    return;
+    return combine(a, y, 1, R, inv, k_routed, s);
   }
   auto* xa = static_cast<bf16*>(get(sizeof(bf16) * R * a.D));
   launch_pdl(permute_kernel, static_cast<unsigned>(R), 256, 0, s, a.x, perm, a.k, a.D, xa);
@@ -1177,8 +1253,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     bf16_wgmma_grouped_glu(xa, R, a.D, w13, a.I, offsets, a.E, act, a.I, s, a.invariant);
     auto* y = static_cast<float*>(get(sizeof(float) * R * a.D));
     gemm(act, a.I, a.w2, a.w2_scale, a.D, y);
-    combine(a, y, 1, R, inv, k_routed, s);
-    return;
+    return combine(a, y, 1, R, inv, k_routed, s);
   }
   auto* h13 = static_cast<float*>(get(sizeof(float) * parts13 * R * 2 * a.I));
   gemm(xa, a.D, a.w13, a.w13_scale, 2 * a.I, h13);
@@ -1190,7 +1265,7 @@ void moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   DI_CUDA_LAUNCHED();
   auto* y = static_cast<float*>(get(sizeof(float) * parts2 * R * a.D));
   gemm(act, a.I, a.w2, a.w2_scale, a.D, y);
-  combine(a, y, parts2, R, inv, k_routed, s);
+  return combine(a, y, parts2, R, inv, k_routed, s);
 }
 
 }  // namespace deepinfer::cuda

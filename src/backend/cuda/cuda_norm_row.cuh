@@ -82,6 +82,15 @@ __device__ __forceinline__ void norm_row_weight(NormWeight<kVec>& nw, const void
   }
 }
 
+// Chunk x of the row: v = a + b (the residual's chunk and delta's) into r, its squares added to
+// ss — the one spelling of that arithmetic (norm_row_add, and kernels computing delta in
+// registers, cuda_moe.cu's combine_norm_kernel), so every caller rounds alike.
+template <int kVec>
+__device__ __forceinline__ void norm_row_chunk(NormRow<kVec>& r, int x, const float4& a, const float4& b, float& ss) {
+  r.v[x] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+  ss += r.v[x].x * r.v[x].x + r.v[x].y * r.v[x].y + r.v[x].z * r.v[x].z + r.v[x].w * r.v[x].w;
+}
+
 // v into r, and the thread's part of Σ v² (its chunks in x order).
 template <int kVec>
 __device__ __forceinline__ float norm_row_add(NormRow<kVec>& r, const float* res_in, const float* delta, int64_t D) {
@@ -93,9 +102,7 @@ __device__ __forceinline__ float norm_row_add(NormRow<kVec>& r, const float* res
   for (int x = 0; x < kVec; ++x) {
     const int j = threadIdx.x + kNormThreads * x;
     if (j >= n4) break;
-    const float4 a = r4[j], b = d4[j];
-    r.v[x] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-    ss += r.v[x].x * r.v[x].x + r.v[x].y * r.v[x].y + r.v[x].z * r.v[x].z + r.v[x].w * r.v[x].w;
+    norm_row_chunk(r, x, r4[j], d4[j], ss);
   }
   return ss;
 }

@@ -166,14 +166,14 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const InputNorm* pre,
   backend.matmul(o.reshape({T, H * c.v_head_dim}), 0, w.o_proj, attn_out);
 }
 
-void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, Tensor& h, Tensor& delta, Tensor& x,
-                        QuantizedRows& xq) const {
+bool DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, Tensor& h, Tensor& delta, Tensor& x,
+                        QuantizedRows& xq, const NextNorm& next) const {
   const DeepseekConfig& c = config_;
   const float eps = static_cast<float>(c.rms_norm_eps);
   if (!w.is_moe) {
     backend.add_rms_norm_quantized(h, delta, w.post_attention_layernorm, eps, x, xq);
     backend.mlp(x, w.mlp, delta);
-    return;
+    return false;
   }
   const int64_t T = x.size(0), k = c.num_experts_per_tok;
   RouterParams rp;
@@ -200,7 +200,7 @@ void DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, Tensor&
     shared.mlp = &w.shared_experts;
     shared.slices = &w.shared_slices;
   }
-  backend.moe_ffn(x, ids, weights, w.experts, shared, delta, &xq);
+  return backend.moe_ffn_norm(x, ids, weights, w.experts, shared, delta, &xq, next);
 }
 
 Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, PagedKvCache& cache, MlaPolicy policy,
@@ -323,16 +323,21 @@ Tensor DeepseekModel::forward(Backend& backend, const ForwardBatch& batch, Paged
     QuantizedRows xq_buf = backend.quantized_rows(T, D, consumers), none;
     backend.embedding(weights_.embed_tokens, ids, h);
     backend.rms_norm(h, 0, weights_.layers[0].input_layernorm, eps, x);
+    bool normed = false;  // the previous layer's FFN op ran this layer's input norm
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const DeepseekLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
       const int64_t layer_mark = backend.step_mark();  // the layer's temporaries die with it
       // Layer 0's x is the embedding's norm; every later layer's comes from the residual stream
-      // and the previous layer's output, made by its attention op (which a backend may fuse).
+      // and the previous layer's output, made by the previous FFN op or by this attention op
+      // (either of which a backend may fuse).
       const InputNorm pre{&h, &delta, &w.input_layernorm};
-      attention(backend, l, l == 0 ? nullptr : &pre, x, l == 0 ? none : xq_buf, positions, slots, decode, prefill,
-                cache.layer(l), delta);
-      ffn(backend, w, h, delta, x, xq_buf);
-      if (l + 1 == c.num_hidden_layers) backend.add_rms_norm_quantized(h, delta, weights_.norm, eps, x, none);
+      attention(backend, l, l == 0 || normed ? nullptr : &pre, x, l == 0 ? none : xq_buf, positions, slots, decode,
+                prefill, cache.layer(l), delta);
+      const bool last = l + 1 == c.num_hidden_layers;
+      const NextNorm next{&h, last ? &weights_.norm : &weights_.layers[static_cast<size_t>(l) + 1].input_layernorm,
+                          eps, &x, last ? &none : &xq_buf};
+      normed = ffn(backend, w, h, delta, x, xq_buf, next);
+      if (last && !normed) backend.add_rms_norm_quantized(h, delta, weights_.norm, eps, x, none);
       backend.step_release(layer_mark);
     }
     Tensor last = backend.empty(DType::kF32, {R, D});

@@ -133,9 +133,12 @@ class DeepseekModel {
   // The FFN half of a layer: h [T, hidden] += delta (the attention's output), x = post-attention
   // RMSNorm of h (its rows quantized into xq where the backend makes them), then delta = dense
   // MLP or MoE (+ shared experts) of x. A MoE layer's norm, router and routing go to the backend
-  // as one op (add_rms_norm_route), which it may fuse.
-  void ffn(Backend& backend, const DeepseekLayerWeights& w, Tensor& h, Tensor& delta, Tensor& x,
-           QuantizedRows& xq) const;
+  // as one op (add_rms_norm_route), which it may fuse. A MoE layer also hands the backend the
+  // next sublayer's input norm (next: h += delta, x = that norm of h, its rows into next.xq),
+  // which it may run in the experts' last launch (moe_ffn_norm); returns whether it did (delta
+  // then spent, x the next sublayer's input), else the caller norms h + delta.
+  bool ffn(Backend& backend, const DeepseekLayerWeights& w, Tensor& h, Tensor& delta, Tensor& x, QuantizedRows& xq,
+           const NextNorm& next) const;
 
   DeepseekConfig config_;
   DeepseekWeights weights_;
