@@ -701,6 +701,7 @@ TEST_F(CudaOps, MoeFfnRunsSharedSlicesInTheRoutedLaunch) {
   }
 }
 
+#ifdef DEEPINFER_HAVE_CUDA  // the test calls the CUDA backend's kernels to make x's rows
 // moe_ffn_norm (the experts, then the next sublayer's input norm — folded into the combine's
 // launch at prefill sizes, from 512 tokens) against moe_ffn then add_rms_norm_quantized: the
 // residual, x and x's rows bit for bit, for each kind of rows the norm writes (none, FP8 codes and
@@ -772,6 +773,7 @@ TEST_F(CudaOps, MoeFfnNormEqualsMoeFfnThenNorm) {
       gpu_->set_batch_invariant(false);
     }
 }
+#endif
 
 // A one-token step's experts at V2-Lite's sizes (D 2048, I 1408, top-6 of 8 routed experts, the
 // shared MLP as 2 slices), bf16 and FP8 weights (e4m3, 128×128 scale blocks, stored per row; the
