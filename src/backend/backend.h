@@ -291,9 +291,10 @@ class Backend {
   // weights, experts, shared, out, xq), then add_rms_norm_quantized(*next.residual, out,
   // *next.weight, next.eps, *next.x, *next.xq). next.x may be x and next.xq may be xq (written
   // after the experts have read them). A backend may fold the norm into the experts' combine (the
-  // CUDA backend from two tokens: one pass over the token rows where there were three; out is then
+  // CUDA backend at prefill sizes: one pass over the token rows where there were three; out is then
   // not written). Returns whether the norm ran here; false: only moe_ffn ran, for the caller to
-  // norm (the CUDA backend at one token, whose next attention kernel norms the row itself).
+  // norm (the CUDA backend at decode sizes, where the next attention op norms — at one token inside
+  // its sublayer kernel).
   // Default: moe_ffn, false.
   virtual bool moe_ffn_norm(const Tensor& x, const Tensor& ids, const Tensor& weights,
                             const std::vector<MlpWeights>& experts, const SharedExperts& shared, Tensor& out,

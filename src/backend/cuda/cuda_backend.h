@@ -104,9 +104,10 @@ class CudaBackend : public Backend {
   // The W8A8 forms (the shared MLP's, the routed experts' form 5) read xq when given and defined.
   void moe_ffn(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                const SharedExperts& shared, Tensor& out, const QuantizedRows* xq = nullptr) override;
-  // From two tokens: the norm in the routed combine's launch where its shapes allow
-  // (cuda::MoeArgs::norm), else after it (add_rms_norm_quantized); true. One token: moe_ffn, false
-  // (the next layer's sublayer kernel norms the row: add_rms_norm_mla_decode_sublayer).
+  // From kMoeNormFoldMinTokens (512) tokens, with set_moe_norm_fold on: the norm in the routed
+  // combine's launch where its shapes allow (cuda::MoeArgs::norm), else after it
+  // (add_rms_norm_quantized); true. Fewer tokens: moe_ffn, false (the next attention op norms —
+  // at one token inside the sublayer kernel: add_rms_norm_mla_decode_sublayer).
   bool moe_ffn_norm(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                     const SharedExperts& shared, Tensor& out, const QuantizedRows* xq, const NextNorm& next) override;
   void mlp(const Tensor& x, const MlpWeights& w, Tensor& out) override;
