@@ -9,6 +9,7 @@
 // Does not check results (tests/backend/cuda_fp8_gemm_test.cpp does). Usage:
 //   fp8_gemm_bench [--model v2lite|v3|all] [--m 1,16,64,256,1024,4096,16384] [--variants -1,2,3] [--reps 9]
 //                  [--grouped-only | --dense-only] [--clusters 0,1,2] [--row-scales] [--mma-idle] [--stagger]
+//                  [--balanced] [--wide-tails] [--n192]
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -147,14 +148,21 @@ Result bench_dense(const DenseShape& d, int64_t M, int variant, int cluster, boo
 // row_scales: the model's MoE form (per-row weight scales, block_n = 1, fp32 output) instead of
 // the checkpoint's 128×128 blocks and bf16.
 // idle_skip: Fp8GemmArgs::idle_skip (off: the kernel name ends in "_mma_idle"); stagger:
-// Fp8GemmArgs::stagger (on: "_stagger").
+// Fp8GemmArgs::stagger (on: "_stagger"). balanced: every expert T·top_k / E rows (the remainder
+// one more each for the first experts: "_balanced") instead of random routing — at T = 4,096 on
+// V2-Lite 384 rows, three whole 128-row tiles: the grouped form without partial tiles, for the
+// A/B against random routing's tails. wide_tails: Fp8GemmArgs::narrow_tails off ("_wide_tails");
+// n192: Fp8GemmArgs::n192, 128 × 192 tiles ("_n192").
 Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int cluster, bool row_scales, bool idle_skip,
-                     bool stagger, int reps, double copy_bps, cudaStream_t s) {
+                     bool stagger, bool balanced, bool wide_tails, bool n192, int reps, double copy_bps,
+                     cudaStream_t s) {
   // Uniform random routing: each token picks top_k distinct experts.
   std::mt19937 rng(42);
   std::vector<int32_t> counts(static_cast<size_t>(x.E), 0);
   std::vector<int32_t> perm(static_cast<size_t>(x.E));
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t e = 0; balanced && e < x.E; ++e)
+    counts[static_cast<size_t>(e)] = static_cast<int32_t>(T * x.top_k / x.E + (e < T * x.top_k % x.E ? 1 : 0));
+  for (int64_t t = 0; !balanced && t < T; ++t) {
     for (int64_t e = 0; e < x.E; ++e) perm[static_cast<size_t>(e)] = static_cast<int32_t>(e);
     for (int64_t j = 0; j < x.top_k; ++j) {
       std::uniform_int_distribution<int64_t> pick(j, x.E - 1);
@@ -189,11 +197,14 @@ Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int cluster, 
   args.cluster = cluster;
   args.idle_skip = idle_skip;
   args.stagger = stagger;
+  args.narrow_tails = !wide_tails;
+  args.n192 = n192;
   const double t = time_launches([&](int) { fp8_grouped_gemm(args, s); }, reps, s);
   static const std::string names[2][2] = {
       {"deepinfer_fp8_grouped_gemm_mma_idle", "deepinfer_fp8_grouped_gemm"},
       {"deepinfer_fp8_grouped_gemm_rowscales_mma_idle", "deepinfer_fp8_grouped_gemm_rowscales"}};
-  Result r{names[row_scales][idle_skip] + (stagger ? "_stagger" : ""), x.model, x.name, T, x.N, x.K, x.E, x.top_k, R,
+  Result r{names[row_scales][idle_skip] + (stagger ? "_stagger" : "") + (balanced ? "_balanced" : "") +
+               (wide_tails ? "_wide_tails" : "") + (n192 ? "_n192" : ""), x.model, x.name, T, x.N, x.K, x.E, x.top_k, R,
            active};
   r.variant = fp8_grouped_gemm_variant(args);
   r.cluster = cluster;
@@ -213,7 +224,7 @@ int main(int argc, char** argv) {
   CLI::App app{"FP8 block-scaled GEMM benchmark (DeepSeek shapes)"};
   std::string model = "all", ms = "1,16,64,256,1024,4096,16384", variants = "-1", clusters = "0";
   int reps = 9;
-  bool grouped_only = false, dense_only = false, row_scales = false, mma_idle = false, stagger = false;
+  bool grouped_only = false, dense_only = false, row_scales = false, mma_idle = false, stagger = false, balanced = false, wide_tails = false, n192 = false;
   app.add_option("--model", model, "v2lite | v3 | all");
   app.add_option("--m", ms, "token counts, comma-separated");
   app.add_option("--variants", variants, "tile variants, comma-separated (-1: by size; 3: wgmma)");
@@ -226,6 +237,9 @@ int main(int argc, char** argv) {
   app.add_flag("--mma-idle", mma_idle,
                "grouped: the idle warpgroups' MMAs issued (Fp8GemmArgs::idle_skip off), for the A/B");
   app.add_flag("--stagger", stagger, "grouped: the second math warpgroup one K block behind (Fp8GemmArgs::stagger)");
+  app.add_flag("--balanced", balanced, "grouped: every expert the same row count instead of random routing");
+  app.add_flag("--wide-tails", wide_tails, "grouped: tiles of <= 64 rows on one warpgroup (narrow_tails off)");
+  app.add_flag("--n192", n192, "grouped: 128 x 192 tiles (Fp8GemmArgs::n192; bf16 out, block scales)");
   CLI11_PARSE(app, argc, argv);
   const std::vector<int64_t> Ms = parse_list(ms), Vs = parse_list(variants), Cs = parse_list(clusters);
 
@@ -251,7 +265,7 @@ int main(int argc, char** argv) {
           for (int64_t cl : Cs)
             if (usable(v, M) && (cl == Cs[0] || v == 3))
               print(bench_grouped(x, M, static_cast<int>(v), static_cast<int>(cl), row_scales, !mma_idle, stagger,
-                                  reps, copy_bps, s));
+                                  balanced, wide_tails, n192, reps, copy_bps, s));
     }
   ws.buf.reset();
   DI_CUDA_CHECK(cudaStreamDestroy(s));

@@ -11,7 +11,9 @@
 # invocation's figure moves ±0.05 ms at B = 1 between invocations, a round's settings ±0.01:
 # docs/perf.md, version 29); labels get the round as a suffix (LABEL.r), the table a median
 # column per setting.
-# Output: the table on stdout; $OUT/bench_lab.tgz holds each setting's lab_<LABEL>.json / .log.
+# Output: the table on stdout (ms, then each case's ratio to its floor as the run measured it);
+# $OUT/bench_lab.tgz holds each setting's lab_<LABEL>.json / .log (a later call in the same $OUT
+# writes bench_lab2.tgz, bench_lab3.tgz, …: run s38-4 lost its first calls' files to the last).
 set -uo pipefail
 source "$(dirname "$0")/build_device.sh"
 [ "${BUILD:-1}" = 1 ] && device_build deepinfer
@@ -42,7 +44,7 @@ for name in labels:
     base = name.rsplit(".", 1)[0] if "." in name and name.rsplit(".", 1)[1].isdigit() else None
     if base is not None and base not in bases:
         bases.append(base)
-rows = {}
+rows, ratios = {}, {}
 for name in labels:
     try:
         d = json.load(open(f"{out}/lab_{name}.json"))
@@ -51,7 +53,8 @@ for name in labels:
     for r in d.get("results", []):
         key = f"{r.get('phase')} {r.get('tokens') or r.get('batch')}"
         rows.setdefault(key, {})[name] = r.get("ms") or r.get("ms_per_step")
-for v in rows.values():
+        ratios.setdefault(key, {})[name] = r.get("ratio_to_floor")
+for v in list(rows.values()) + list(ratios.values()):
     for base in bases:
         runs = [v[n] for n in labels if n.rsplit(".", 1)[0] == base and v.get(n)]
         if runs:
@@ -61,5 +64,12 @@ print("| case | " + " | ".join(columns) + " |")
 print("|---|" + "---:|" * len(columns))
 for k, v in rows.items():
     print(f"| {k} | " + " | ".join(f"{v[n]:.2f}" if v.get(n) else "–" for n in columns) + " |")
+print()
+print("| ratio to floor | " + " | ".join(columns) + " |")
+print("|---|" + "---:|" * len(columns))
+for k, v in ratios.items():
+    print(f"| {k} | " + " | ".join(f"{v[n]:.3f}" if v.get(n) else "–" for n in columns) + " |")
 PY
-(cd "$OUT" && tar czf /tmp/bench_lab.tgz lab_* 2>/dev/null; rm -f lab_*; mv /tmp/bench_lab.tgz .)
+n=""
+while [ -e "$OUT/bench_lab$n.tgz" ]; do n=$(( ${n:-1} + 1 )); done
+(cd "$OUT" && tar czf /tmp/bench_lab.tgz lab_* 2>/dev/null; rm -f lab_*; mv /tmp/bench_lab.tgz "bench_lab$n.tgz")

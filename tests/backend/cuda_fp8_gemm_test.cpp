@@ -392,6 +392,19 @@ TEST_F(CudaFp8Gemm, UniformRowScalesMatchPerRowBitwise) {
       EXPECT_EQ(count_bad(read_c(dc, Elem::kF32, M, N, r0, rows, N), ref, bound, false, &worst, kWgmmaTolLog2), 0)
           << (grouped ? "grouped" : "dense") << " expert " << e;
     }
+    // (After the checks above, which read dc's fp32 result.)
+    if (grouped) {  // the MoE's form — bf16 out, uniform per-row scales — on 128 × 128 and 128 × 192 tiles
+      std::vector<uint8_t> bf[2];
+      for (const bool n192 : {false, true}) {
+        Fp8GemmArgs b = args;
+        b.w_scale_uniform = true, b.c_elem = Elem::kBF16, b.n192 = n192;
+        DI_CUDA_CHECK(cudaMemset(dc.as<void>(), 0xff, static_cast<size_t>(M * N) * 2));
+        cuda::fp8_grouped_gemm(b, nullptr);
+        DI_CUDA_CHECK(cudaDeviceSynchronize());
+        bf[n192] = download<uint8_t>(dc, static_cast<size_t>(M * N) * 2);
+      }
+      EXPECT_EQ(bf[0], bf[1]) << "grouped bf16: the 128 × 192 tiles differ from the 128 × 128 ones";
+    }
   }
 }
 
@@ -642,21 +655,35 @@ TEST_F(CudaFp8Gemm, GroupedMatchesReferenceWithEmptyExperts) {
     }
     std::printf("[fp8_gemm] grouped E=%ld: wgmma worst |err|/bound %.3g\n", static_cast<long>(E), worst_all);
     // Clusters of two blocks sharing A tiles by multicast (and one block alone), the idle
-    // warpgroups' MMAs issued (idle_skip off; the cases' partial tiles have them), and the second
-    // warpgroup one K block behind (stagger; the cases of 3-5 K blocks take it): the same bits.
+    // warpgroups' MMAs issued (idle_skip off; the cases' partial tiles have them), the second
+    // warpgroup one K block behind (stagger; the cases of 3-5 K blocks take it), and the tiles of
+    // ≤ 64 rows on one warpgroup's 128 columns instead of both warpgroups' 64 (narrow_tails off;
+    // block-form scales only: the block_n = 1 case keeps the wide path either way — N = 192's
+    // second column tile gives warpgroup 1 columns past N): the same bits.
     const auto wgmma_bits = download<uint8_t>(dc, c_bytes);
     for (int cluster : {1, 2})
       for (bool skip : {true, false})
-        for (bool stagger : {false, true}) {
-          v.cluster = cluster;
-          v.idle_skip = skip;
-          v.stagger = stagger;
-          if (c_bytes > 0) DI_CUDA_CHECK(cudaMemset(dc.as<void>(), 0xff, c_bytes));
-          cuda::fp8_grouped_gemm(v, nullptr);
-          DI_CUDA_CHECK(cudaDeviceSynchronize());
-          EXPECT_EQ(download<uint8_t>(dc, c_bytes), wgmma_bits) << "E=" << E << " variant 3, cluster " << cluster
-                                                                << ", idle_skip " << skip << ", stagger " << stagger;
-        }
+        for (bool stagger : {false, true})
+          for (bool narrow : {true, false}) {
+            v.cluster = cluster;
+            v.idle_skip = skip;
+            v.stagger = stagger;
+            v.narrow_tails = narrow;
+            if (c_bytes > 0) DI_CUDA_CHECK(cudaMemset(dc.as<void>(), 0xff, c_bytes));
+            cuda::fp8_grouped_gemm(v, nullptr);
+            DI_CUDA_CHECK(cudaDeviceSynchronize());
+            EXPECT_EQ(download<uint8_t>(dc, c_bytes), wgmma_bits)
+                << "E=" << E << " variant 3, cluster " << cluster << ", idle_skip " << skip << ", stagger " << stagger
+                << ", narrow_tails " << narrow;
+          }
+    // The 128 × 192 tiles (n192; bf16 out with block-form scales — the bf16 cases of block_n 128
+    // here: N = 320 ends in a tile of 128 valid columns whose 192 span two scale blocks, N = 1,024
+    // in one of 64 — the others keep the 128-wide kernel): the same bits.
+    v.cluster = 1, v.idle_skip = true, v.stagger = false, v.narrow_tails = true, v.n192 = true;
+    if (c_bytes > 0) DI_CUDA_CHECK(cudaMemset(dc.as<void>(), 0xff, c_bytes));
+    cuda::fp8_grouped_gemm(v, nullptr);
+    DI_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(download<uint8_t>(dc, c_bytes), wgmma_bits) << "E=" << E << " variant 3, n192";
   }
 }
 

@@ -161,6 +161,13 @@ struct CudaState {
   // (Fp8GemmArgs::stagger; the same bits): −1 from kStaggerMinRows routed rows (measured faster
   // there, docs/perf.md version 21), 0 never, 1 always; DEEPINFER_CUDA_FP8_STAGGER=-1|0|1.
   int64_t fp8_stagger = -1;
+  // The MoE's grouped FP8 GEMMs run tiles of ≤ 64 rows on both warpgroups, split by columns
+  // (Fp8GemmArgs::narrow_tails; the same bits): −1 below kNarrowTailsMaxRows routed rows, 0
+  // never, 1 always; DEEPINFER_CUDA_FP8_NARROW_TAILS=-1|0|1.
+  int64_t fp8_narrow = -1;
+  // The MoE's grouped FP8 GEMMs on 128 × 192 tiles (Fp8GemmArgs::n192; the same bits): −1 from
+  // kN192MinRows routed rows, 0 never, 1 always; DEEPINFER_CUDA_FP8_N192=-1|0|1.
+  int64_t fp8_n192 = -1;
   // Blocks per cluster of the model's FP8 wgmma GEMMs (Fp8GemmArgs::cluster: 0 the kernel's
   // default, 1 or 2; the same bits); DEEPINFER_CUDA_FP8_CLUSTER=n, a lab knob.
   int fp8_cluster = 0;
@@ -307,6 +314,8 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_W8A8_EARLY_W", s_->w8a8_early_w);
   read_env_switch("DEEPINFER_CUDA_FP8_IDLE_SKIP", s_->fp8_idle_skip);
   read_env_int("DEEPINFER_CUDA_FP8_STAGGER", -1, 1, 1, s_->fp8_stagger);
+  read_env_int("DEEPINFER_CUDA_FP8_NARROW_TAILS", -1, 1, 1, s_->fp8_narrow);
+  read_env_int("DEEPINFER_CUDA_FP8_N192", -1, 1, 1, s_->fp8_n192);
   if (int64_t n = 0; read_env_int("DEEPINFER_CUDA_FP8_CLUSTER", 0, 2, 1, n)) s_->fp8_cluster = static_cast<int>(n);
   read_env_switch("DEEPINFER_CUDA_W8A8_STACK", s_->w8a8_stack);
   read_env_switch("DEEPINFER_CUDA_NORM_ROWS", s_->norm_rows);
@@ -1856,6 +1865,8 @@ bool CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
   a.gemv_ring = s_->gemv_ring;
   a.stagger = s_->fp8_stagger == 1 || (s_->fp8_stagger == -1 && a.T * a.k >= kStaggerMinRows);
   a.fp8_cluster = s_->fp8_cluster;
+  a.narrow_tails = s_->fp8_narrow == 1 || (s_->fp8_narrow == -1 && a.T * a.k < kNarrowTailsMaxRows);
+  a.n192 = s_->fp8_n192 == 1 || (s_->fp8_n192 == -1 && a.T * a.k >= kN192MinRows);
   if (xq != nullptr && a.form == 5 && a.k > 1) {  // (k = 1 gathers while it quantizes: no copy to save)
     DI_CHECK(xq->x == a.x && xq->T == a.T && xq->D == a.D);
     xq->ensure(s_->stream);

@@ -247,6 +247,18 @@ class CudaBackend : public Backend {
   // warpgroups by default (Fp8GemmArgs::stagger, the same bits): V2-Lite 4K prefill −0.6 / −0.4
   // ms (runs s23-3, s23-4; the down GEMM −6 %, gate|up unchanged), decode steps left as they were.
   static constexpr int64_t kStaggerMinRows = 4096;
+  // The routed rows below which the MoE's grouped FP8 GEMMs run their tiles of ≤ 64 rows on both
+  // warpgroups split by columns (Fp8GemmArgs::narrow_tails, the same bits): decode B = 32 −0.23
+  // ms a step in both modes (7.29 → 7.06, invariant 7.65 → 7.41), while the 4K prefill was
+  // 0.2–0.36 ms slower with it in each of three rounds (run s38-3: there an expert's tail tile
+  // costs its loads, not its rows — docs/perf.md version 35).
+  static constexpr int64_t kNarrowTailsMaxRows = 4096;
+  // The routed rows from which the MoE's grouped FP8 GEMMs take 128 × 192 tiles
+  // (Fp8GemmArgs::n192, the same bits): V2-Lite FP8 prefill 4K 36.29 → 35.75 ms (five rounds,
+  // each faster), 16K 175.05 → 173.19 (two); slower at 1K (6,144 rows: 11.76 → 12.09) and at
+  // decode steps (B = 32 7.02 → 7.21, B = 256 10.01 → 10.38) — runs s38-5, s38-6; between 6,144
+  // and 24,576 rows not measured.
+  static constexpr int64_t kN192MinRows = 16384;
   // The batch-invariant mode's bf16 MoE with all of K in one chain (MoeArgs::one_chain, the
   // default): its small-M form with one K split, so the default mode's wgmma (128 × 256 tiles)
   // and tiled kernels serve its larger steps as they are, instead of the invariant K

@@ -460,11 +460,13 @@ struct MoeArgs {
   // (fp8_wgmma_glu_quantize, where fp8_wgmma_glu_ok) instead of writing gate|up in bf16 for
   // silu_mul_quantize_fp8 — the same codes and scales.
   bool glu_fused = false;
-  // Form 5: Fp8GemmArgs::idle_skip, ::stagger and ::cluster of its grouped GEMMs (the same bits
-  // either way).
+  // Form 5: Fp8GemmArgs::idle_skip, ::stagger, ::cluster and ::narrow_tails of its grouped GEMMs
+  // (the same bits either way).
   bool idle_skip = true;
   bool stagger = false;
   int fp8_cluster = 0;
+  bool narrow_tails = true;
+  bool n192 = false;  // Fp8GemmArgs::n192 (the same bits)
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 the decode GEMV (bandwidth), 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
                            // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),
@@ -697,6 +699,17 @@ struct Fp8GemmArgs {
   // warpgroup's MMAs in flight) are one block apart. The same bits (the blocks are promoted in
   // K order either way); a lab switch: within the spread in the model (docs/perf.md, version 18).
   bool stagger = false;
+  // The wgmma form, grouped, block-form weight scales (block_n 128, or 1 with w_scale_uniform): a
+  // tile of at most 64 rows (an expert's last rows, every tile of a decode-sized step) runs on
+  // both math warpgroups, each on 64 of its 128 columns (m64n64 MMAs), instead of one warpgroup
+  // on all of them. The same bits (each element's MMAs and promotion are the wide tile's);
+  // false: the wide path (the lab's A/B).
+  bool narrow_tails = true;
+  // The wgmma form, grouped, bf16 out, block-form weight scales, one-block clusters (elsewhere
+  // ignored): 128 × 192 tiles (each stage's 40 KB of A and W feeding 1.5× the MMAs of a 128 × 128
+  // tile's 32 KB; one K block in flight per warpgroup, no narrow tails) instead of 128 × 128. The
+  // same bits. Faster at large steps only (CudaBackend::kN192MinRows).
+  bool n192 = false;
 };
 // The dense launch's shape, a function of the sizes, the flags above, the SM count and the
 // kernels' occupancy only (splits: as many as keep one wave of blocks resident, ≥ 2 K blocks each).

@@ -70,6 +70,23 @@ constexpr size_t kSmemBytes = kStages * kStageBytes + kMathGroups * kOutBytes + 
 template <bool kRowScales>
 constexpr uint32_t kFullArrivals = kRowScales ? 1 + 32 : 1;
 
+// ---- The grouped block-scale form on 128 × 192 tiles (WgmmaParams::n192) ----------------------
+// fp8_wgmma_n192_kernel: the MoE's grouped GEMM (bf16 out, block-form weight scales) with a W
+// tile of 192 rows, so a K block's stage (16 KB of A, 24 KB of W) feeds 1.5× the MMAs of the
+// 128 × 128 tile's 32 KB. Run s38-4 (Nsight Compute): the 128-wide grouped GEMMs move 9–10 TB/s
+// through L2 (70–76 % of its throughput), and run s38-3 found their time proportional to their
+// tiles — an expert's tail tile, however few its rows, costs a whole tile's loads. Each math
+// warpgroup keeps one K block in flight (its m64n192 accumulator and the promoted sums are 192
+// registers: no room for a second), as DeepGEMM does; the two warpgroups' MMAs interleave.
+constexpr int kN192 = 192;
+constexpr int kN192Stages = 4;
+constexpr int kN192WBytes = kN192 * kBK;
+constexpr int kN192StageBytes = kTileBytes + kN192WBytes;
+constexpr int kN192OutBytes = 3 * kOutBoxBytes;  // a math warpgroup's 64 × 192 bf16 staging
+constexpr size_t kN192SmemBytes = kN192Stages * kN192StageBytes + kMathGroups * kN192OutBytes +
+                                  2 * kN192Stages * sizeof(uint64_t) + kTileTableBytes + 1024;
+static_assert(kN192SmemBytes <= 227 * 1024, "the 128 × 192 form's shared memory exceeds an SM's");
+
 struct WgmmaParams {
   const float* sa;  // [M, n_kb] fp32
   const float* sw;  // [E·ceil(N/128), n_kb] fp32, or per row [E·N, n_kb] (kRowScales); dense: E = 1
@@ -87,6 +104,7 @@ struct WgmmaParams {
   bool w_early;  // dense, cluster 1, W never written by a kernel: the first tile's W before the PDL wait
   bool idle_skip;  // grouped: a warpgroup with none of a tile's rows issues no MMAs (Fp8GemmArgs::idle_skip)
   bool stagger;    // grouped: warpgroup 1 takes each tile's first K block alone (Fp8GemmArgs::stagger)
+  bool narrow;     // grouped, block scales: tiles of ≤ 64 rows split by columns (Fp8GemmArgs::narrow_tails)
   const int32_t* offsets;  // grouped: [E + 1]
   int64_t E;
 };
@@ -149,38 +167,38 @@ __device__ __forceinline__ void release_stage(uint64_t* empty_s, int lane) {
   }
 }
 
-// A math warp's share of a finished tile (acc: rows r0 and r0 + 8, the m64n128 fragment) into C
-// by direct stores — where store_tile_tma cannot: C that TMA cannot address, a grouped tile's
-// rows past its expert. Where both rows and all 128 columns are in range and pairs are aligned,
-// the 64 values are converted first, then stored at fixed offsets from two row pointers: a store
+// A math warp's share of a finished tile (acc: rows r0 and r0 + 8, the m64n128 fragment — or,
+// kGroups = 8, m64n64's: columns n0 .. n0 + 63) into C by direct stores — where store_tile_tma
+// cannot: C that TMA cannot address, a grouped tile's rows past its expert. Where both rows and
+// all 8·kGroups columns are in range and pairs are aligned, the values are converted first, then stored at fixed offsets from two row pointers: a store
 // keeps its source and address registers until it issues, so converting and addressing each
 // pair into the same few registers serialized the stores on their latency (~22 % of the math
 // warps' time in the ncu samples of run s13-7, when every tile was stored this way).
-template <typename OutT>
+template <typename OutT, int kGroups = 16>
 __device__ __forceinline__ void store_tile(OutT* c, int64_t ldc, int64_t N, int64_t n0, int64_t r0, int64_t m_end,
-                                           bool c_vec, int lane, const float (&acc)[64]) {
-  if (c_vec && n0 + kBN <= N && r0 + 8 < m_end) {
+                                           bool c_vec, int lane, const float (&acc)[4 * kGroups]) {
+  if (c_vec && n0 + 8 * kGroups <= N && r0 + 8 < m_end) {
     OutT* row0 = c + r0 * ldc + n0 + 2 * (lane % 4);
     OutT* row1 = row0 + 8 * ldc;
     if constexpr (sizeof(OutT) == 4) {
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < kGroups; ++j) {
         *reinterpret_cast<float2*>(row0 + 8 * j) = make_float2(acc[4 * j], acc[4 * j + 1]);
         *reinterpret_cast<float2*>(row1 + 8 * j) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
       }
     } else {
-      __nv_bfloat162 packed[32];
+      __nv_bfloat162 packed[2 * kGroups];
 #pragma unroll
-      for (int i = 0; i < 32; ++i) packed[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+      for (int i = 0; i < 2 * kGroups; ++i) packed[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < kGroups; ++j) {
         *reinterpret_cast<__nv_bfloat162*>(row0 + 8 * j) = packed[2 * j];
         *reinterpret_cast<__nv_bfloat162*>(row1 + 8 * j) = packed[2 * j + 1];
       }
     }
     return;
   }
-  for_each_acc_pair(16, n0, N, r0, m_end, lane, [&](int64_t row, int64_t col, int i) {
+  for_each_acc_pair(kGroups, n0, N, r0, m_end, lane, [&](int64_t row, int64_t col, int i) {
     store_acc_pair(c + row * ldc + col, acc[i], acc[i + 1], c_vec && col + 1 < N, col + 1 < N);
   });
 }
@@ -192,18 +210,20 @@ constexpr bool pairs_in_flight() {
   return !(kGrouped && kRowScales);
 }
 
-// A math warpgroup's 64 rows × 128 columns (acc: this thread's m64n128 fragment) into C at
-// (row y0, column n0) through shared memory `out` and TMA stores, which run on while the
-// warpgroup moves on to its next tile: bf16 in one pass (two boxes of 64 columns), fp32 in two
-// (columns 0–63, 64–127, two boxes of 32 each). Per pass the warpgroup's leader first waits until
+// A math warpgroup's 64 rows × 128 columns (acc: this thread's m64n128 fragment; kGroups = 24, bf16
+// only: 192 columns, m64n192's) into C at (row y0, column n0) through shared memory `out` and TMA
+// stores, which run on while the warpgroup moves on to its next tile: bf16 in one pass (two boxes
+// of 64 columns; three at 192), fp32 in two (columns 0–63, 64–127, two boxes of 32 each). Per pass the warpgroup's leader first waits until
 // its previous stores have read `out`; each thread writes its pairs swizzled (16-byte chunk c of
 // box row r at chunk c ^ (r % 8): the 8 rows a warp writes at once fall in different banks).
 // Warpgroup-collective (named barrier 1 + warpgroup).
-template <typename OutT>
+template <typename OutT, int kGroups = 16>
 __device__ __forceinline__ void store_tile_tma(const CUtensorMap& map_c, uint8_t* out, int64_t n0, int64_t y0,
-                                               int warp, int lane, const float (&acc)[64]) {
-  constexpr int kPasses = sizeof(OutT) == 2 ? 1 : 2, kGroupsPerPass = 16 / kPasses;  // 8-column groups
+                                               int warp, int lane, const float (&acc)[4 * kGroups]) {
+  static_assert(kGroups == 16 || sizeof(OutT) == 2, "192-column tiles are stored in bf16");
+  constexpr int kPasses = sizeof(OutT) == 2 ? 1 : 2, kGroupsPerPass = kGroups / kPasses;  // 8-column groups
   constexpr int kBoxCols = 128 / static_cast<int>(sizeof(OutT));
+  constexpr int kBoxesPerPass = kGroupsPerPass * 8 / kBoxCols;
   const int bar = 1 + warp / 4, q = lane % 4;
   const bool leader = warp % 4 == 0 && lane == 0;
   const int r0 = 16 * (warp % 4) + lane / 4;  // this thread's rows r0, r0 + 8 of the 64
@@ -231,8 +251,8 @@ __device__ __forceinline__ void store_tile_tma(const CUtensorMap& map_c, uint8_t
     fence_proxy_async();
     named_barrier(bar, 128);
     if (leader) {
-      for (int b = 0; b < 2; ++b)
-        tma_store_2d(&map_c, out + b * kOutBoxBytes, static_cast<int32_t>(n0 + (2 * pass + b) * kBoxCols),
+      for (int b = 0; b < kBoxesPerPass; ++b)
+        tma_store_2d(&map_c, out + b * kOutBoxBytes, static_cast<int32_t>(n0 + (kBoxesPerPass * pass + b) * kBoxCols),
                      static_cast<int32_t>(y0));
       bulk_commit();
     }
@@ -249,23 +269,92 @@ __device__ __forceinline__ RingDescs ring_descs(const uint8_t* ring, int wg) {
 }
 
 // A math warpgroup's MMAs of the K block in stage s into `part` (the first overwriting it), once
-// full[s] has completed (parity `phase`); then s and phase move on to the next stage.
-__device__ __forceinline__ void issue_k_block(float (&part)[64], const RingDescs& d0, uint64_t* full, int& s,
+// full[s] has completed (parity `phase`); then s and phase move on to the next stage. kN: the
+// MMAs' width — 128 (m64n128k32, a warpgroup's rows of the tile) or 64 (m64n64k32, a narrow
+// tile's half: d0.w then points at the W tile's 64 rows of this warpgroup's columns).
+template <int kN>
+__device__ __forceinline__ void issue_k_block(float (&part)[kN / 2], const RingDescs& d0, uint64_t* full, int& s,
                                               uint32_t& phase) {
   mbar_wait(&full[s], phase);
   const auto off = static_cast<uint32_t>(s * (kStageBytes >> 4));
   const uint64_t da = desc_advance(d0.a, off), db = desc_advance(d0.w, off);
 #pragma unroll
-  for (int i = 0; i < 64; ++i) fence_operand(part[i]);
+  for (int i = 0; i < kN / 2; ++i) fence_operand(part[i]);
   wgmma_fence();
 #pragma unroll
-  for (int k = 0; k < kBK / 32; ++k)  // +32 bytes of K (the stage is 1024-byte aligned: no carry)
-    wgmma_m64n128k32(part, desc_advance(da, 2 * k), desc_advance(db, 2 * k), k);
+  for (int k = 0; k < kBK / 32; ++k) {  // +32 bytes of K (the stage is 1024-byte aligned: no carry)
+    if constexpr (kN == 128) wgmma_m64n128k32(part, desc_advance(da, 2 * k), desc_advance(db, 2 * k), k);
+    else wgmma_m64n64k32_e4m3(part, desc_advance(da, 2 * k), desc_advance(db, 2 * k), k);
+  }
   wgmma_commit();
   if (++s == kStages) {
     s = 0;
     phase ^= 1u;
   }
+}
+
+// A grouped tile of at most 64 rows (an expert's last rows; every tile of a decode-sized step)
+// in the block-scale form, when WgmmaParams::narrow: both math warpgroups on its 64 rows,
+// warpgroup wg on columns n0 + 64·wg .. + 63 — m64n64k32 MMAs of A's first 64 rows and the W
+// tile's rows 64·wg .. (nd: stage 0's descriptors of those) — where the wide path has warpgroup 0
+// alone on all 128 columns while warpgroup 1 only passes over the stages. Each element's
+// arithmetic is the wide tile's (its K blocks' 32-wide MMA steps, promoted in K order by the
+// same sa·sw products): the same bits (CudaFp8Gemm.GroupedMatchesReferenceWithEmptyExperts).
+// K blocks in pairs as compute_tiles; the result by direct stores (the rows past the expert are
+// the next one's). swp: the tile's weight scales [n_kb] (block form); s, phase: the ring's
+// position, moved past the tile's n_kb stages.
+template <typename OutT, int kCluster>
+__device__ __forceinline__ void narrow_tile(const WgmmaParams& p, const RingDescs& nd, uint64_t* full, uint64_t* empty,
+                                            int& s, uint32_t& phase, int64_t m0, int64_t m_end, int64_t n0,
+                                            const float* swp, int wg, int warp, int lane) {
+  const int64_t r0 = m0 + 16 * (warp % 4) + lane / 4, r1 = r0 + 8;
+  const float* sa0 = p.sa + (r0 < p.M ? r0 : 0) * p.n_kb;  // rows past M read row 0's scales (not stored)
+  const float* sa1 = p.sa + (r1 < p.M ? r1 : 0) * p.n_kb;
+  float acc[32], part0[32], part1[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[i] = part0[i] = part1[i] = 0.0f;
+  struct Scales {
+    float a0, a1, w;
+  };
+  auto issue = [&](float (&part)[32], int kb, Scales& sc) {
+    sc.a0 = sa0[kb];
+    sc.a1 = sa1[kb];
+    sc.w = swp[kb];
+    issue_k_block<64>(part, nd, full, s, phase);
+  };
+  auto promote = [&](float (&part)[32], int sr, const Scales& sc) {  // as compute_tiles' block form
+#pragma unroll
+    for (int i = 0; i < 32; ++i) fence_operand(part[i]);
+    release_stage<kCluster>(&empty[sr], lane);
+    const float s0 = sc.a0 * sc.w, s1 = sc.a1 * sc.w;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
+      acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
+      acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
+      acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+    }
+  };
+  const int kbs = static_cast<int>(p.n_kb);
+  Scales sc0{}, sc1{};
+  int kb = 0;
+  for (; kb + 1 < kbs; kb += 2) {
+    const int s0 = s;
+    issue(part0, kb, sc0);
+    const int s1 = s;
+    issue(part1, kb + 1, sc1);
+    wgmma_wait<1>();
+    promote(part0, s0, sc0);
+    wgmma_wait<0>();
+    promote(part1, s1, sc1);
+  }
+  if (kb < kbs) {
+    const int s0 = s;
+    issue(part0, kb, sc0);
+    wgmma_wait<0>();
+    promote(part0, s0, sc0);
+  }
+  store_tile<OutT, 8>(static_cast<OutT*>(p.c), p.ldc, p.n_split, n0 + 64 * wg, r0, m_end, p.c_vec, lane, acc);
 }
 
 // A math warp (warpgroup wg, see fp8_wgmma_kernel): its 16 rows of each of this block's tiles.
@@ -281,6 +370,8 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
   int s = 0;           // the stage of the next K block (the it-th this warp consumes: s = it % kStages)
   uint32_t phase = 0;  // full[s]'s parity for it: (it / kStages) & 1
   const RingDescs descs = ring_descs(ring, wg);
+  // narrow_tile's: A's first 64 rows, the W tile's 64 rows of this warpgroup's columns.
+  const RingDescs narrow_descs{ring_descs(ring, 0).a, desc_advance(descs.w, static_cast<uint32_t>(wg * (64 * kBK >> 4)))};
   OutT* c = static_cast<OutT*>(p.c);
   float acc[64], part0[64], part1[64];  // part: a K block's MMA sums (its first MMA overwrites)
   // Dense forms: a tile's TMA store waits (pend) until the next tile's first pair of K blocks is
@@ -309,6 +400,13 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
     // the other warpgroup. (The branch is taken before any of the tile's wgmmas with none in
     // flight: ptxas keeps them asynchronous. Skipping them inside issue_k_block, under a branch
     // between fence and commit, made it serialize every wgmma of the kernel, C7520.)
+    if constexpr (kGrouped && !kRowScales) {
+      if (p.narrow && m_end - m0 <= 64) {
+        const float* swn = p.sw + (e * n_col_tiles + min(n0 / kBN, n_col_tiles - 1)) * p.sw_step * n_kb;
+        narrow_tile<OutT, kCluster>(p, narrow_descs, full, empty, s, phase, m0, m_end, n0, swn, wg, warp, lane);
+        continue;
+      }
+    }
     const bool idle = kGrouped && m0 + 64 * wg >= m_end;
     if (kGrouped && p.idle_skip && idle) {
       flush();
@@ -346,7 +444,7 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
         sc.a1 = sa1[kb];
         sc.w = swp[kb];
       }
-      issue_k_block(part, descs, full, s, phase);
+      issue_k_block<128>(part, descs, full, s, phase);
     };
     // The finished K block in `part` (its MMAs waited for) from stage sr: released, then promoted.
     auto promote = [&](float (&part)[64], int sr, const Scales& sc) {
@@ -549,7 +647,7 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
         sc.a1 = sa1[kb];
         sc.g = swg[kb];
         sc.u = swg[up_step + kb];
-        issue_k_block(part, descs, full, s, phase);
+        issue_k_block<128>(part, descs, full, s, phase);
       };
       // compute_tiles' block-form promotion, with the gate scale for fragments j < 8 and the up
       // scale for j ≥ 8 (the products a·w as the plain GEMM forms them).
@@ -641,6 +739,97 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
   }
 }
 
+
+// d[64×192] fp32 (+)= A[64×32] e4m3 · B[192×32]ᵀ e4m3, both K-major in shared memory (128-byte
+// swizzle); accumulate = 0 overwrites d. d[4j + v]: row 16w + l/4 + 8·(v/2), column 8j + 2·(l%4)
+// + v%2 (warp w of the warpgroup, lane l), j < 24.
+__device__ __forceinline__ void wgmma_m64n192k32(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1;\n}\n"
+               : DI_WGMMA_ACC64(d, 0), DI_WGMMA_ACC8(d, 64), DI_WGMMA_ACC8(d, 72), DI_WGMMA_ACC8(d, 80),
+                 DI_WGMMA_ACC8(d, 88)
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// A math warp (warpgroup wg) of fp8_wgmma_n192_kernel: its 16 rows of each of this block's
+// 128 × 192 tiles. Per K block: the scales loaded, the stage's four m64n192k32 MMAs issued (the
+// first overwriting `part`), waited for, the stage released, then promoted — acc += part ·
+// sa(row) · sw(column block), DeepGEMM's promotion in K order, the 128-wide kernel's arithmetic
+// per element (the same bits). A tile's 192 columns span two 128-column weight-scale blocks: its
+// 8-column groups j < jb take the first's scale, the others the second's (n0 = 192·ct: jb = 16
+// when ct is even, 8 when odd). A warpgroup none of whose 64 rows are the tile's expert's passes
+// over the stages (as idle_skip).
+template <typename OutT>
+__device__ __forceinline__ void compute_tiles_n192(const WgmmaParams& p, const CUtensorMap& map_c, const uint8_t* ring,
+                                                   uint8_t* out, uint64_t* full, uint64_t* empty, const int32_t* table,
+                                                   int wg, int warp, int lane) {
+  const int64_t n_col_tiles = (p.N + kN192 - 1) / kN192, n_kb = p.n_kb, n_scale_blocks = (p.N + kBN - 1) / kBN;
+  const int64_t n_tiles = p.n_row_tiles * n_col_tiles;
+  int s = 0;
+  uint32_t phase = 0;
+  const uint64_t desc_a = sw128_desc(ring + wg * 64 * kBK), desc_w = sw128_desc(ring + kTileBytes);
+  OutT* c = static_cast<OutT*>(p.c);
+  float acc[96], part[96];
+  for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    TileView v;
+    if (!resolve_tile<kBM, kN192>(tile, p.n_row_tiles, n_col_tiles, table, p.E, p.M, &v)) continue;
+    const int64_t e = v.e, m0 = v.m0, m_end = v.m_end, n0 = v.n0;
+    if (m0 + 64 * wg >= m_end) {  // none of the tile's rows are this warpgroup's
+      for (int64_t kb = 0; kb < n_kb; ++kb) {
+        mbar_wait(&full[s], phase);
+        release_stage<1>(&empty[s], lane);
+        if (++s == kN192Stages) {
+          s = 0;
+          phase ^= 1u;
+        }
+      }
+      continue;
+    }
+    const int rl = 64 * wg + 16 * (warp % 4) + lane / 4;
+    const int64_t r0 = m0 + rl, r1 = r0 + 8;
+    const float* sa0 = p.sa + (r0 < p.M ? r0 : 0) * n_kb;  // rows past M read row 0's scales (not stored)
+    const float* sa1 = p.sa + (r1 < p.M ? r1 : 0) * n_kb;
+    const int64_t b_lo = n0 / kBN, b_hi = min(b_lo + 1, n_scale_blocks - 1);  // past N: not stored
+    const float* sw_lo = p.sw + (e * n_scale_blocks + b_lo) * p.sw_step * n_kb;
+    const float* sw_hi = p.sw + (e * n_scale_blocks + b_hi) * p.sw_step * n_kb;
+    const int jb = n0 % kBN == 0 ? 16 : 8;
+#pragma unroll
+    for (int i = 0; i < 96; ++i) acc[i] = part[i] = 0.0f;
+    for (int64_t kb = 0; kb < n_kb; ++kb) {
+      const float a0 = sa0[kb], a1 = sa1[kb], w_lo = sw_lo[kb], w_hi = sw_hi[kb];
+      const int sr = s;
+      mbar_wait(&full[s], phase);
+      const auto off = static_cast<uint32_t>(s * (kN192StageBytes >> 4));
+      const uint64_t da = desc_advance(desc_a, off), db = desc_advance(desc_w, off);
+#pragma unroll
+      for (int i = 0; i < 96; ++i) fence_operand(part[i]);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kBK / 32; ++k) wgmma_m64n192k32(part, desc_advance(da, 2 * k), desc_advance(db, 2 * k), k);
+      wgmma_commit();
+      if (++s == kN192Stages) {
+        s = 0;
+        phase ^= 1u;
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < 96; ++i) fence_operand(part[i]);
+      release_stage<1>(&empty[sr], lane);
+      const float s0_lo = a0 * w_lo, s1_lo = a1 * w_lo, s0_hi = a0 * w_hi, s1_hi = a1 * w_hi;
+#pragma unroll
+      for (int j = 0; j < 24; ++j) {
+        const float s0 = j < jb ? s0_lo : s0_hi, s1 = j < jb ? s1_lo : s1_hi;
+        acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
+        acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+      }
+    }
+    if (p.c_tma && m0 + 64 * (wg + 1) <= m_end) store_tile_tma<OutT, 24>(map_c, out, n0, m0 + 64 * wg, warp, lane, acc);
+    else store_tile<OutT, 24>(c, p.ldc, p.N, n0, r0, m_end, p.c_vec, lane, acc);
+  }
+  if (p.c_tma && warp % 4 == 0 && lane == 0) bulk_wait_all<false>();  // the last stores complete before exit
+}
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // C[m, n] = Σ_kb (Σ_{k ∈ kb} a[m, k]·w[n, k]) · sa[m, kb] · sw[n / 128, kb], 128×128 output tiles.
@@ -779,6 +968,42 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// The grouped block-scale GEMM on 128 × 192 tiles (compute_tiles_n192): fp8_wgmma_kernel's warp
+// roles (a loader warp: load_tiles with 192-row W boxes; two math warpgroups) and register split,
+// four 40 KB stages, each math warpgroup's 64 × 192 bf16 output staging (24 KB). Grouped only
+// (offsets non-null), bf16 out, cluster 1.
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_wgmma_n192_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
+                          const __grid_constant__ CUtensorMap map_c, const WgmmaParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t wg_smem_raw[];
+  uint8_t* smem = wg_smem_raw + ((1024 - smem_u32(wg_smem_raw) % 1024) % 1024);
+  uint8_t* ring = smem;                                                           // [kN192Stages][A | W]
+  uint8_t* out = ring + kN192Stages * kN192StageBytes;                            // [kMathGroups][kN192OutBytes]
+  auto* full = reinterpret_cast<uint64_t*>(out + kMathGroups * kN192OutBytes);  // [kN192Stages]
+  uint64_t* empty = full + kN192Stages;                                          // [kN192Stages]
+  auto* table = reinterpret_cast<int32_t*>(empty + kN192Stages);                // build_tile_table
+  const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
+  if (t == 0) init_ring(full, empty, kN192Stages, 1, kMathGroups * 4);
+  pdl_wait();  // as fp8_wgmma_kernel
+  if (warp == 0) build_tile_table(p.offsets, p.E, kBM, lane, table);
+  __syncthreads();
+  if (wg == kMathGroups) {
+    setmaxnreg_dec<RegSplit<true, false>::kLoader>();
+    if (warp == kMathGroups * 4)
+      load_tiles<kBM, kN192, kBK>(&map_a, &map_w, ring, full, empty, kN192Stages, kN192StageBytes, kTileBytes,
+                                  p.n_row_tiles, p.N, p.n_kb, table, p.E, p.M, 0, lane,
+                                  [](int, const TileView&, int64_t) {});
+  } else {
+    setmaxnreg_inc<RegSplit<true, false>::kMath>();
+    const int wgu = __shfl_sync(0xffffffffu, wg, 0);  // warp-uniform, as fp8_wgmma_kernel's
+    compute_tiles_n192<bf16>(p, map_c, ring, out + wgu * kN192OutBytes, full, empty, table, wgu, warp, lane);
+  }
+#else
+  __trap();  // built for another architecture: fp8_wgmma_available() is false there
+#endif
+}
+
 // A [rows, K] e4m3 row-major matrix as a TMA map of box_rows × 128-byte boxes, 128-byte swizzle;
 // out-of-range boxes read zeros.
 CUtensorMap e4m3_map(const uint8_t* base, int64_t rows, int64_t K, int box_rows) {
@@ -888,6 +1113,7 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   p.w_early = a.w_stable && !grouped && cluster == 1;
   p.idle_skip = a.idle_skip;
   p.stagger = a.stagger;
+  p.narrow = a.narrow_tails;
   const int64_t w_rows = p.E * a.N;
   DI_CUDA_REQUIRE_MSG(a.M < (int64_t{1} << 31) && w_rows < (int64_t{1} << 31), "fp8 wgmma GEMM: too many rows");
   DI_CUDA_REQUIRE_MSG(cluster == 1 || cluster == 2, "fp8 wgmma GEMM: cluster must be 0, 1 or 2");
@@ -909,6 +1135,19 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
     mc = tensor_map_2d_strided(a.c, type, elem, a.M, n_split, a.ldc, static_cast<int>(128 / elem), 64);
     mc2 = two ? tensor_map_2d_strided(a.c2, type, elem, a.M, a.N - n_split, a.ldc2, static_cast<int>(128 / elem), 64)
               : mc;
+  }
+  if (grouped && a.n192 && !f32 && !rows && cluster == 1) {  // 128 × 192 tiles (fp8_wgmma_n192_kernel)
+    const CUtensorMap mw192 = e4m3_map(a.w, w_rows, a.K, kN192);
+    const int64_t tiles192 = p.n_row_tiles * ((a.N + kN192 - 1) / kN192);
+    static std::once_flag once;
+    std::call_once(once, [] {
+      DI_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma_n192_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kN192SmemBytes)));
+    });
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles192, sm_count()));
+    launch_pdl(fp8_wgmma_n192_kernel, grid, kThreads, kN192SmemBytes, s, ma, mw192, mc, p);
+    DI_CUDA_LAUNCHED();
+    return;
   }
   if (cluster == 2) launch_cluster<2>(grouped, f32, rows, ma, mw, mc, mc2, p, tiles, s);
   else launch_cluster<1>(grouped, f32, rows, ma, mw, mc, mc2, p, tiles, s);

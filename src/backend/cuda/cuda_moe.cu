@@ -47,6 +47,7 @@
 #include "backend/cuda/cuda_search.cuh"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 #include <cuda_fp8.h>
 #include <mma.h>
@@ -257,6 +258,24 @@ __device__ __forceinline__ void add_weighted4(float4& acc, float w, const float4
   acc.z += w * v.z;
   acc.w += w * v.w;
 }
+// Columns j .. j + 3 of a token's combine (vec: j % 4 == 0, y and the addend row 16-byte aligned):
+// its k slot rows (y + srow[s], each the sum of n_parts partials stride apart, added in order)
+// weighted by sw[s] in slot order, then + addend_row[j..] (null: none) — the one spelling of the
+// per-element arithmetic combine_kernel's vec path and combine_norm_kernel share.
+template <typename YT>
+__device__ __forceinline__ float4 combine4(const YT* __restrict__ y, int64_t n_parts, int64_t stride, const float* sw,
+                                           const int64_t* srow, int64_t k, const float* __restrict__ addend_row,
+                                           int64_t j) {
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+  for (int64_t s = 0; s < k; ++s) {
+    float4 v = load_y4(y + srow[s] + j);
+    for (int64_t p = 1; p < n_parts; ++p) add4(v, load_y4(y + p * stride + srow[s] + j));
+    add_weighted4(acc, sw[s], v);
+  }
+  if (addend_row != nullptr) add4(acc, *reinterpret_cast<const float4*>(addend_row + j));
+  return acc;
+}
 template <typename YT>
 __global__ void combine_kernel(const YT* __restrict__ y, int64_t n_parts, int64_t stride,
                                const int32_t* __restrict__ inv, const float* __restrict__ w, int64_t kw, int64_t k,
@@ -316,17 +335,9 @@ __global__ void combine_kernel(const YT* __restrict__ y, int64_t n_parts, int64_
     }
   }
   if (vec) {
-    for (int64_t j = c0 + 4 * threadIdx.x; j < c_end; j += 4 * blockDim.x) {
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-      for (int64_t s = 0; s < k; ++s) {
-        float4 v = load_y4(y + srow[s] + j);
-        for (int64_t p = 1; p < n_parts; ++p) add4(v, load_y4(y + p * stride + srow[s] + j));
-        add_weighted4(acc, sw[s], v);
-      }
-      if (addend != nullptr) add4(acc, *reinterpret_cast<const float4*>(addend + t * D + j));
-      *reinterpret_cast<float4*>(out + t * D + j) = acc;
-    }
+    for (int64_t j = c0 + 4 * threadIdx.x; j < c_end; j += 4 * blockDim.x)
+      *reinterpret_cast<float4*>(out + t * D + j) =
+          combine4(y, n_parts, stride, sw, srow, k, addend != nullptr ? addend + t * D : nullptr, j);
     return;
   }
   for (int64_t j = c0 + threadIdx.x; j < c_end; j += blockDim.x) {
@@ -338,15 +349,21 @@ __global__ void combine_kernel(const YT* __restrict__ y, int64_t n_parts, int64_
 
 // combine_kernel's output folded into the next sublayer's input norm (MoeArgs::norm), one block
 // of kNormThreads per token: thread t's float4 chunks j = t + kNormThreads·x (x < kVec) of the
-// combine — combine_kernel's per-element arithmetic (the slots' rows summed over their parts in
-// order, weighted in slot order, + addend) — are add_rms_norm's delta, kept in registers: then
-// norm_row_chunk / block_sum / norm_row_store as add_rms_norm_vec_kernel<kVec, kRows> runs them
-// (kRows 0: x; 1: x and its FP8 codes; 2: x and its bf16 rows). The bits of combine_kernel then
-// that kernel; the combine's [T, D] fp32 output is neither written nor read back (V2-Lite at
-// 4,096 tokens: 67 MB a layer). Needs k ≤ kCombineMaxK, D % 4 == 0 (kRows 1: D % 128 == 0),
+// combine — combine4, combine_kernel's per-element arithmetic — are add_rms_norm's delta, kept in
+// registers: then norm_row_chunk / block_sum / norm_row_store as add_rms_norm_vec_kernel<kVec,
+// kRows> runs them (kRows 0: x; 1: x and its FP8 codes; 2: x and its bf16 rows). The bits of
+// combine_kernel then that kernel; the combine's [T, D] fp32 output is neither written nor read
+// back (V2-Lite at 4,096 tokens: 67 MB a layer). kStaged (bf16 rows of one part, k·D·2 bytes ≤
+// kFoldStageBytes): the token's k slot rows first copied into shared memory 16 bytes a load, all
+// of a thread's loads in flight together — a thread's chunks are 8 bytes of each bf16 row, which
+// it otherwise reads 8 bytes at a time (run s37-7: the FP8 fold no faster than the two launches;
+// staged, s38-1: 36.75 → 36.15 ms at the FP8 4K prefill, a tie with the two launches). The launch
+// bound asks for one resident block per SM only: aiming at more, ptxas spilled 24–108 bytes; with
+// it, 110 registers unstaged, 80 staged, no spills. Needs k ≤ kCombineMaxK, D % 4 == 0 (kRows 1: D % 128 == 0; kStaged: D % 8 == 0),
 // D ≤ 4·kNormThreads·kVec, y / addend / residual / x 16-byte aligned.
-template <typename YT, int kVec, int kRows>
-__global__ void __launch_bounds__(kNormThreads)
+constexpr int64_t kFoldStageBytes = 48 * 1024;
+template <typename YT, int kVec, int kRows, bool kStaged>
+__global__ void __launch_bounds__(kNormThreads, 1)
     combine_norm_kernel(const YT* __restrict__ y, int64_t n_parts, int64_t stride, const int32_t* __restrict__ inv,
                         const float* __restrict__ w, int64_t kw, int64_t k, int64_t D,
                         const float* __restrict__ addend, MoeArgs::NextNorm n) {
@@ -355,31 +372,48 @@ __global__ void __launch_bounds__(kNormThreads)
   pdl_wait();
   pdl_trigger();
   __shared__ float sw[kCombineMaxK];
-  __shared__ int64_t srow[kCombineMaxK];
+  __shared__ int64_t srow[kCombineMaxK], srow_staged[kCombineMaxK];
+  extern __shared__ uint4 staged[];  // kStaged: [k][D / 8] the slot rows, 8 bf16 a chunk
   const int64_t t = blockIdx.x;
   if (threadIdx.x < k) {
     sw[threadIdx.x] = threadIdx.x < kw ? w[t * kw + threadIdx.x] : 1.0f;
     srow[threadIdx.x] = static_cast<int64_t>(inv[t * k + threadIdx.x]) * D;
+    srow_staged[threadIdx.x] = threadIdx.x * D;
   }
   __syncthreads();
+  const YT* rows = y;
+  const int64_t* row_at = srow;
+  if constexpr (kStaged) {
+    const int n8 = static_cast<int>(D / 8);
+    constexpr int kBatch = 8;  // slots whose 16-byte loads a thread has in flight at once
+    for (int c = static_cast<int>(threadIdx.x); c < n8; c += kNormThreads)
+      for (int s0 = 0; s0 < k; s0 += kBatch) {
+        uint4 v[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b)
+          if (s0 + b < k) v[b] = reinterpret_cast<const uint4*>(y + srow[s0 + b])[c];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b)
+          if (s0 + b < k) staged[(s0 + b) * n8 + c] = v[b];
+      }
+    __syncthreads();
+    rows = reinterpret_cast<const YT*>(staged);
+    row_at = srow_staged;
+  }
   const int n4 = static_cast<int>(D / 4);
   const float4* r4 = reinterpret_cast<const float4*>(n.residual + t * D);
   NormRow<kVec> r;
   float ss = 0;
+  // (No break out of this loop, unlike norm_row_add's: with one, ptxas kept the chunk index at
+  // run time and r in local memory — 108 bytes of spill stores at kVec 2, kRows 1.)
 #pragma unroll
   for (int x = 0; x < kVec; ++x) {
     const int j4 = static_cast<int>(threadIdx.x) + kNormThreads * x;
-    if (j4 >= n4) break;
-    const int64_t j = 4 * int64_t{j4};
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-    for (int64_t s = 0; s < k; ++s) {
-      float4 v = load_y4(y + srow[s] + j);
-      for (int64_t p = 1; p < n_parts; ++p) add4(v, load_y4(y + p * stride + srow[s] + j));
-      add_weighted4(acc, sw[s], v);
+    if (j4 < n4) {
+      const float4 acc = combine4(rows, kStaged ? 1 : n_parts, stride, sw, row_at, k,
+                                  addend != nullptr ? addend + t * D : nullptr, 4 * int64_t{j4});
+      norm_row_chunk(r, x, r4[j4], acc, ss);
     }
-    if (addend != nullptr) add4(acc, *reinterpret_cast<const float4*>(addend + t * D + j));
-    norm_row_chunk(r, x, r4[j4], acc, ss);
   }
   r.inv = rsqrtf(block_sum(ss) / static_cast<float>(D) + n.eps);
   uint8_t* q = kRows == 1 ? n.q + t * D : kRows == 2 ? reinterpret_cast<uint8_t*>(n.xb + t * D) : nullptr;
@@ -1052,16 +1086,25 @@ bool combine(const MoeArgs& a, const YT* y, int64_t n_parts, int64_t R, const in
   if (fold) {
     const int rows = n.q != nullptr ? 1 : n.xb != nullptr ? 2 : 0;
     const bool narrow = a.D <= 4 * kNormThreads * 2;
+    const int64_t stage_bytes = a.k * a.D * static_cast<int64_t>(sizeof(YT));
+    const bool staged = sizeof(YT) == 2 && n_parts == 1 && a.D % 8 == 0 && stage_bytes <= kFoldStageBytes &&
+                        reinterpret_cast<uintptr_t>(y) % 16 == 0;
     auto go = [&](auto kernel) {
-      launch_pdl(kernel, static_cast<unsigned>(a.T), kNormThreads, 0, s, y, n_parts, R * a.D, inv, a.weights, k_routed,
-                 a.k, a.D, a.addend, n);
+      launch_pdl(kernel, static_cast<unsigned>(a.T), kNormThreads, staged ? static_cast<size_t>(stage_bytes) : 0, s, y,
+                 n_parts, R * a.D, inv, a.weights, k_routed, a.k, a.D, a.addend, n);
     };
-    if (narrow) {
-      rows == 0 ? go(combine_norm_kernel<YT, 2, 0>) : rows == 1 ? go(combine_norm_kernel<YT, 2, 1>)
-                                                     : go(combine_norm_kernel<YT, 2, 2>);
+    auto pick = [&](auto vec_tag, auto staged_tag) {
+      constexpr int kV = decltype(vec_tag)::value;
+      constexpr bool kS = decltype(staged_tag)::value;
+      rows == 0 ? go(combine_norm_kernel<YT, kV, 0, kS>) : rows == 1 ? go(combine_norm_kernel<YT, kV, 1, kS>)
+                                                          : go(combine_norm_kernel<YT, kV, 2, kS>);
+    };
+    using V2 = std::integral_constant<int, 2>;
+    using V8 = std::integral_constant<int, 8>;
+    if (staged) {
+      if constexpr (sizeof(YT) == 2) narrow ? pick(V2{}, std::true_type{}) : pick(V8{}, std::true_type{});
     } else {
-      rows == 0 ? go(combine_norm_kernel<YT, 8, 0>) : rows == 1 ? go(combine_norm_kernel<YT, 8, 1>)
-                                                     : go(combine_norm_kernel<YT, 8, 2>);
+      narrow ? pick(V2{}, std::false_type{}) : pick(V8{}, std::false_type{});
     }
     DI_CUDA_LAUNCHED();
     return true;
@@ -1166,6 +1209,8 @@ bool moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     g.idle_skip = a.idle_skip;
     g.stagger = a.stagger;
     g.cluster = a.fp8_cluster;
+    g.narrow_tails = a.narrow_tails;
+    g.n192 = a.n192;
     auto* q2 = static_cast<uint8_t*>(get(static_cast<size_t>(R * a.I)));  // [R, I] e4m3
     auto* sq2 = static_cast<float*>(get(sizeof(float) * R * kb_i));       // [R, I / 128]
     if (a.glu_fused && fp8_wgmma_glu_ok(a.I, g.w_scale_uniform)) {  // the same codes, no bf16 [R, 2I]

@@ -163,6 +163,18 @@ __device__ __forceinline__ uint64_t sw128_desc_mn(const void* tile, uint32_t blo
   DI_WGMMA_ACC8(d, (o)), DI_WGMMA_ACC8(d, (o) + 8), DI_WGMMA_ACC8(d, (o) + 16), DI_WGMMA_ACC8(d, (o) + 24),       \
       DI_WGMMA_ACC8(d, (o) + 32), DI_WGMMA_ACC8(d, (o) + 40), DI_WGMMA_ACC8(d, (o) + 48), DI_WGMMA_ACC8(d, (o) + 56)
 
+// d[64×64] fp32 (+)= A[64×32] e4m3 · B[64×32]ᵀ e4m3, both K-major in shared memory (128-byte
+// swizzle); accumulate = 0 overwrites d. d[4j + v]: row 16w + l/4 + 8·(v/2), column 8j + 2·(l%4)
+// + v%2 (warp w of the warpgroup, lane l), j < 8. (cuda_moe_one_w8a8.cu; cuda_fp8_wgmma.cu's
+// narrow tiles.)
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+               : DI_WGMMA_ACC8(d, 0), DI_WGMMA_ACC8(d, 8), DI_WGMMA_ACC8(d, 16), DI_WGMMA_ACC8(d, 24)
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
 // d[64×128] fp32 += A[64×16] bf16 · B[128×16]ᵀ bf16, both K-major in shared memory (no
 // transpose); accumulate = 0 overwrites d. Fragment: thread t of the warpgroup (warp w, lane l)
 // holds d[4j + v] = row 16w + l/4 + 8·(v/2), column 8j + 2·(l%4) + v%2, j < 32.
