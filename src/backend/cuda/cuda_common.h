@@ -460,13 +460,13 @@ struct MoeArgs {
   // (fp8_wgmma_glu_quantize, where fp8_wgmma_glu_ok) instead of writing gate|up in bf16 for
   // silu_mul_quantize_fp8 — the same codes and scales.
   bool glu_fused = false;
-  // Form 5: Fp8GemmArgs::idle_skip, ::stagger, ::cluster and ::narrow_tails of its grouped GEMMs
-  // (the same bits either way).
+  // Form 5: Fp8GemmArgs::idle_skip, ::stagger, ::cluster, ::narrow_tails and ::n192 of its
+  // grouped GEMMs (the same bits either way).
   bool idle_skip = true;
   bool stagger = false;
   int fp8_cluster = 0;
   bool narrow_tails = true;
-  bool n192 = false;  // Fp8GemmArgs::n192 (the same bits)
+  bool n192 = false;
   int form = 1;            // grouped GEMMs: 0 tiled WMMA kernel, 1 the decode GEMV (bandwidth), 2 one cuBLAS
                            // GEMM per expert with rows (reads the row counts back: one host sync),
                            // 3 small_m_gemm (bitwise equal to form 0; few rows per expert),
