@@ -9,7 +9,7 @@
 // Does not check results (tests/backend/cuda_fp8_gemm_test.cpp does). Usage:
 //   fp8_gemm_bench [--model v2lite|v3|all] [--m 1,16,64,256,1024,4096,16384] [--variants -1,2,3] [--reps 9]
 //                  [--grouped-only | --dense-only] [--clusters 0,1,2] [--row-scales] [--mma-idle] [--stagger]
-//                  [--balanced] [--wide-tails] [--n192]
+//                  [--balanced] [--wide-tails] [--n192] [--model-form] [--names a,b]
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -47,6 +47,10 @@ const DenseShape kDense[] = {
     {"v2lite", "o_proj", 2048, 2048},        {"v2lite", "shared_gate_up", 2816, 2048},
     {"v2lite", "shared_down", 2048, 1408},   {"v2lite", "kv_b_proj", 4096, 512},
     {"v2lite", "dense_gate_up", 21888, 2048}, {"v2lite", "dense_down", 2048, 10944},
+    // The model's stacked forms: q_proj | kv_a in one GEMM, the two shared experts' gate | up and
+    // down (intermediate 2 × 1,408).
+    {"v2lite", "q_kv_a", 3648, 2048},        {"v2lite", "shared2_gate_up", 5632, 2048},
+    {"v2lite", "shared2_down", 2048, 2816},
     {"v3", "q_a_proj", 1536, 7168},
     {"v3", "q_b_proj", 24576, 1536},         {"v3", "kv_a_proj", 576, 7168},
     {"v3", "o_proj", 7168, 16384},
@@ -103,10 +107,12 @@ void print(const Result& r) {
   std::fflush(stdout);
 }
 
-// row_scales: the model's dense W8A8 form (CudaBackend::linear_w8a8: per-row weight scales,
-// block_n = 1, fp32 output) instead of the checkpoint's 128×128 blocks and bf16.
-Result bench_dense(const DenseShape& d, int64_t M, int variant, int cluster, bool row_scales, int reps, double copy_bps,
-                   Workspace& ws, cudaStream_t s) {
+// row_scales: per-row weight scales (block_n = 1) and fp32 output instead of the checkpoint's
+// 128×128 blocks and bf16. model_form (with row_scales): those per-row scales uniform within
+// 128-row blocks and the weights placed before the launch (w_scale_uniform, w_stable) — what
+// CudaBackend::fp8_gemm_w8a8 runs for the model's dense linears.
+Result bench_dense(const DenseShape& d, int64_t M, int variant, int cluster, bool row_scales, bool model_form,
+                   int reps, double copy_bps, Workspace& ws, cudaStream_t s) {
   const int64_t n_kb = (d.K + 127) / 128, sw_rows = row_scales ? d.N : (d.N + 127) / 128;
   const int64_t w_bytes = d.N * d.K;
   const int copies = static_cast<int>(std::clamp<int64_t>((2 * l2_bytes() + w_bytes - 1) / w_bytes, 1, 64));
@@ -124,6 +130,8 @@ Result bench_dense(const DenseShape& d, int64_t M, int variant, int cluster, boo
   args.c = c.p, args.c_elem = row_scales ? Elem::kF32 : Elem::kBF16, args.ldc = d.N;
   args.variant = variant;
   args.cluster = cluster;
+  args.w_scale_uniform = row_scales && model_form;  // fill_scales' values need not be uniform: timing only
+  args.w_stable = row_scales && model_form;
   const Fp8GemmPlan plan = fp8_gemm_plan(args);
   ws.reserve(plan.workspace_bytes);
   const double t = time_launches(
@@ -134,7 +142,9 @@ Result bench_dense(const DenseShape& d, int64_t M, int variant, int cluster, boo
         fp8_gemm(x, Workspace::alloc, &ws, s);
       },
       reps, s);
-  Result r{row_scales ? "deepinfer_fp8_gemm_rowscales" : "deepinfer_fp8_gemm", d.model, d.name, M, d.N, d.K};
+  Result r{row_scales ? (model_form ? "deepinfer_fp8_gemm_model_form" : "deepinfer_fp8_gemm_rowscales")
+                      : "deepinfer_fp8_gemm",
+           d.model, d.name, M, d.N, d.K};
   r.variant = plan.variant;
   r.cluster = cluster;
   r.splits = plan.splits;
@@ -215,6 +225,12 @@ Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int cluster, 
   return r;
 }
 
+// Whether shape `name` is in the comma-separated list `names` (empty: every shape).
+bool selected(const std::string& names, const std::string& name) {
+  if (names.empty()) return true;
+  return ("," + names + ",").find("," + name + ",") != std::string::npos;
+}
+
 // A forced variant is timed where it is meant to run: wgmma (3) only from 64 rows, on sm_90.
 bool usable(int64_t variant, int64_t M) { return variant != 3 || (M >= 64 && fp8_wgmma_available()); }
 
@@ -222,11 +238,12 @@ bool usable(int64_t variant, int64_t M) { return variant != 3 || (M >= 64 && fp8
 
 int main(int argc, char** argv) {
   CLI::App app{"FP8 block-scaled GEMM benchmark (DeepSeek shapes)"};
-  std::string model = "all", ms = "1,16,64,256,1024,4096,16384", variants = "-1", clusters = "0";
+  std::string model = "all", names, ms = "1,16,64,256,1024,4096,16384", variants = "-1", clusters = "0";
   int reps = 9;
-  bool grouped_only = false, dense_only = false, row_scales = false, mma_idle = false, stagger = false, balanced = false, wide_tails = false, n192 = false;
+  bool grouped_only = false, dense_only = false, row_scales = false, mma_idle = false, stagger = false, balanced = false, wide_tails = false, n192 = false, model_form = false;
   app.add_option("--model", model, "v2lite | v3 | all");
   app.add_option("--m", ms, "token counts, comma-separated");
+  app.add_option("--names", names, "only these shapes (names, comma-separated; default: all)");
   app.add_option("--variants", variants, "tile variants, comma-separated (-1: by size; 3: wgmma)");
   app.add_option("--clusters", clusters, "wgmma form: blocks per A-sharing cluster, comma-separated (0: default)");
   app.add_option("--reps", reps, "timed batches (median)");
@@ -234,6 +251,9 @@ int main(int argc, char** argv) {
   app.add_flag("--dense-only", dense_only);
   app.add_flag("--row-scales", row_scales,
                "per-row weight scales and fp32 output (the model's W8A8 forms: MoE, dense linears)");
+  app.add_flag("--model-form", model_form,
+               "dense, with --row-scales: those scales uniform within 128-row blocks, weights placed early "
+               "(CudaBackend::fp8_gemm_w8a8's form)");
   app.add_flag("--mma-idle", mma_idle,
                "grouped: the idle warpgroups' MMAs issued (Fp8GemmArgs::idle_skip off), for the A/B");
   app.add_flag("--stagger", stagger, "grouped: the second math warpgroup one K block behind (Fp8GemmArgs::stagger)");
@@ -250,16 +270,17 @@ int main(int argc, char** argv) {
   Workspace ws;
   if (!grouped_only)
     for (const DenseShape& d : kDense) {
-      if (model != "all" && model != d.model) continue;
+      if ((model != "all" && model != d.model) || !selected(names, d.name)) continue;
       for (int64_t M : Ms)
         for (int64_t v : Vs)
           for (int64_t cl : Cs)
             if (usable(v, M) && (cl == Cs[0] || v == 3))
-              print(bench_dense(d, M, static_cast<int>(v), static_cast<int>(cl), row_scales, reps, copy_bps, ws, s));
+              print(bench_dense(d, M, static_cast<int>(v), static_cast<int>(cl), row_scales, model_form, reps, copy_bps,
+                               ws, s));
     }
   if (!dense_only)
     for (const ExpertShape& x : kExperts) {
-      if (model != "all" && model != x.model) continue;
+      if ((model != "all" && model != x.model) || !selected(names, x.name)) continue;
       for (int64_t M : Ms)
         for (int64_t v : Vs)
           for (int64_t cl : Cs)

@@ -167,6 +167,22 @@ __device__ __forceinline__ void release_stage(uint64_t* empty_s, int lane) {
   }
 }
 
+// A math warpgroup with none of a tile's rows: waits for each of the tile's n stages and releases
+// it — its releases keep the ring's phases — issuing no MMAs (s, phase: the ring's next stage of
+// kRing).
+template <int kCluster, int kRing = kStages>
+__device__ __forceinline__ void pass_stages(int64_t n, uint64_t* full, uint64_t* empty, int& s, uint32_t& phase,
+                                            int lane) {
+  for (int64_t i = 0; i < n; ++i) {
+    mbar_wait(&full[s], phase);
+    release_stage<kCluster>(&empty[s], lane);
+    if (++s == kRing) {
+      s = 0;
+      phase ^= 1u;
+    }
+  }
+}
+
 // A math warp's share of a finished tile (acc: rows r0 and r0 + 8, the m64n128 fragment — or,
 // kGroups = 8, m64n64's: columns n0 .. n0 + 63) into C by direct stores — where store_tile_tma
 // cannot: C that TMA cannot address, a grouped tile's rows past its expert. Where both rows and
@@ -268,15 +284,27 @@ __device__ __forceinline__ RingDescs ring_descs(const uint8_t* ring, int wg) {
   return {sw128_desc(ring + wg * 64 * kBK), sw128_desc(ring + kTileBytes)};
 }
 
+// d[64×192] fp32 (+)= A[64×32] e4m3 · B[192×32]ᵀ e4m3, both K-major in shared memory (128-byte
+// swizzle); accumulate = 0 overwrites d. d[4j + v]: row 16w + l/4 + 8·(v/2), column 8j + 2·(l%4)
+// + v%2 (warp w of the warpgroup, lane l), j < 24.
+__device__ __forceinline__ void wgmma_m64n192k32(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1;\n}\n"
+               : DI_WGMMA_ACC64(d, 0), DI_WGMMA_ACC8(d, 64), DI_WGMMA_ACC8(d, 72), DI_WGMMA_ACC8(d, 80),
+                 DI_WGMMA_ACC8(d, 88)
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
 // A math warpgroup's MMAs of the K block in stage s into `part` (the first overwriting it), once
 // full[s] has completed (parity `phase`); then s and phase move on to the next stage. kN: the
-// MMAs' width — 128 (m64n128k32, a warpgroup's rows of the tile) or 64 (m64n64k32, a narrow
-// tile's half: d0.w then points at the W tile's 64 rows of this warpgroup's columns).
-template <int kN>
+// MMAs' width — 128 (m64n128k32, a warpgroup's rows of the tile), 64 (m64n64k32, a narrow tile's
+// half: d0.w then points at the W tile's 64 rows of this warpgroup's columns) or 192 (m64n192k32,
+// the 128 × 192 form, whose ring has kRing stages of kRingStageBytes).
+template <int kN, int kRing = kStages, int kRingStageBytes = kStageBytes>
 __device__ __forceinline__ void issue_k_block(float (&part)[kN / 2], const RingDescs& d0, uint64_t* full, int& s,
                                               uint32_t& phase) {
   mbar_wait(&full[s], phase);
-  const auto off = static_cast<uint32_t>(s * (kStageBytes >> 4));
+  const auto off = static_cast<uint32_t>(s * (kRingStageBytes >> 4));
   const uint64_t da = desc_advance(d0.a, off), db = desc_advance(d0.w, off);
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) fence_operand(part[i]);
@@ -284,12 +312,55 @@ __device__ __forceinline__ void issue_k_block(float (&part)[kN / 2], const RingD
 #pragma unroll
   for (int k = 0; k < kBK / 32; ++k) {  // +32 bytes of K (the stage is 1024-byte aligned: no carry)
     if constexpr (kN == 128) wgmma_m64n128k32(part, desc_advance(da, 2 * k), desc_advance(db, 2 * k), k);
+    else if constexpr (kN == 192) wgmma_m64n192k32(part, desc_advance(da, 2 * k), desc_advance(db, 2 * k), k);
     else wgmma_m64n64k32_e4m3(part, desc_advance(da, 2 * k), desc_advance(db, 2 * k), k);
   }
   wgmma_commit();
-  if (++s == kStages) {
+  if (++s == kRing) {
     s = 0;
     phase ^= 1u;
+  }
+}
+
+// DeepGEMM's promotion of a finished K block (part: its MMA sums, the m64n(8·kGroups) fragment)
+// into acc: acc[4j + v] = fmaf(part[4j + v], v < 2 ? at(j).x : at(j).y, acc[4j + v]) — at(j) the
+// scale products a·w of the thread's rows r0 (x) and r0 + 8 (y) for 8-column group j.
+template <int kGroups, typename At>
+__device__ __forceinline__ void promote_groups(float (&acc)[4 * kGroups], const float (&part)[4 * kGroups], At&& at) {
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    const float2 sj = at(j);
+    acc[4 * j + 0] = fmaf(part[4 * j + 0], sj.x, acc[4 * j + 0]);
+    acc[4 * j + 1] = fmaf(part[4 * j + 1], sj.x, acc[4 * j + 1]);
+    acc[4 * j + 2] = fmaf(part[4 * j + 2], sj.y, acc[4 * j + 2]);
+    acc[4 * j + 3] = fmaf(part[4 * j + 3], sj.y, acc[4 * j + 3]);
+  }
+}
+
+// K blocks kb … kbs − 1 of a tile in pairs, as compute_tiles runs them: block kb + 1's MMAs
+// issued before block kb is promoted, nothing in flight across the loop's back edge (ptxas
+// serializes every wgmma when an accumulator may be), an odd count's last block alone.
+// issue(part, kb, sc) waits for block kb's stage, loads its scales into sc and issues its MMAs
+// into part (moving s on); promote(part, stage, sc) runs once they are waited for.
+template <typename Sc, typename Part, typename Issue, typename Promote>
+__device__ __forceinline__ void k_blocks_in_pairs(int kb, int kbs, const int& s, Part& part0, Part& part1,
+                                                  Issue&& issue, Promote&& promote) {
+  Sc sc0{}, sc1{};
+  for (; kb + 1 < kbs; kb += 2) {
+    const int s0 = s;
+    issue(part0, kb, sc0);
+    const int s1 = s;
+    issue(part1, kb + 1, sc1);
+    wgmma_wait<1>();
+    promote(part0, s0, sc0);
+    wgmma_wait<0>();
+    promote(part1, s1, sc1);
+  }
+  for (; kb < kbs; ++kb) {
+    const int s0 = s;
+    issue(part0, kb, sc0);
+    wgmma_wait<0>();
+    promote(part0, s0, sc0);
   }
 }
 
@@ -326,34 +397,10 @@ __device__ __forceinline__ void narrow_tile(const WgmmaParams& p, const RingDesc
 #pragma unroll
     for (int i = 0; i < 32; ++i) fence_operand(part[i]);
     release_stage<kCluster>(&empty[sr], lane);
-    const float s0 = sc.a0 * sc.w, s1 = sc.a1 * sc.w;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
-      acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
-      acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
-      acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
-    }
+    const float2 sr01 = make_float2(sc.a0 * sc.w, sc.a1 * sc.w);
+    promote_groups<8>(acc, part, [&](int) { return sr01; });
   };
-  const int kbs = static_cast<int>(p.n_kb);
-  Scales sc0{}, sc1{};
-  int kb = 0;
-  for (; kb + 1 < kbs; kb += 2) {
-    const int s0 = s;
-    issue(part0, kb, sc0);
-    const int s1 = s;
-    issue(part1, kb + 1, sc1);
-    wgmma_wait<1>();
-    promote(part0, s0, sc0);
-    wgmma_wait<0>();
-    promote(part1, s1, sc1);
-  }
-  if (kb < kbs) {
-    const int s0 = s;
-    issue(part0, kb, sc0);
-    wgmma_wait<0>();
-    promote(part0, s0, sc0);
-  }
+  k_blocks_in_pairs<Scales>(0, static_cast<int>(p.n_kb), s, part0, part1, issue, promote);
   store_tile<OutT, 8>(static_cast<OutT*>(p.c), p.ldc, p.n_split, n0 + 64 * wg, r0, m_end, p.c_vec, lane, acc);
 }
 
@@ -410,14 +457,7 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
     const bool idle = kGrouped && m0 + 64 * wg >= m_end;
     if (kGrouped && p.idle_skip && idle) {
       flush();
-      for (int64_t kb = 0; kb < n_kb; ++kb) {
-        mbar_wait(&full[s], phase);
-        release_stage<kCluster>(&empty[s], lane);
-        if (++s == kStages) {
-          s = 0;
-          phase ^= 1u;
-        }
-      }
+      pass_stages<kCluster>(n_kb, full, empty, s, phase, lane);
       continue;
     }
     // Rows r0 = m0 + rl and r0 + 8 of this tile, rl = 64·wg + 16·(warp % 4) + lane / 4.
@@ -615,14 +655,7 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
     // expert, a dense tile's past M).
     const bool idle = m0 + 64 * wg >= m_end;
     if (p.idle_skip && idle) {  // as compute_tiles: both halves' stages passed over, no MMAs
-      for (int64_t kb = 0; kb < 2 * n_kb; ++kb) {
-        mbar_wait(&full[s], phase);
-        release_stage<1>(&empty[s], lane);
-        if (++s == kStages) {
-          s = 0;
-          phase ^= 1u;
-        }
-      }
+      pass_stages<1>(2 * n_kb, full, empty, s, phase, lane);
       continue;
     }
     const int rl = 64 * wg + 16 * (warp % 4) + lane / 4;
@@ -656,35 +689,10 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
         for (int i = 0; i < 64; ++i) fence_operand(part[i]);
         release_stage<1>(&empty[sr], lane);
         if (idle) return;
-        const float s0g = sc.a0 * sc.g, s1g = sc.a1 * sc.g, s0u = sc.a0 * sc.u, s1u = sc.a1 * sc.u;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const float s0 = j < 8 ? s0g : s0u, s1 = j < 8 ? s1g : s1u;
-          acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
-          acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
-          acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
-          acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
-        }
+        const float2 sg = make_float2(sc.a0 * sc.g, sc.a1 * sc.g), su = make_float2(sc.a0 * sc.u, sc.a1 * sc.u);
+        promote_groups<16>(acc, part, [&](int j) { return j < 8 ? sg : su; });
       };
-      const int kbs = static_cast<int>(n_kb);
-      Scales sc0{}, sc1{};
-      int kb = 0;
-      for (; kb + 1 < kbs; kb += 2) {
-        const int st0 = s;
-        issue(part0, kb, sc0);
-        const int st1 = s;
-        issue(part1, kb + 1, sc1);
-        wgmma_wait<1>();
-        promote(part0, st0, sc0);
-        wgmma_wait<0>();
-        promote(part1, st1, sc1);
-      }
-      for (; kb < kbs; ++kb) {
-        const int st0 = s;
-        issue(part0, kb, sc0);
-        wgmma_wait<0>();
-        promote(part0, st0, sc0);
-      }
+      k_blocks_in_pairs<Scales>(0, static_cast<int>(n_kb), s, part0, part1, issue, promote);
       if (idle) continue;
       // act = bf16(silu_times(bf16(gate), bf16(up))) for this half's 32 values, into the stash —
       // for the rows it stores only (a decode step's tiles hold a few rows per expert: the rest
@@ -740,17 +748,6 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
 }
 
 
-// d[64×192] fp32 (+)= A[64×32] e4m3 · B[192×32]ᵀ e4m3, both K-major in shared memory (128-byte
-// swizzle); accumulate = 0 overwrites d. d[4j + v]: row 16w + l/4 + 8·(v/2), column 8j + 2·(l%4)
-// + v%2 (warp w of the warpgroup, lane l), j < 24.
-__device__ __forceinline__ void wgmma_m64n192k32(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1;\n}\n"
-               : DI_WGMMA_ACC64(d, 0), DI_WGMMA_ACC8(d, 64), DI_WGMMA_ACC8(d, 72), DI_WGMMA_ACC8(d, 80),
-                 DI_WGMMA_ACC8(d, 88)
-               : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
 // A math warp (warpgroup wg) of fp8_wgmma_n192_kernel: its 16 rows of each of this block's
 // 128 × 192 tiles. Per K block: the scales loaded, the stage's four m64n192k32 MMAs issued (the
 // first overwriting `part`), waited for, the stage released, then promoted — acc += part ·
@@ -767,7 +764,7 @@ __device__ __forceinline__ void compute_tiles_n192(const WgmmaParams& p, const C
   const int64_t n_tiles = p.n_row_tiles * n_col_tiles;
   int s = 0;
   uint32_t phase = 0;
-  const uint64_t desc_a = sw128_desc(ring + wg * 64 * kBK), desc_w = sw128_desc(ring + kTileBytes);
+  const RingDescs descs = ring_descs(ring, wg);  // the same A | W offsets in a 40 KB stage
   OutT* c = static_cast<OutT*>(p.c);
   float acc[96], part[96];
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
@@ -775,14 +772,7 @@ __device__ __forceinline__ void compute_tiles_n192(const WgmmaParams& p, const C
     if (!resolve_tile<kBM, kN192>(tile, p.n_row_tiles, n_col_tiles, table, p.E, p.M, &v)) continue;
     const int64_t e = v.e, m0 = v.m0, m_end = v.m_end, n0 = v.n0;
     if (m0 + 64 * wg >= m_end) {  // none of the tile's rows are this warpgroup's
-      for (int64_t kb = 0; kb < n_kb; ++kb) {
-        mbar_wait(&full[s], phase);
-        release_stage<1>(&empty[s], lane);
-        if (++s == kN192Stages) {
-          s = 0;
-          phase ^= 1u;
-        }
-      }
+      pass_stages<1, kN192Stages>(n_kb, full, empty, s, phase, lane);
       continue;
     }
     const int rl = 64 * wg + 16 * (warp % 4) + lane / 4;
@@ -798,32 +788,13 @@ __device__ __forceinline__ void compute_tiles_n192(const WgmmaParams& p, const C
     for (int64_t kb = 0; kb < n_kb; ++kb) {
       const float a0 = sa0[kb], a1 = sa1[kb], w_lo = sw_lo[kb], w_hi = sw_hi[kb];
       const int sr = s;
-      mbar_wait(&full[s], phase);
-      const auto off = static_cast<uint32_t>(s * (kN192StageBytes >> 4));
-      const uint64_t da = desc_advance(desc_a, off), db = desc_advance(desc_w, off);
-#pragma unroll
-      for (int i = 0; i < 96; ++i) fence_operand(part[i]);
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < kBK / 32; ++k) wgmma_m64n192k32(part, desc_advance(da, 2 * k), desc_advance(db, 2 * k), k);
-      wgmma_commit();
-      if (++s == kN192Stages) {
-        s = 0;
-        phase ^= 1u;
-      }
+      issue_k_block<192, kN192Stages, kN192StageBytes>(part, descs, full, s, phase);
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < 96; ++i) fence_operand(part[i]);
       release_stage<1>(&empty[sr], lane);
-      const float s0_lo = a0 * w_lo, s1_lo = a1 * w_lo, s0_hi = a0 * w_hi, s1_hi = a1 * w_hi;
-#pragma unroll
-      for (int j = 0; j < 24; ++j) {
-        const float s0 = j < jb ? s0_lo : s0_hi, s1 = j < jb ? s1_lo : s1_hi;
-        acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
-        acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
-        acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
-        acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
-      }
+      const float2 lo = make_float2(a0 * w_lo, a1 * w_lo), hi = make_float2(a0 * w_hi, a1 * w_hi);
+      promote_groups<24>(acc, part, [&](int j) { return j < jb ? lo : hi; });
     }
     if (p.c_tma && m0 + 64 * (wg + 1) <= m_end) store_tile_tma<OutT, 24>(map_c, out, n0, m0 + 64 * wg, warp, lane, acc);
     else store_tile<OutT, 24>(c, p.ldc, p.N, n0, r0, m_end, p.c_vec, lane, acc);
