@@ -10,7 +10,10 @@
 # change). ROUNDS=n (default 1): every setting n times, the settings interleaved round by round (one
 # invocation's figure moves ±0.05 ms at B = 1 between invocations, a round's settings ±0.01:
 # docs/perf.md, version 29); labels get the round as a suffix (LABEL.r), the table a median
-# column per setting.
+# column per setting. CLOCKS=1: nvidia-smi samples the SM clock and power every 20 ms during
+# each setting (a table row: the median clock above 250 W and the most power — a sustained FP8
+# prefill sits at the 700 W cap, 1,710 MHz against 1,980 in short benches: docs/perf.md,
+# version 36).
 # Output: the table on stdout (ms, then each case's ratio to its floor as the run measured it);
 # $OUT/bench_lab.tgz holds each setting's lab_<LABEL>.json / .log (a later call in the same $OUT
 # writes bench_lab2.tgz, bench_lab3.tgz, …: run s38-4 lost its first calls' files to the last).
@@ -27,11 +30,17 @@ for ((round = 1; round <= rounds; ++round)); do
     flag="" bin=$BIN
     [ "$mode" = invariant ] && flag=--batch-invariant
     for kv in ${envs//,/ }; do [[ $kv == BIN=* ]] && bin=${kv#BIN=}; done
+    clk_pid=""
+    if [ "${CLOCKS:-0}" = 1 ]; then  # the SM clock and power every 20 ms while the setting runs
+      nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 20 > "$OUT/lab_$label.clk" 2>/dev/null &
+      clk_pid=$!
+    fi
     # shellcheck disable=SC2086  # envs: zero or more ENV=VALUE words
     timeout 150 env ${envs//,/ } "$bin" bench --config "$LITE" --dtype "$dtype" --prefill "${PREFILL-4096}" \
       --decode-batch "${BATCHES:-1,2,8,32,64,128,256}" --context "${CONTEXT:-512}" $flag \
       --json "$OUT/lab_$label.json" > "$OUT/lab_$label.log" 2>&1
     echo "== $label ($dtype $mode ${envs//,/ }): rc=$?"
+    [ -n "$clk_pid" ] && { kill "$clk_pid"; wait "$clk_pid" 2>/dev/null; }
     labels+=("$label")
   done
 done
@@ -64,6 +73,17 @@ print("| case | " + " | ".join(columns) + " |")
 print("|---|" + "---:|" * len(columns))
 for k, v in rows.items():
     print(f"| {k} | " + " | ".join(f"{v[n]:.2f}" if v.get(n) else "–" for n in columns) + " |")
+clocks = {}  # CLOCKS=1: the median SM clock over the samples above 250 W, and the most power
+for name in labels:
+    try:
+        v = [tuple(float(x) for x in l.split(",")) for l in open(f"{out}/lab_{name}.clk") if l[:1].isdigit()]
+    except (OSError, ValueError):
+        continue
+    busy = sorted(c for c, w in v if w > 250)
+    if busy:
+        clocks[name] = f"{busy[len(busy) // 2]:.0f} MHz / {max(w for _, w in v):.0f} W"
+if clocks:
+    print("| SM clock above 250 W / max power | " + " | ".join(clocks.get(n, "–") for n in columns) + " |")
 print()
 print("| ratio to floor | " + " | ".join(columns) + " |")
 print("|---|" + "---:|" * len(columns))
