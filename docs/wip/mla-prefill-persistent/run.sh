@@ -9,7 +9,8 @@ save() { tar czf "$REAL_OUT/mla_persistent.tgz" -C $OUT . 2>/dev/null; }
 source scripts/device/build_device.sh
 t0=$(date +%s); device_build deepinfer mla_prefill_bench; echo "base build $(( $(date +%s) - t0 )) s"
 mkdir -p /tmp/base && cp build-device/src/tools/deepinfer build-device/bench/mla_prefill_bench /tmp/base/
-patch -p1 < docs/wip/mla-prefill-persistent/persistent.patch > $OUT/patch.log || { cat $OUT/patch.log; exit 1; }
+{ git apply docs/wip/mla-prefill-persistent/persistent.patch || patch -p1 < docs/wip/mla-prefill-persistent/persistent.patch; } \
+  > $OUT/patch.log 2>&1 || { cat $OUT/patch.log; exit 1; }
 t0=$(date +%s); device_build deepinfer deepinfer_tests mla_prefill_bench; echo "patched build $(( $(date +%s) - t0 )) s"; save
 T=build-device/tests/deepinfer_tests
 run() { local name=$1; shift; local s=$(date +%s); timeout 200 "$@" > "$OUT/$name.log" 2>&1; echo "$name rc=$? $(( $(date +%s) - s )) s $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200)"; }
