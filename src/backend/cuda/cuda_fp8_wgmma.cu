@@ -548,21 +548,15 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
       kb += 2;
     }
     flush();  // not stored under MMAs: a single K block, or no pairs (kRowScales grouped)
-    for (; kPairs && kb + 1 < kbs; kb += 2) {
-      const int s0 = s;
-      issue(part0, kb, sc0);
-      const int s1 = s;
-      issue(part1, kb + 1, sc1);
-      wgmma_wait<1>();
-      promote(part0, s0, sc0);
-      wgmma_wait<0>();
-      promote(part1, s1, sc1);
-    }
-    for (; kb < kbs; ++kb) {  // an odd block count's last block; every block without kPairs
-      const int s0 = s;
-      issue(part0, kb, sc0);
-      wgmma_wait<0>();
-      promote(part0, s0, sc0);
+    if constexpr (kPairs) {
+      k_blocks_in_pairs<Scales>(kb, kbs, s, part0, part1, issue, promote);
+    } else {
+      for (; kb < kbs; ++kb) {  // every block alone
+        const int s0 = s;
+        issue(part0, kb, sc0);
+        wgmma_wait<0>();
+        promote(part0, s0, sc0);
+      }
     }
 
     if (idle) continue;  // none of the tile's rows are this warpgroup's
