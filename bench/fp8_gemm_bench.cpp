@@ -261,6 +261,10 @@ int main(int argc, char** argv) {
   app.add_flag("--wide-tails", wide_tails, "grouped: tiles of <= 64 rows on one warpgroup (narrow_tails off)");
   app.add_flag("--n192", n192, "grouped: 128 x 192 tiles (Fp8GemmArgs::n192; bf16 out, block scales)");
   CLI11_PARSE(app, argc, argv);
+  if (model_form && !row_scales) {
+    std::fprintf(stderr, "fp8_gemm_bench: --model-form needs --row-scales (it is the per-row-scale dense form)\n");
+    return 2;
+  }
   const std::vector<int64_t> Ms = parse_list(ms), Vs = parse_list(variants), Cs = parse_list(clusters);
 
   cudaStream_t s;
