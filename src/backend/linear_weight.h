@@ -20,6 +20,10 @@ struct LinearWeight {
   // aligned 128-row block [128·i, 128·i + 128) shares one scale row (placed from 128-row
   // checkpoint blocks at block-aligned offsets), so the FP8 wgmma GEMM may read one per block.
   bool uniform_row_blocks = false;
+  // A backend's derived copy of the weight in the layout one of its kernels reads; empty where
+  // there is none. The CUDA placement's fp32 router keeps its bf16 split image here
+  // (cuda/router_split.h: [blocks, parts, 4096] BF16). Row and column views drop it.
+  Tensor derived;
 
   bool defined() const { return weight.defined(); }
   int64_t n_out() const { return weight.size(0); }

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_moe_form.h"
+#include "backend/cuda/router_split.h"
 #include "core/env_switch.h"
 #include "core/log.h"
 #include "sample/philox.h"
@@ -187,6 +188,10 @@ struct CudaState {
   // The invariant router's tiled kernel from this many rows, 0 = never (set_router_tiled;
   // DEEPINFER_CUDA_ROUTER_TILED=0|1).
   int64_t router_tiled_rows = 0;
+  // The default mode's fp32 router GEMMs of more than kGemvMaxRows rows on the split-bf16 tensor
+  // cores (cuda::router_gemm, the weight's image from place_linear_fp32) instead of cuBLAS's
+  // SGEMM; set_router_split; DEEPINFER_CUDA_ROUTER_SPLIT=0|1.
+  bool router_split = false;
   // The shared experts in the routed launch: -1 by moe_ffn's size rule, 0 never, 1 always (the
   // batch-invariant mode always); DEEPINFER_CUDA_MOE_SHARED_FUSE=0|1, a lab knob.
   int shared_fuse = -1;
@@ -296,6 +301,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_MOE_ONE_FP8", s_->moe_one_fp8);
   read_env_switch("DEEPINFER_CUDA_GEMV_RING", s_->gemv_ring);
   read_env_switch("DEEPINFER_CUDA_MOE_NORM_FOLD", s_->moe_norm_fold);
+  read_env_switch("DEEPINFER_CUDA_ROUTER_SPLIT", s_->router_split);
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_MOE_ONE_W8A8", on)) s_->moe_one_w8a8 = on ? 1 : 0;
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_NORM_ROUTE", on)) s_->norm_route = on ? 1 : 0;
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_SUBLAYER_NORM", on)) s_->sublayer_norm = on ? 1 : 0;
@@ -387,6 +393,7 @@ void CudaBackend::set_gemv_tc_min_units(int64_t units) {
 
 void CudaBackend::set_gemv_ring(bool on) { s_->gemv_ring = on; }
 void CudaBackend::set_moe_norm_fold(bool on) { s_->moe_norm_fold = on; }
+void CudaBackend::set_router_split(bool on) { s_->router_split = on; }
 
 void CudaBackend::set_router_tiled(bool on, int64_t min_rows) {
   DI_CHECK(min_rows > kInvariantRouterParallelRows);
@@ -673,6 +680,14 @@ LinearWeight CudaBackend::place_linear_fp32(const LinearWeight& host) {
   host.dequantize(0, host.n_out(), 0, host.n_in(), f.data<float>(), host.n_in());
   LinearWeight w;
   w.weight = place_tensor(f);
+  const int64_t N = host.n_out(), K = host.n_in();
+  if (K % cuda::kRouterChunkK == 0 && N > 0) {  // router_gemm's operand (router_split.h)
+    const int parts = cuda::router_image_parts(f.data<float>(), N * K);
+    const int64_t blocks = cuda::router_image_elems(N, K, parts) / (parts * cuda::kRouterBlockElems);
+    Tensor image = Tensor::empty_host(DType::kBF16, {blocks, parts, cuda::kRouterBlockElems});
+    cuda::build_router_image(f.data<float>(), N, K, parts, image.data<uint16_t>());
+    w.derived = place_tensor(image);
+  }
   return w;
 }
 
@@ -1044,6 +1059,11 @@ void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& 
       return;
     }
     if (try_gemv(x.raw_data(), Elem::kF32, x_stride == 0 ? K : x_stride, M, w, N, dptr<float>(out), N)) return;
+    if (s_->router_split && w.derived.defined() && cuda::router_gemm_ok(cdptr<float>(x), x_stride == 0 ? K : x_stride, K)) {
+      cuda::router_gemm(cdptr<float>(x), x_stride == 0 ? K : x_stride, cdptr<uint16_t>(w.derived),
+                        static_cast<int>(w.derived.size(1)), M, N, K, dptr<float>(out), N, s_->stream);
+      return;
+    }
     // cuBLAS's fp32 SGEMM (~39 µs a V2-Lite layer at 4,096 rows); a 3xTF32 tensor-core kernel
     // measured slower (52 µs, run s21-4; in history at 3433027).
     cuda::gemm_f32(s_->blas, M, N, K, cdptr<float>(x), x_stride == 0 ? K : x_stride, cdptr<float>(w.weight), K,

@@ -50,6 +50,8 @@ class CudaBackend : public Backend {
   DType kv_dtype() const override { return DType::kBF16; }
   LinearWeight place_linear(const std::vector<const LinearWeight*>& parts) override;
   Tensor place_tensor(const Tensor& host) override;
+  // Also builds router_gemm's bf16 image of the weight (LinearWeight::derived; router_split.h)
+  // where n_in % 64 == 0: one part where the values are bf16 (the checkpoints' routers), else three.
   LinearWeight place_linear_fp32(const LinearWeight& host) override;
   LinearWeight allocate_linear(int64_t n_out, int64_t n_in, DType dtype) override;
   void fill_random(Tensor& t, uint64_t seed, bool normal, float a, float b) override;
@@ -238,6 +240,13 @@ class CudaBackend : public Backend {
   // 50.41; 16K −1 % / −3 %, within the runs' spread); DEEPINFER_CUDA_ROUTER_TILED=0|1 sets it at
   // construction, from kRouterTiledMinRows.
   void set_router_tiled(bool on, int64_t min_rows = kRouterTiledMinRows);
+  // The default mode's fp32 router GEMMs past the GEMV's rows on the split-bf16 tensor cores
+  // (cuda::router_gemm: X split into three bf16 parts in the kernel, W read from the bf16 image
+  // place_linear_fp32 builds; fp32-level error, not cuBLAS's bits) instead of cuBLAS's SGEMM.
+  // Off by default until measured on the device (perf.md, version 37); weights without an image
+  // (not placed by place_linear_fp32, or K % 64 ≠ 0) keep cuBLAS. DEEPINFER_CUDA_ROUTER_SPLIT=0|1
+  // sets it at construction.
+  void set_router_split(bool on);
   // The tiled router's blocks hold 16 rows × 16 columns: at V2-Lite's 64 experts a step of M rows
   // gets M / 4 warps, a quarter of the one-chain kernel's — enough once they fill the GPU, too
   // few at decode sizes to hide the chains' latency (B = 32 with it from 17 rows: ~+0.9 ms per

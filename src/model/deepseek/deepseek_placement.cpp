@@ -143,6 +143,10 @@ class Placer {
     const int64_t E = c_.n_routed_experts, I = c_.moe_intermediate_size;
     if (h) {
       out->gate = b_.place_linear_fp32(h->gate);
+    } else if (!b_.on_host()) {  // bf16 values, as the checkpoints store their routers (V2, V3)
+      LinearWeight g = b_.allocate_linear(E, d, DType::kBF16);
+      b_.fill_random(g.weight, next_seed(), true, 2.0f / std::sqrt(static_cast<float>(d)), 0.0f);
+      out->gate = b_.place_linear_fp32(to_host(g));
     } else {
       out->gate = b_.allocate_linear(E, d, DType::kF32);
       b_.fill_random(out->gate.weight, next_seed(), true, 2.0f / std::sqrt(static_cast<float>(d)), 0.0f);
