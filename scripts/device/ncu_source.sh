@@ -4,7 +4,7 @@
 # most-sampled instructions with their stall reasons, and the sampled totals per reason.
 # Usage: bash scripts/device/ncu_source.sh NAME KERNEL_REGEX LAUNCH_SKIP -- COMMAND...
 # Output: $OUT/ncu_src_NAME.{ncu-rep,csv,txt}, _details.txt (speed of light, warp states); the
-# summary on stdout.
+# summary on stdout (scripts/device/ncu_sass_summary.py).
 set -uo pipefail
 name=$1 regex=$2 skip=$3; shift 4
 OUT=${OUT:-/tmp/out}
@@ -16,31 +16,4 @@ echo "== ncu source $name rc=$?"
 "$NCU" -i "$OUT/ncu_src_$name.ncu-rep" --page details > "$OUT/ncu_src_${name}_details.txt" 2>&1
 grep -E "Duration|Throughput|Eligible|Issued Warp|Warp Cycles Per Issued" "$OUT/ncu_src_${name}_details.txt" | head -12
 "$NCU" -i "$OUT/ncu_src_$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_src_$name.csv" 2>&1
-python3 - "$OUT/ncu_src_$name.csv" <<'PY' | tee "$OUT/ncu_src_$name.txt"
-import csv, sys
-lines = open(sys.argv[1]).read().splitlines()
-start = next((i for i, l in enumerate(lines) if l.startswith('"#') or l.startswith('"Address') or 'Source' in l[:40]), 0)
-rows = list(csv.reader(lines[start:]))
-if not rows:
-    sys.exit("no rows")
-head = rows[0]
-print("columns:", [h for h in head][:60])
-def num(x):
-    try: return float(x.replace(",", ""))
-    except Exception: return 0.0
-all_col = next((i for i, h in enumerate(head) if "Warp Stall Sampling (All" in h), None)
-src_col = next((i for i, h in enumerate(head) if h in ("Source", "SASS")), 1)
-if all_col is None:
-    sys.exit("no stall sampling column")
-stall_cols = [i for i, h in enumerate(head) if h.startswith("stall_") or "Stall" in h and i != all_col]
-body = [r for r in rows[1:] if len(r) == len(head)]
-total = sum(num(r[all_col]) for r in body)
-print(f"instructions {len(body)}, samples {total:.0f}")
-sums = {head[i]: sum(num(r[i]) for r in body) for i in stall_cols}
-for k, v in sorted(sums.items(), key=lambda kv: -kv[1])[:14]:
-    print(f"  {k:60s} {v:10.0f} {100 * v / max(total, 1):5.1f} %")
-for r in sorted(body, key=lambda r: -num(r[all_col]))[:30]:
-    top = sorted(((head[i], num(r[i])) for i in stall_cols), key=lambda kv: -kv[1])[:3]
-    print(f"{num(r[all_col]):8.0f} {100 * num(r[all_col]) / max(total, 1):5.1f}%  {r[0]:>6s}  {r[src_col][:70]:70s} " +
-          ", ".join(f"{k.replace('stall_', '')}={v:.0f}" for k, v in top if v > 0))
-PY
+python3 "$(dirname "$0")/ncu_sass_summary.py" "$OUT/ncu_src_$name.csv" | tee "$OUT/ncu_src_$name.txt"
