@@ -256,6 +256,9 @@ void launch(const Params& base, cudaStream_t s) {
   std::call_once(once, [] {
     DI_CUDA_CHECK(cudaFuncSetAttribute(router_gemm_kernel<kParts>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(S::kSmemBytes)));
+    // All of the SM's unified memory as shared memory, so two blocks fit (kBlocksPerSm).
+    DI_CUDA_CHECK(cudaFuncSetAttribute(router_gemm_kernel<kParts>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared));
   });
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[2];
