@@ -1,7 +1,8 @@
-// Timing helpers of the CUDA micro-benchmarks (bench/*_bench.cpp): device buffers and uploads,
-// the median of CUDA-graph replays of a batch of launches, the bf16 GEMM and device-to-device
-// copy rates they are compared against, the L2 size (to rotate operands that would otherwise
-// stay cached), the persistent kernels' timelines, and their list-valued command-line options.
+// Timing helpers of the CUDA micro-benchmarks (bench/*_bench.cpp): a stream with its cuBLAS
+// handle, device buffers and uploads, the median of CUDA-graph replays of a batch of launches,
+// the bf16 GEMM and device-to-device copy rates they are compared against, the L2 size (to
+// rotate operands that would otherwise stay cached), the persistent kernels' timelines, and
+// their list-valued command-line options.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +15,23 @@
 #include "backend/cuda/cuda_common.h"
 
 namespace deepinfer::bench {
+
+// A bench's stream and a cuBLAS handle bound to it, both released at scope exit.
+struct BenchStream {
+  cudaStream_t s = nullptr;
+  cublasHandle_t blas = nullptr;
+  BenchStream() {
+    DI_CUDA_CHECK(cudaStreamCreate(&s));
+    DI_CUBLAS_CHECK(cublasCreate(&blas));
+    DI_CUBLAS_CHECK(cublasSetStream(blas, s));
+  }
+  ~BenchStream() {
+    cublasDestroy(blas);
+    cudaStreamDestroy(s);
+  }
+  BenchStream(const BenchStream&) = delete;
+  BenchStream& operator=(const BenchStream&) = delete;
+};
 
 // A device allocation freed at scope exit.
 struct Dev {

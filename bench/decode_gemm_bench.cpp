@@ -222,11 +222,9 @@ int main(int argc, char** argv) {
   bool ring = false;
   app.add_flag("--ring", ring, "FP8 GEMVs at one row on the ring-fed form where it applies (GemvArgs::ring)");
   CLI11_PARSE(app, argc, argv);
-  cudaStream_t s;
-  DI_CUDA_CHECK(cudaStreamCreate(&s));
-  cublasHandle_t blas;
-  DI_CUBLAS_CHECK(cublasCreate(&blas));
-  DI_CUBLAS_CHECK(cublasSetStream(blas, s));
+  const BenchStream bs;
+  cudaStream_t s = bs.s;
+  cublasHandle_t blas = bs.blas;
   const double copy_bps = copy_rate(s);
   std::printf("{\"kernel\": \"d2d_copy\", \"copy_gbps\": %.1f}\n", copy_bps * 1e-9);
   for (int64_t M : parse_list(ms)) {
@@ -240,7 +238,5 @@ int main(int argc, char** argv) {
       for (Elem w : {Elem::kBF16, Elem::kF8}) bench_grouped(x, M, w, ring, reps, copy_bps, s);
     }
   }
-  DI_CUBLAS_CHECK(cublasDestroy(blas));
-  DI_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

@@ -28,6 +28,7 @@
 #include "cuda_timing.h"
 
 using namespace deepinfer::cuda;
+using deepinfer::bench::BenchStream;
 using deepinfer::bench::bf16_gemm_rate;
 using deepinfer::bench::copy_rate;
 using deepinfer::bench::Dev;
@@ -138,15 +139,11 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed batches (median)");
   CLI11_PARSE(app, argc, argv);
 
-  cudaStream_t s;
-  DI_CUDA_CHECK(cudaStreamCreate(&s));
+  const BenchStream bs;
+  cudaStream_t s = bs.s;
   const double copy_bps = copy_rate(s);
   std::printf("{\"kernel\": \"d2d_copy\", \"copy_gbps\": %.1f}\n", copy_bps * 1e-9);
-  cublasHandle_t blas;
-  DI_CUBLAS_CHECK(cublasCreate(&blas));
-  DI_CUBLAS_CHECK(cublasSetStream(blas, s));
-  const double gemm_rate = bf16_gemm_rate(blas, s);
-  DI_CUBLAS_CHECK(cublasDestroy(blas));
+  const double gemm_rate = bf16_gemm_rate(bs.blas, s);
   std::printf("{\"kernel\": \"cublas_bf16_gemm_8192\", \"tflops\": %.1f}\n", gemm_rate * 1e-12);
   std::stringstream ss(cases);
   std::string c;
@@ -162,6 +159,5 @@ int main(int argc, char** argv) {
   for (int64_t H : parse_list(heads))
     for (const auto& [rows, context] : pairs)
       bench_case(H, rows, context, kernel, split_keys, reps, copy_bps, gemm_rate, s);
-  DI_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

@@ -22,6 +22,7 @@
 #include "cuda_timing.h"
 
 using namespace deepinfer::cuda;
+using deepinfer::bench::BenchStream;
 using deepinfer::bench::bf16_gemm_rate;
 using deepinfer::bench::Dev;
 using deepinfer::bench::parse_list;
@@ -105,16 +106,10 @@ int main(int argc, char** argv) {
       return 2;
     }
 
-  cudaStream_t s;
-  DI_CUDA_CHECK(cudaStreamCreate(&s));
-  cublasHandle_t blas;
-  DI_CUBLAS_CHECK(cublasCreate(&blas));
-  DI_CUBLAS_CHECK(cublasSetStream(blas, s));
-  const double rate = bf16_gemm_rate(blas, s);
+  const BenchStream bs;
+  const double rate = bf16_gemm_rate(bs.blas, bs.s);
   std::printf("{\"kernel\": \"cublas_bf16_gemm_8192\", \"tflops\": %.1f}\n", rate * 1e-12);
   for (int64_t H : parse_list(heads))
-    for (const auto& t : triples) bench_case(H, t[0], t[1], t[2], kernel_list, reps, rate, s);
-  DI_CUBLAS_CHECK(cublasDestroy(blas));
-  DI_CUDA_CHECK(cudaStreamDestroy(s));
+    for (const auto& t : triples) bench_case(H, t[0], t[1], t[2], kernel_list, reps, rate, bs.s);
   return 0;
 }

@@ -107,15 +107,9 @@ int main(int argc, char** argv) {
       return 2;
     }
 
-  cudaStream_t s;
-  DI_CUDA_CHECK(cudaStreamCreate(&s));
-  cublasHandle_t blas;
-  DI_CUBLAS_CHECK(cublasCreate(&blas));
-  DI_CUBLAS_CHECK(cublasSetStream(blas, s));
-  const double copy_bps = copy_rate(s);
+  const BenchStream bs;
+  const double copy_bps = copy_rate(bs.s);
   std::printf("{\"bench\": \"copy\", \"tb_per_s\": %.3f}\n", copy_bps * 1e-12);
-  for (const Shape* sh : picked) bench_shape(*sh, ms, reps, copy_bps, blas, s);
-  DI_CUBLAS_CHECK(cublasDestroy(blas));
-  DI_CUDA_CHECK(cudaStreamDestroy(s));
+  for (const Shape* sh : picked) bench_shape(*sh, ms, reps, copy_bps, bs.blas, bs.s);
   return 0;
 }
