@@ -1058,16 +1058,18 @@ void CudaBackend::matmul(const Tensor& x, int64_t x_stride, const LinearWeight& 
                              s_->router_tiled_rows > 0 && M >= s_->router_tiled_rows);
       return;
     }
-    if (try_gemv(x.raw_data(), Elem::kF32, x_stride == 0 ? K : x_stride, M, w, N, dptr<float>(out), N)) return;
-    if (s_->router_split && w.derived.defined() && cuda::router_gemm_ok(cdptr<float>(x), x_stride == 0 ? K : x_stride, K)) {
-      cuda::router_gemm(cdptr<float>(x), x_stride == 0 ? K : x_stride, cdptr<uint16_t>(w.derived),
-                        static_cast<int>(w.derived.size(1)), M, N, K, dptr<float>(out), N, s_->stream);
+    const int64_t ldx = x_stride == 0 ? K : x_stride;
+    if (try_gemv(x.raw_data(), Elem::kF32, ldx, M, w, N, dptr<float>(out), N)) return;
+    // The split-bf16 tensor-core form (set_router_split; w.derived: the image place_linear_fp32
+    // built), else cuBLAS's fp32 SGEMM (~39 µs a V2-Lite layer at 4,096 rows; a 3xTF32 kernel
+    // measured slower, 52 µs, run s21-4, in history at 3433027; the split form on mma.sync 51–54
+    // µs, version 26).
+    if (s_->router_split && w.derived.defined() && cuda::router_gemm_ok(cdptr<float>(x), ldx, K)) {
+      cuda::router_gemm(cdptr<float>(x), ldx, cdptr<uint16_t>(w.derived), static_cast<int>(w.derived.size(1)), M, N,
+                        K, dptr<float>(out), N, s_->stream);
       return;
     }
-    // cuBLAS's fp32 SGEMM (~39 µs a V2-Lite layer at 4,096 rows); a 3xTF32 tensor-core kernel
-    // measured slower (52 µs, run s21-4; in history at 3433027).
-    cuda::gemm_f32(s_->blas, M, N, K, cdptr<float>(x), x_stride == 0 ? K : x_stride, cdptr<float>(w.weight), K,
-                   dptr<float>(out), N);
+    cuda::gemm_f32(s_->blas, M, N, K, cdptr<float>(x), ldx, cdptr<float>(w.weight), K, dptr<float>(out), N);
     return;
   }
   // Decode sizes: the GEMV rounds the fp32 rows to bf16 as it reads them (no conversion launch).
