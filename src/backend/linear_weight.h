@@ -22,7 +22,7 @@ struct LinearWeight {
   bool uniform_row_blocks = false;
   // A backend's derived copy of the weight in the layout one of its kernels reads; empty where
   // there is none. The CUDA placement's fp32 router keeps its bf16 split image here
-  // (cuda/router_split.h: [blocks, parts, 4096] BF16). Row and column views drop it.
+  // (cuda/router_split.h: [tiles × chunks, parts, 4096] BF16). Row and column views drop it.
   Tensor derived;
 
   bool defined() const { return weight.defined(); }

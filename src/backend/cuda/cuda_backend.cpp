@@ -683,8 +683,7 @@ LinearWeight CudaBackend::place_linear_fp32(const LinearWeight& host) {
   const int64_t N = host.n_out(), K = host.n_in();
   if (K % cuda::kRouterChunkK == 0 && N > 0) {  // router_gemm's operand (router_split.h)
     const int parts = cuda::router_image_parts(f.data<float>(), N * K);
-    const int64_t blocks = cuda::router_image_elems(N, K, parts) / (parts * cuda::kRouterBlockElems);
-    Tensor image = Tensor::empty_host(DType::kBF16, {blocks, parts, cuda::kRouterBlockElems});
+    Tensor image = Tensor::empty_host(DType::kBF16, {cuda::router_image_chunks(N, K), parts, cuda::kRouterBlockElems});
     cuda::build_router_image(f.data<float>(), N, K, parts, image.data<uint16_t>());
     w.derived = place_tensor(image);
   }

@@ -809,7 +809,7 @@ void gemm_f32_ordered_fused(const float* X, int64_t ldx, const float* W, int64_t
 // C[m, n] (row stride ldc) = Σ_k X[m, k] · W[n, k] in fp32-level precision on the bf16 tensor
 // cores: X's values split into three bf16 parts in the kernel, W given as its image
 // (router_split.h: build_router_image, `parts` 1 or 3 bf16 blocks per tile and chunk) — error
-// within a few 2^-24 of Σ_k |X·W| (router_split.h, cuda_router_gemm.cu). The sums depend on M
+// fp32-level (RouterGemmCuda's bound: 1e-6 of Σ_k |X·W|; router_split.h, cuda_router_gemm.cu). The sums depend on M
 // (K splits across a cluster, added in rank order: deterministic, not batch-invariant). X
 // non-finite → NaN. _ok: sm_90, K % 64 == 0, X 16-byte aligned, ldx % 4 == 0. Graph-safe, no
 // sync; PDL (loads the image before its wait).

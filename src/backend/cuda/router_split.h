@@ -65,9 +65,13 @@ inline void router_split(float x, uint16_t (&p)[3]) {
   p[2] = f32_to_bf16(r - bf16_to_f32(p[1]));
 }
 
-// The image's size in bf16 elements: ceil(N / 64) tiles × K / 64 chunks × parts blocks.
+// The image's (tile, chunk) pairs: ceil(N / 64) tiles × K / 64 chunks, `parts` blocks each.
+inline int64_t router_image_chunks(int64_t N, int64_t K) {
+  return (N + kRouterTileN - 1) / kRouterTileN * (K / kRouterChunkK);
+}
+// The image's size in bf16 elements.
 inline int64_t router_image_elems(int64_t N, int64_t K, int parts) {
-  return (N + kRouterTileN - 1) / kRouterTileN * (K / kRouterChunkK) * parts * kRouterBlockElems;
+  return router_image_chunks(N, K) * parts * kRouterBlockElems;
 }
 
 // image [ceil(N / 64)][K / 64][parts][64 × 64] bf16 bits ← W [N, K] fp32 (row-major), as above;
