@@ -9,9 +9,10 @@
 // Does not check results (tests/backend/cuda_fp8_gemm_test.cpp does). Usage:
 //   fp8_gemm_bench [--model v2lite|v3|all] [--m 1,16,64,256,1024,4096,16384] [--variants -1,2,3] [--reps 9]
 //                  [--grouped-only | --dense-only] [--clusters 0,1,2] [--row-scales] [--mma-idle] [--stagger]
-//                  [--balanced] [--wide-tails] [--n192] [--model-form] [--names a,b]
+//                  [--balanced] [--wide-tails] [--n192] [--gather] [--model-form] [--names a,b]
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
@@ -162,24 +163,34 @@ Result bench_dense(const DenseShape& d, int64_t M, int variant, int cluster, boo
 // one more each for the first experts: "_balanced") instead of random routing — at T = 4,096 on
 // V2-Lite 384 rows, three whole 128-row tiles: the grouped form without partial tiles, for the
 // A/B against random routing's tails. wide_tails: Fp8GemmArgs::narrow_tails off ("_wide_tails");
-// n192: Fp8GemmArgs::n192, 128 × 192 tiles ("_n192").
+// n192: Fp8GemmArgs::n192, 128 × 192 tiles ("_n192"). gather: Fp8GemmArgs::a_rows ("_gather") —
+// A is the T tokens' rows, each expert's slots reading its tokens' rows (token order, as the
+// MoE's sort lists them) through the index, instead of the R gathered rows in slot order (what
+// the MoE's gather pass writes; that pass is not timed here: the model's A/B is the figure).
 Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int cluster, bool row_scales, bool idle_skip,
-                     bool stagger, bool balanced, bool wide_tails, bool n192, int reps, double copy_bps,
+                     bool stagger, bool balanced, bool wide_tails, bool n192, bool gather, int reps, double copy_bps,
                      cudaStream_t s) {
   // Uniform random routing: each token picks top_k distinct experts.
   std::mt19937 rng(42);
   std::vector<int32_t> counts(static_cast<size_t>(x.E), 0);
   std::vector<int32_t> perm(static_cast<size_t>(x.E));
-  for (int64_t e = 0; balanced && e < x.E; ++e)
+  std::vector<std::vector<int32_t>> slots(static_cast<size_t>(x.E));  // each expert's entries t·top_k + j
+  for (int64_t e = 0; balanced && e < x.E; ++e) {
     counts[static_cast<size_t>(e)] = static_cast<int32_t>(T * x.top_k / x.E + (e < T * x.top_k % x.E ? 1 : 0));
+    for (int32_t i = 0; i < counts[static_cast<size_t>(e)]; ++i)  // spread over the tokens
+      slots[static_cast<size_t>(e)].push_back(static_cast<int32_t>((e + i * x.E) % (T * x.top_k)));
+  }
   for (int64_t t = 0; !balanced && t < T; ++t) {
     for (int64_t e = 0; e < x.E; ++e) perm[static_cast<size_t>(e)] = static_cast<int32_t>(e);
     for (int64_t j = 0; j < x.top_k; ++j) {
       std::uniform_int_distribution<int64_t> pick(j, x.E - 1);
       std::swap(perm[static_cast<size_t>(j)], perm[static_cast<size_t>(pick(rng))]);
       ++counts[static_cast<size_t>(perm[static_cast<size_t>(j)])];
+      slots[static_cast<size_t>(perm[static_cast<size_t>(j)])].push_back(static_cast<int32_t>(t * x.top_k + j));
     }
   }
+  std::vector<int32_t> a_rows;
+  for (const auto& list : slots) a_rows.insert(a_rows.end(), list.begin(), list.end());
   std::vector<int32_t> offsets(static_cast<size_t>(x.E + 1), 0);
   int64_t active = 0;
   for (int64_t e = 0; e < x.E; ++e) {
@@ -189,12 +200,13 @@ Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int cluster, 
   const int64_t R = T * x.top_k, n_kb = (x.K + 127) / 128, sw_rows = row_scales ? x.N : (x.N + 127) / 128;
   Dev a(static_cast<size_t>(R * x.K)), sa(static_cast<size_t>(R * n_kb) * 4),
       w(static_cast<size_t>(x.E * x.N * x.K)), sw(static_cast<size_t>(x.E * sw_rows * n_kb) * 4),
-      c(static_cast<size_t>(R * x.N) * (row_scales ? 4 : 2)), off(offsets.size() * 4);
+      c(static_cast<size_t>(R * x.N) * (row_scales ? 4 : 2)), off(offsets.size() * 4), rows(a_rows.size() * 4 + 4);
   fill_fp8(a.p, R * x.K, 5, s);
   fill_scales(sa.p, R * n_kb, 6, s);
   fill_fp8(w.p, x.E * x.N * x.K, 7, s);
   fill_scales(sw.p, x.E * sw_rows * n_kb, 8, s);
   DI_CUDA_CHECK(cudaMemcpyAsync(off.p, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice, s));
+  DI_CUDA_CHECK(cudaMemcpyAsync(rows.p, a_rows.data(), a_rows.size() * 4, cudaMemcpyHostToDevice, s));
   Fp8GemmArgs args;
   args.a = static_cast<const uint8_t*>(a.p);
   args.a_scale = static_cast<const float*>(sa.p);
@@ -209,12 +221,20 @@ Result bench_grouped(const ExpertShape& x, int64_t T, int variant, int cluster, 
   args.stagger = stagger;
   args.narrow_tails = !wide_tails;
   args.n192 = n192;
+  if (gather) {  // A: the first T rows of `a` (the tokens'), through the slots' entries
+    args.a_rows = static_cast<const int32_t*>(rows.p), args.a_row_div = static_cast<int32_t>(x.top_k);
+    args.a_src_rows = T;
+    if (!fp8_wgmma_gather_ok(args) || fp8_grouped_gemm_variant(args) != 3) {
+      std::fprintf(stderr, "fp8_gemm_bench: --gather needs the wgmma form, bf16 block scales, cluster <= 1\n");
+      std::exit(2);
+    }
+  }
   const double t = time_launches([&](int) { fp8_grouped_gemm(args, s); }, reps, s);
   static const std::string names[2][2] = {
       {"deepinfer_fp8_grouped_gemm_mma_idle", "deepinfer_fp8_grouped_gemm"},
       {"deepinfer_fp8_grouped_gemm_rowscales_mma_idle", "deepinfer_fp8_grouped_gemm_rowscales"}};
   Result r{names[row_scales][idle_skip] + (stagger ? "_stagger" : "") + (balanced ? "_balanced" : "") +
-               (wide_tails ? "_wide_tails" : "") + (n192 ? "_n192" : ""), x.model, x.name, T, x.N, x.K, x.E, x.top_k, R,
+               (wide_tails ? "_wide_tails" : "") + (n192 ? "_n192" : "") + (gather ? "_gather" : ""), x.model, x.name, T, x.N, x.K, x.E, x.top_k, R,
            active};
   r.variant = fp8_grouped_gemm_variant(args);
   r.cluster = cluster;
@@ -240,7 +260,8 @@ int main(int argc, char** argv) {
   CLI::App app{"FP8 block-scaled GEMM benchmark (DeepSeek shapes)"};
   std::string model = "all", names, ms = "1,16,64,256,1024,4096,16384", variants = "-1", clusters = "0";
   int reps = 9;
-  bool grouped_only = false, dense_only = false, row_scales = false, mma_idle = false, stagger = false, balanced = false, wide_tails = false, n192 = false, model_form = false;
+  bool grouped_only = false, dense_only = false, row_scales = false, mma_idle = false, stagger = false, balanced = false, wide_tails = false, n192 = false, gather = false,
+       model_form = false;
   app.add_option("--model", model, "v2lite | v3 | all");
   app.add_option("--m", ms, "token counts, comma-separated");
   app.add_option("--names", names, "only these shapes (names, comma-separated; default: all)");
@@ -260,6 +281,9 @@ int main(int argc, char** argv) {
   app.add_flag("--balanced", balanced, "grouped: every expert the same row count instead of random routing");
   app.add_flag("--wide-tails", wide_tails, "grouped: tiles of <= 64 rows on one warpgroup (narrow_tails off)");
   app.add_flag("--n192", n192, "grouped: 128 x 192 tiles (Fp8GemmArgs::n192; bf16 out, block scales)");
+  app.add_flag("--gather", gather,
+               "grouped: A rows read from the tokens' rows through the slots' index (Fp8GemmArgs::a_rows; bf16 "
+               "block scales, variant 3)");
   CLI11_PARSE(app, argc, argv);
   if (model_form && !row_scales) {
     std::fprintf(stderr, "fp8_gemm_bench: --model-form needs --row-scales (it is the per-row-scale dense form)\n");
@@ -290,7 +314,7 @@ int main(int argc, char** argv) {
           for (int64_t cl : Cs)
             if (usable(v, M) && (cl == Cs[0] || v == 3))
               print(bench_grouped(x, M, static_cast<int>(v), static_cast<int>(cl), row_scales, !mma_idle, stagger,
-                                  balanced, wide_tails, n192, reps, copy_bps, s));
+                                  balanced, wide_tails, n192, gather, reps, copy_bps, s));
     }
   ws.buf.reset();
   DI_CUDA_CHECK(cudaStreamDestroy(s));

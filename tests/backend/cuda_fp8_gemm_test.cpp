@@ -687,6 +687,98 @@ TEST_F(CudaFp8Gemm, GroupedMatchesReferenceWithEmptyExperts) {
   }
 }
 
+// The gathered-A form (Fp8GemmArgs::a_rows: the GEMM's row i is row a_rows[i] / a_row_div of a
+// [T, K] and of its scales, which the loader warpgroup copies into the stages by cp.async)
+// against the same GEMM on those rows gathered on the host first — bitwise, bf16 out (the MoE's
+// gate|up). Cases: experts with no rows, single rows (every tile narrow), partial tiles and tiles
+// straddling experts, more tiles than SMs, a source row taken by several slots; K = 2,048 (the
+// ring wrapped many times) and 320 (the last K block half past K: zeros); both block forms of the
+// weight scales (checkpoint 128-row blocks; per-row scales uniform within 128-row blocks, at
+// V2-Lite's gate|up width 2,816); the 128 × 128 and 128 × 192 kernels, narrow tails, idle_skip
+// and stagger on and off. A protocol error (the full barrier's 129 arrivals) would hang: the
+// device scripts run this test first, under a timeout.
+TEST_F(CudaFp8Gemm, GatheredRowsEqualGatheringFirst) {
+  if (!cuda::fp8_wgmma_available()) GTEST_SKIP() << "the wgmma form needs an sm_90 GPU";
+  struct Case {
+    std::vector<int32_t> counts;  // rows per expert
+    int64_t N, K, block_n;        // block_n 1: per-row scales, uniform within 128-row blocks
+    int64_t T, k;                 // source rows, slots per source row (a_row_div)
+  };
+  std::vector<int32_t> many(64);
+  for (size_t e = 0; e < many.size(); ++e) many[e] = e % 5 == 0 ? 0 : static_cast<int32_t>((e * 37) % 41);
+  std::vector<int32_t> wide(16);
+  for (size_t e = 0; e < wide.size(); ++e) wide[e] = 200 + static_cast<int32_t>((e * 37) % 200);
+  std::vector<int32_t> decode(64, 0);
+  for (int e : {3, 17, 20, 33, 40, 63}) decode[static_cast<size_t>(e)] = 1;
+  const Case cases[] = {
+      {{0, 5, 0, 130, 17, 0, 64, 1}, 256, 320, 128, 100, 6},
+      {many, 2816, 2048, 1, 300, 6},
+      {decode, 2816, 2048, 1, 1, 6},
+      {wide, 1024, 256, 128, 1000, 4},
+  };
+  for (const Case& c : cases) {
+    const int64_t E = static_cast<int64_t>(c.counts.size()), n_kb = (c.K + 127) / 128;
+    std::vector<int32_t> offsets(static_cast<size_t>(E + 1), 0);
+    for (int64_t e = 0; e < E; ++e)
+      offsets[static_cast<size_t>(e + 1)] = offsets[static_cast<size_t>(e)] + c.counts[static_cast<size_t>(e)];
+    const int64_t M = offsets.back();
+    const auto src = random_e4m3(static_cast<size_t>(c.T * c.K), rng_);
+    const auto src_scales = random_scales(static_cast<size_t>(c.T * n_kb), rng_);
+    std::vector<int32_t> rows(static_cast<size_t>(M));
+    for (auto& r : rows) r = static_cast<int32_t>(rng_() % static_cast<uint32_t>(c.T * c.k));
+    std::vector<uint8_t> a(static_cast<size_t>(M * c.K));  // the rows gathered on the host
+    std::vector<float> sa(static_cast<size_t>(M * n_kb));
+    for (int64_t i = 0; i < M; ++i) {
+      const int64_t r = rows[static_cast<size_t>(i)] / c.k;
+      std::memcpy(a.data() + i * c.K, src.data() + r * c.K, static_cast<size_t>(c.K));
+      std::memcpy(sa.data() + i * n_kb, src_scales.data() + r * n_kb, static_cast<size_t>(n_kb) * 4);
+    }
+    const auto w = random_e4m3(static_cast<size_t>(E * c.N * c.K), rng_);
+    const int64_t blocks = E * ((c.N + 127) / 128);
+    const auto block_scales = random_scales(static_cast<size_t>(blocks * n_kb), rng_);
+    std::vector<float> sw = block_scales;  // block_n 128: [E·ceil(N/128), n_kb]
+    if (c.block_n == 1) {                  // [E·N, n_kb], row n of expert e: its 128-row block's
+      sw.assign(static_cast<size_t>(E * c.N * n_kb), 0.0f);
+      for (int64_t row = 0; row < E * c.N; ++row) {
+        const int64_t b = row / c.N * ((c.N + 127) / 128) + row % c.N / 128;
+        std::memcpy(sw.data() + row * n_kb, block_scales.data() + b * n_kb, static_cast<size_t>(n_kb) * 4);
+      }
+    }
+    DevOperands gathered(a, w, sa, sw, offsets);
+    DevBuf dsrc(src.size() + 16), dss(src_scales.size() * 4), drows(rows.size() * 4 + 4),
+        dc(static_cast<size_t>(M * c.N) * 2);
+    upload(dsrc, src);
+    upload(dss, src_scales);
+    upload(drows, rows);
+    Fp8GemmArgs base = gathered.args();
+    base.M = M, base.N = c.N, base.K = c.K, base.block_n = c.block_n, base.w_scale_uniform = c.block_n == 1;
+    base.c = dc.as<void>(), base.c_elem = Elem::kBF16, base.ldc = c.N;
+    base.offsets = gathered.off.as<int32_t>(), base.E = E;
+    const size_t c_bytes = static_cast<size_t>(M * c.N) * 2;
+    DI_CUDA_CHECK(cudaMemset(dc.as<void>(), 0xff, c_bytes));
+    cuda::fp8_grouped_gemm(base, nullptr);
+    DI_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto want = download<uint8_t>(dc, c_bytes);
+    for (bool n192 : {false, true})
+      for (bool narrow : {true, false})
+        for (bool skip : {true, false})
+          for (bool stagger : {false, true}) {
+            if (n192 && (!narrow || stagger)) continue;  // the 128 × 192 kernel takes neither
+            Fp8GemmArgs g = base;
+            g.a = dsrc.as<uint8_t>(), g.a_scale = dss.as<float>();
+            g.a_rows = drows.as<int32_t>(), g.a_row_div = static_cast<int32_t>(c.k), g.a_src_rows = c.T;
+            g.n192 = n192, g.narrow_tails = narrow, g.idle_skip = skip, g.stagger = stagger;
+            ASSERT_TRUE(cuda::fp8_wgmma_gather_ok(g));
+            DI_CUDA_CHECK(cudaMemset(dc.as<void>(), 0xff, c_bytes));
+            cuda::fp8_grouped_gemm(g, nullptr);
+            DI_CUDA_CHECK(cudaDeviceSynchronize());
+            EXPECT_EQ(download<uint8_t>(dc, c_bytes), want)
+                << "E=" << E << " K=" << c.K << " block_n " << c.block_n << ": gathered A, n192 " << n192
+                << ", narrow_tails " << narrow << ", idle_skip " << skip << ", stagger " << stagger;
+          }
+  }
+}
+
 // The MoE gate|up GEMM with SiLU·mul and the down GEMM's quantizer in its epilogue
 // (fp8_wgmma_glu_quantize) against what it replaces — the wgmma GEMM writing gate|up in bf16,
 // then silu_mul_quantize_fp8 — bitwise, codes and scales: experts with no rows, 1, a few,

@@ -1059,6 +1059,14 @@ TEST_F(CudaOps, MoeW8a8MatchesQuantizedReference) {
   gpu_->moe_experts(up(x), up(i32(ids).reshape({T, k})), up(w), d_experts, d_o);
   cuda.set_fp8_glu_fused(false);
   EXPECT_EQ(0, std::memcmp(got.raw_data(), down(d_o).raw_data(), got.n_bytes())) << "the fused GLU epilogue";
+  // The gate|up GEMM gathering its rows itself (set_fp8_gather_a): the same bits — and with the
+  // per-row form's weights, which it does not take, the gather pass again.
+  cuda.set_fp8_gather_a(true);
+  gpu_->moe_experts(up(x), up(i32(ids).reshape({T, k})), up(w), d_experts, d_o);
+  EXPECT_EQ(0, std::memcmp(got.raw_data(), down(d_o).raw_data(), got.n_bytes())) << "the GEMM's gathered rows";
+  gpu_->moe_experts(up(x), up(i32(ids).reshape({T, k})), up(w), rows_form, d_o);
+  EXPECT_EQ(0, std::memcmp(got.raw_data(), down(d_o).raw_data(), got.n_bytes())) << "gathered rows, per-row form";
+  cuda.set_fp8_gather_a(false);
   // Decode sizes (the default form beyond one token, and every size in the batch-invariant mode):
   // a token's row must not depend on the step's size — the first n tokens alone (one-block sort,
   // one row per expert up to a few) give the bits of their rows in the 700-token step.

@@ -192,6 +192,10 @@ struct CudaState {
   // cores (cuda::router_gemm, the weight's image from place_linear_fp32) instead of cuBLAS's
   // SGEMM; set_router_split; DEEPINFER_CUDA_ROUTER_SPLIT=0|1.
   bool router_split = false;
+  // The MoE's grouped FP8 gate|up GEMM reads each slot's row from the tokens' quantized rows
+  // through the permutation (cuda::MoeArgs::gather_a: no gather pass; the same bits);
+  // set_fp8_gather_a; DEEPINFER_CUDA_FP8_GATHER_A=0|1.
+  bool fp8_gather_a = false;
   // The shared experts in the routed launch: -1 by moe_ffn's size rule, 0 never, 1 always (the
   // batch-invariant mode always); DEEPINFER_CUDA_MOE_SHARED_FUSE=0|1, a lab knob.
   int shared_fuse = -1;
@@ -302,6 +306,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_GEMV_RING", s_->gemv_ring);
   read_env_switch("DEEPINFER_CUDA_MOE_NORM_FOLD", s_->moe_norm_fold);
   read_env_switch("DEEPINFER_CUDA_ROUTER_SPLIT", s_->router_split);
+  read_env_switch("DEEPINFER_CUDA_FP8_GATHER_A", s_->fp8_gather_a);
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_MOE_ONE_W8A8", on)) s_->moe_one_w8a8 = on ? 1 : 0;
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_NORM_ROUTE", on)) s_->norm_route = on ? 1 : 0;
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_SUBLAYER_NORM", on)) s_->sublayer_norm = on ? 1 : 0;
@@ -394,6 +399,7 @@ void CudaBackend::set_gemv_tc_min_units(int64_t units) {
 void CudaBackend::set_gemv_ring(bool on) { s_->gemv_ring = on; }
 void CudaBackend::set_moe_norm_fold(bool on) { s_->moe_norm_fold = on; }
 void CudaBackend::set_router_split(bool on) { s_->router_split = on; }
+void CudaBackend::set_fp8_gather_a(bool on) { s_->fp8_gather_a = on; }
 
 void CudaBackend::set_router_tiled(bool on, int64_t min_rows) {
   DI_CHECK(min_rows > kInvariantRouterParallelRows);
@@ -1882,6 +1888,7 @@ bool CudaBackend::run_moe(const Tensor& x, const Tensor& ids, const Tensor& weig
   a.one_chain = s_->batch_invariant && s_->moe_one_chain && !a.fp8;
   a.invariant = s_->batch_invariant && !a.one_chain;
   a.glu_fused = s_->fp8_glu;
+  a.gather_a = s_->fp8_gather_a;
   a.idle_skip = s_->fp8_idle_skip;
   a.gemv_ring = s_->gemv_ring;
   a.stagger = s_->fp8_stagger == 1 || (s_->fp8_stagger == -1 && a.T * a.k >= kStaggerMinRows);

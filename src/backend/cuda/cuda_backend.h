@@ -247,6 +247,13 @@ class CudaBackend : public Backend {
   // (not placed by place_linear_fp32, or K % 64 ≠ 0) keep cuBLAS. DEEPINFER_CUDA_ROUTER_SPLIT=0|1
   // sets it at construction.
   void set_router_split(bool on);
+  // The MoE's W8A8 gate|up GEMM (form 5, k > 1, not the GLU form) reading each slot's row from
+  // the tokens' quantized rows through the routing permutation — its loader warpgroup copies the
+  // rows into the stages (cuda::Fp8GemmArgs::a_rows) — instead of a gather pass writing them
+  // first (~25 µs a V2-Lite layer at 4,096 tokens, run s37-1's trace). The same bits. Off by
+  // default until measured on the device (perf.md, version 38); DEEPINFER_CUDA_FP8_GATHER_A=0|1
+  // sets it at construction.
+  void set_fp8_gather_a(bool on);
   // The tiled router's blocks hold 16 rows × 16 columns: at V2-Lite's 64 experts a step of M rows
   // gets M / 4 warps, a quarter of the one-chain kernel's — enough once they fill the GPU, too
   // few at decode sizes to hide the chains' latency (B = 32 with it from 17 rows: ~+0.9 ms per

@@ -460,6 +460,10 @@ struct MoeArgs {
   // (fp8_wgmma_glu_quantize, where fp8_wgmma_glu_ok) instead of writing gate|up in bf16 for
   // silu_mul_quantize_fp8 — the same codes and scales.
   bool glu_fused = false;
+  // Form 5 with k > 1 (and not glu_fused): the gate|up GEMM reads each slot's row from the
+  // tokens' quantized rows through the permutation (Fp8GemmArgs::a_rows) instead of a gather
+  // pass copying them first — where fp8_wgmma_gather_ok. The same bits.
+  bool gather_a = false;
   // Form 5: Fp8GemmArgs::idle_skip, ::stagger, ::cluster, ::narrow_tails and ::n192 of its
   // grouped GEMMs (the same bits either way).
   bool idle_skip = true;
@@ -710,7 +714,19 @@ struct Fp8GemmArgs {
   // tile's 32 KB; one K block in flight per warpgroup, no narrow tails) instead of 128 × 128. The
   // same bits. Faster at large steps only (CudaBackend::kN192MinRows).
   bool n192 = false;
+  // The wgmma form, grouped, bf16 out, block-form weight scales, one-block clusters (checked):
+  // the GEMM's A row i is row a_rows[i] / a_row_div of `a` ([a_src_rows, K]) and its scales are
+  // that row of a_scale — the MoE's slots read straight from each token's quantized row, which
+  // the loader warpgroup copies into the stages (cp.async) instead of a gather pass writing the
+  // [M, K] copy first. The same bits as gathering the rows first (CudaFp8Gemm.GatheredRows*).
+  // Null: A is [M, K] itself.
+  const int32_t* a_rows = nullptr;  // [M] device
+  int32_t a_row_div = 1;
+  int64_t a_src_rows = 0;
 };
+// Whether fp8_wgmma_gemm takes Fp8GemmArgs::a_rows for these arguments (sm_90, grouped, bf16
+// out, block-form weight scales, a one-block cluster).
+bool fp8_wgmma_gather_ok(const Fp8GemmArgs& a);
 // The dense launch's shape, a function of the sizes, the flags above, the SM count and the
 // kernels' occupancy only (splits: as many as keep one wave of blocks resident, ≥ 2 K blocks each).
 struct Fp8GemmPlan {

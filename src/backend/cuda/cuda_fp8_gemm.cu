@@ -636,6 +636,7 @@ Fp8GemmPlan fp8_gemm_plan(const Fp8GemmArgs& a) {
 void fp8_gemm(const Fp8GemmArgs& a, void* (*alloc)(void* ctx, size_t bytes), void* ctx, cudaStream_t s) {
   check_common(a);
   DI_CUDA_REQUIRE(a.offsets == nullptr);
+  DI_CUDA_REQUIRE_MSG(a.a_rows == nullptr, "fp8_gemm: gathered A rows are a grouped form's");
   if (a.M == 0 || a.N == 0) return;
   const Fp8GemmPlan plan = fp8_gemm_plan(a);
   if (plan.variant == 3) return fp8_wgmma_gemm(a, s);
@@ -672,6 +673,7 @@ void fp8_grouped_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   DI_CUDA_REQUIRE_MSG(a.splits <= 1, "fp8_grouped_gemm: no split-K");
   if (a.M == 0 || a.N == 0) return;
   const int variant = fp8_grouped_gemm_variant(a);
+  DI_CUDA_REQUIRE_MSG(a.a_rows == nullptr || variant == 3, "fp8_grouped_gemm: gathered A rows need variant 3 (wgmma)");
   if (variant == 3) return fp8_wgmma_gemm(a, s);
   GemmParams p = base_params(a);
   p.offsets = a.offsets;

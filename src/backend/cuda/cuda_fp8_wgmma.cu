@@ -8,6 +8,7 @@
 // the mma.sync variants', which therefore never stand in for it there.
 // Why wgmma: on sm_90a ptxas lowers mma.sync .e4m3 to an fp8 → fp16 unpack plus an fp16 HMMA
 // (~200 TFLOP/s); wgmma .e4m3 runs at the FP8 rate (≈1,435 TFLOP/s measured on the H200).
+#include <algorithm>
 #include <mutex>
 
 #include "backend/cuda/cuda_activation.cuh"
@@ -83,8 +84,10 @@ constexpr int kN192Stages = 4;
 constexpr int kN192WBytes = kN192 * kBK;
 constexpr int kN192StageBytes = kTileBytes + kN192WBytes;
 constexpr int kN192OutBytes = 3 * kOutBoxBytes;  // a math warpgroup's 64 × 192 bf16 staging
+// Then (the gathered-A form, kGatherA) the stages' A-row scales [kN192Stages][kBM] fp32.
 constexpr size_t kN192SmemBytes = kN192Stages * kN192StageBytes + kMathGroups * kN192OutBytes +
-                                  2 * kN192Stages * sizeof(uint64_t) + kTileTableBytes + 1024;
+                                  2 * kN192Stages * sizeof(uint64_t) + kTileTableBytes +
+                                  kN192Stages * kBM * sizeof(float) + 1024;
 static_assert(kN192SmemBytes <= 227 * 1024, "the 128 × 192 form's shared memory exceeds an SM's");
 
 struct WgmmaParams {
@@ -107,6 +110,12 @@ struct WgmmaParams {
   bool narrow;     // grouped, block scales: tiles of ≤ 64 rows split by columns (Fp8GemmArgs::narrow_tails)
   const int32_t* offsets;  // grouped: [E + 1]
   int64_t E;
+  // The gathered-A forms (kGatherA; Fp8GemmArgs::a_rows): row i of A is row a_rows[i] / a_row_div
+  // of a [·, K] (its scales that row of sa); the loader warpgroup copies the tiles' rows.
+  const uint8_t* a;
+  const int32_t* a_rows;
+  int32_t a_row_div;
+  int64_t K;
 };
 
 // ---- the e4m3 wgmma (sm_90a; cuda_sm90.cuh has the pipeline helpers) ----------------------------
@@ -149,6 +158,63 @@ __device__ __forceinline__ void load_stages(const CUtensorMap& map_a, const CUte
   load_tiles<kBM, kBN, kBK, false, kCluster>(&map_a, &map_w, ring, full, empty, kStages, kStageBytes, kTileBytes,
                                              p.n_row_tiles, p.N, n_kb, kGrouped ? table : nullptr, p.E, p.M, w_ready,
                                              lane, stage_scales);
+}
+
+// The gathered-A loader (kGatherA; Fp8GemmArgs::a_rows), the whole loader warpgroup (thread tl
+// of 128) per stage: thread 0 the W tile by TMA (kWRows rows; its bytes announced on full[s]),
+// every thread 8 of the A tile's 1,024 16-byte chunks by cp.async — chunk c = tl % 8 of rows
+// tl / 8 + 16·i, i < 8 (8 threads a 128-byte row: whole L2 sectors), each where TMA's 128-byte
+// swizzle would put it (chunk c of row r at c ^ (r % 8); r % 8 = (tl / 8) % 8 for all 8 rows) —
+// and the scale of tile row tl's K block into ssa[s] (4 bytes); then one .noinc arrival per
+// thread on full[s] once its copies land (init_ring counts 1 + 128). The math warps read the A
+// scales from ssa (the stage's, as the per-row-scale forms do). Rows past the tile's expert (the
+// next one's, or past M) and K past K read zeros: computed, never stored, as with TMA. (quack's
+// sm90 GEMM with gather_A feeds wgmma the same way: cp.async for A, TMA for B, the cp.async
+// arrivals on the stage's mbarrier.)
+template <int kWRows, int kRing, int kRingStageBytes>
+__device__ __forceinline__ void load_stages_gathered(const CUtensorMap& map_w, const WgmmaParams& p, uint8_t* ring,
+                                                     uint64_t* full, uint64_t* empty, float* ssa,
+                                                     const int32_t* table, int tl) {
+  const int64_t n_col_tiles = (p.N + kWRows - 1) / kWRows;
+  const int64_t n_tiles = p.n_row_tiles * n_col_tiles;
+  const int n_kb = static_cast<int>(p.n_kb), K = static_cast<int>(p.K);
+  const int lane = tl % 32, c = tl % 8, rb = tl / 8;
+  const auto dst0 = static_cast<uint32_t>(rb * 128 + ((c ^ (rb % 8)) * 16));  // chunk c of row rb
+  uint32_t it = 0;
+  for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    TileView v;
+    if (!resolve_tile<kBM, kWRows>(tile, p.n_row_tiles, n_col_tiles, table, p.E, p.M, &v)) continue;
+    // 32-bit offsets (fp8_wgmma_gather_ok: a_src_rows · K < 2^31) of this thread's A rows rb +
+    // 16·i and of its scale row, −1 for zeros: 9 registers of the loader's 40.
+    int32_t off[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int64_t m = v.m0 + rb + 16 * i;
+      off[i] = m < v.m_end ? p.a_rows[m] / p.a_row_div * K : -1;
+    }
+    const int64_t ms = v.m0 + tl;
+    const int32_t s_off = ms < v.m_end ? p.a_rows[ms] / p.a_row_div * n_kb : -1;
+    const auto y_w = static_cast<int32_t>(v.e * p.N + v.n0);
+    for (int kb = 0; kb < n_kb; ++kb, ++it) {
+      const int s = static_cast<int>(it % kRing);
+      if (lane == 0) mbar_wait(&empty[s], ((it / kRing) & 1u) ^ 1u);
+      __syncwarp();  // the stage is free for every lane
+      uint8_t* stage = ring + s * kRingStageBytes;
+      if (tl == 0) {
+        mbar_arrive_expect_tx(&full[s], kWRows * kBK);
+        tma_load_2d(stage + kTileBytes, &map_w, kb * kBK, y_w, &full[s]);
+      }
+      const int k = kb * kBK + 16 * c;
+      const uint32_t dst = smem_u32(stage) + dst0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const bool ok = off[i] >= 0 && k < K;
+        cp_async16(dst + i * 16 * 128, p.a + (ok ? off[i] + k : 0), ok);
+      }
+      cp_async4(smem_u32(ssa + s * kBM + tl), p.sa + (s_off >= 0 ? s_off + kb : 0), s_off >= 0);
+      cp_async_mbar_arrive(&full[s]);
+    }
+  }
 }
 
 // A stage consumed: one arrival per math warp on empty[s] of every block of the cluster.
@@ -374,11 +440,13 @@ __device__ __forceinline__ void k_blocks_in_pairs(int kb, int kbs, const int& s,
 // K blocks in pairs as compute_tiles; the result by direct stores (the rows past the expert are
 // the next one's). swp: the tile's weight scales [n_kb] (block form); s, phase: the ring's
 // position, moved past the tile's n_kb stages.
-template <typename OutT, int kCluster>
+// kGatherA: the A rows' scales from the stage's ssa slots.
+template <typename OutT, int kCluster, bool kGatherA>
 __device__ __forceinline__ void narrow_tile(const WgmmaParams& p, const RingDescs& nd, uint64_t* full, uint64_t* empty,
                                             int& s, uint32_t& phase, int64_t m0, int64_t m_end, int64_t n0,
-                                            const float* swp, int wg, int warp, int lane) {
-  const int64_t r0 = m0 + 16 * (warp % 4) + lane / 4, r1 = r0 + 8;
+                                            const float* swp, const float* ssa, int wg, int warp, int lane) {
+  const int rn = 16 * (warp % 4) + lane / 4;  // this thread's rows rn, rn + 8 of the tile
+  const int64_t r0 = m0 + rn, r1 = r0 + 8;
   const float* sa0 = p.sa + (r0 < p.M ? r0 : 0) * p.n_kb;  // rows past M read row 0's scales (not stored)
   const float* sa1 = p.sa + (r1 < p.M ? r1 : 0) * p.n_kb;
   float acc[32], part0[32], part1[32];
@@ -388,10 +456,17 @@ __device__ __forceinline__ void narrow_tile(const WgmmaParams& p, const RingDesc
     float a0, a1, w;
   };
   auto issue = [&](float (&part)[32], int kb, Scales& sc) {
-    sc.a0 = sa0[kb];
-    sc.a1 = sa1[kb];
     sc.w = swp[kb];
-    issue_k_block<64>(part, nd, full, s, phase);
+    if constexpr (kGatherA) {
+      const int sr = s;
+      issue_k_block<64>(part, nd, full, s, phase);
+      sc.a0 = ssa[sr * kBM + rn];
+      sc.a1 = ssa[sr * kBM + rn + 8];
+    } else {
+      sc.a0 = sa0[kb];
+      sc.a1 = sa1[kb];
+      issue_k_block<64>(part, nd, full, s, phase);
+    }
   };
   auto promote = [&](float (&part)[32], int sr, const Scales& sc) {  // as compute_tiles' block form
 #pragma unroll
@@ -405,7 +480,9 @@ __device__ __forceinline__ void narrow_tile(const WgmmaParams& p, const RingDesc
 }
 
 // A math warp (warpgroup wg, see fp8_wgmma_kernel): its 16 rows of each of this block's tiles.
-template <bool kGrouped, typename OutT, bool kRowScales, int kCluster>
+// kGatherA (grouped, block-form scales): the A rows' scales from the stage's ssa slots, read once
+// the stage is full (the gathered loader stages them).
+template <bool kGrouped, typename OutT, bool kRowScales, int kCluster, bool kGatherA>
 __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtensorMap& map_c, const CUtensorMap& map_c2,
                                               const uint8_t* ring,
                                               uint8_t* out, uint64_t* full, uint64_t* empty, const float* ssw,
@@ -450,7 +527,8 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
     if constexpr (kGrouped && !kRowScales) {
       if (p.narrow && m_end - m0 <= 64) {
         const float* swn = p.sw + (e * n_col_tiles + min(n0 / kBN, n_col_tiles - 1)) * p.sw_step * n_kb;
-        narrow_tile<OutT, kCluster>(p, narrow_descs, full, empty, s, phase, m0, m_end, n0, swn, wg, warp, lane);
+        narrow_tile<OutT, kCluster, kGatherA>(p, narrow_descs, full, empty, s, phase, m0, m_end, n0, swn, ssa, wg, warp,
+                                              lane);
         continue;
       }
     }
@@ -479,6 +557,14 @@ __device__ __forceinline__ void compute_tiles(const WgmmaParams& p, const CUtens
       float a0, a1, w;
     };
     auto issue = [&](float (&part)[64], int kb, Scales& sc) {
+      if constexpr (kGatherA) {
+        sc.w = swp[kb];
+        const int sr = s;
+        issue_k_block<128>(part, descs, full, s, phase);
+        sc.a0 = ssa[sr * kBM + rl];
+        sc.a1 = ssa[sr * kBM + rl + 8];
+        return;
+      }
       if constexpr (!kRowScales) {
         sc.a0 = sa0[kb];
         sc.a1 = sa1[kb];
@@ -750,10 +836,11 @@ __device__ __forceinline__ void compute_glu_tiles(const WgmmaParams& p, uint8_t*
 // 8-column groups j < jb take the first's scale, the others the second's (n0 = 192·ct: jb = 16
 // when ct is even, 8 when odd). A warpgroup none of whose 64 rows are the tile's expert's passes
 // over the stages (as idle_skip).
-template <typename OutT>
+// kGatherA: the A rows' scales from the stage's ssa slots (the gathered loader's).
+template <typename OutT, bool kGatherA>
 __device__ __forceinline__ void compute_tiles_n192(const WgmmaParams& p, const CUtensorMap& map_c, const uint8_t* ring,
                                                    uint8_t* out, uint64_t* full, uint64_t* empty, const int32_t* table,
-                                                   int wg, int warp, int lane) {
+                                                   const float* ssa, int wg, int warp, int lane) {
   const int64_t n_col_tiles = (p.N + kN192 - 1) / kN192, n_kb = p.n_kb, n_scale_blocks = (p.N + kBN - 1) / kBN;
   const int64_t n_tiles = p.n_row_tiles * n_col_tiles;
   int s = 0;
@@ -780,9 +867,12 @@ __device__ __forceinline__ void compute_tiles_n192(const WgmmaParams& p, const C
 #pragma unroll
     for (int i = 0; i < 96; ++i) acc[i] = part[i] = 0.0f;
     for (int64_t kb = 0; kb < n_kb; ++kb) {
-      const float a0 = sa0[kb], a1 = sa1[kb], w_lo = sw_lo[kb], w_hi = sw_hi[kb];
+      const float w_lo = sw_lo[kb], w_hi = sw_hi[kb];
+      float a0 = 0.0f, a1 = 0.0f;
+      if constexpr (!kGatherA) a0 = sa0[kb], a1 = sa1[kb];
       const int sr = s;
       issue_k_block<192, kN192Stages, kN192StageBytes>(part, descs, full, s, phase);
+      if constexpr (kGatherA) a0 = ssa[sr * kBM + rl], a1 = ssa[sr * kBM + rl + 8];
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < 96; ++i) fence_operand(part[i]);
@@ -836,7 +926,10 @@ __device__ __forceinline__ void compute_tiles_n192(const WgmmaParams& p, const C
 // (pairs_in_flight). Per-row scales that are uniform within 128-row blocks (w_scale_uniform) take
 // the block form instead, reading scale row 128·b for block b (sw_step): 1.8× the rate at
 // V2-Lite's dense shapes (run s14-2), the same bits.
-template <bool kGrouped, typename OutT, bool kRowScales, int kCluster>
+// kGatherA (grouped, block-form scales, cluster 1; Fp8GemmArgs::a_rows): the whole loader
+// warpgroup gathers each stage's A rows and their scales (load_stages_gathered), its thread 0
+// the W tile; full[s] counts its 128 threads' cp.async arrivals too.
+template <bool kGrouped, typename OutT, bool kRowScales, int kCluster, bool kGatherA = false>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
                      const __grid_constant__ CUtensorMap map_c, const __grid_constant__ CUtensorMap map_c2,
@@ -854,7 +947,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
   // One release per math warp of every block of the cluster (a stage's A rows come from all of them).
-  if (t == 0) init_ring(full, empty, kStages, kFullArrivals<kRowScales>, kMathGroups * 4 * kCluster);
+  static_assert(!kGatherA || (kGrouped && !kRowScales && kCluster == 1), "the gathered-A form's scope");
+  if (t == 0) init_ring(full, empty, kStages, kGatherA ? 1 + 128 : kFullArrivals<kRowScales>, kMathGroups * 4 * kCluster);
   // Weights only before the PDL wait (Fp8GemmArgs::w_stable): the first tile's W stages stream in
   // under the previous kernel's tail.
   int w_ready = 0;
@@ -872,7 +966,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   else __syncthreads();
   if (wg == kMathGroups) {
     setmaxnreg_dec<RegSplit<kGrouped, kRowScales>::kLoader>();
-    if (warp == kMathGroups * 4)
+    if constexpr (kGatherA)
+      load_stages_gathered<kBN, kStages, kStageBytes>(map_w, p, ring, full, empty, ssa, table, t - 128 * kMathGroups);
+    else if (warp == kMathGroups * 4)
       load_stages<kGrouped, kRowScales, kCluster>(map_a, map_w, p, ring, full, empty, ssw, ssa, table, w_ready, lane);
   } else {
     setmaxnreg_inc<RegSplit<kGrouped, kRowScales>::kMath>();
@@ -882,8 +978,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // uniform ones before every wgmma (ptxas -v: the MoE's grouped form spilled 52 bytes, now
     // none; measured in docs/perf.md version 21). The per-row-scale forms spill more with it.
     const int wgu = kRowScales ? wg : __shfl_sync(0xffffffffu, wg, 0);
-    compute_tiles<kGrouped, OutT, kRowScales, kCluster>(p, map_c, map_c2, ring, out + wgu * kOutBytes, full, empty, ssw,
-                                                        ssa, table, wgu, warp, lane);
+    compute_tiles<kGrouped, OutT, kRowScales, kCluster, kGatherA>(p, map_c, map_c2, ring, out + wgu * kOutBytes, full,
+                                                                  empty, ssw, ssa, table, wgu, warp, lane);
   }
   if constexpr (kCluster > 1) cluster_sync();  // no block leaves while a peer may still signal or fill it
 #else
@@ -936,7 +1032,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // The grouped block-scale GEMM on 128 × 192 tiles (compute_tiles_n192): fp8_wgmma_kernel's warp
 // roles (a loader warp: load_tiles with 192-row W boxes; two math warpgroups) and register split,
 // four 40 KB stages, each math warpgroup's 64 × 192 bf16 output staging (24 KB). Grouped only
-// (offsets non-null), bf16 out, cluster 1.
+// (offsets non-null), bf16 out, cluster 1. kGatherA: the gathered loader (as fp8_wgmma_kernel's).
+template <bool kGatherA>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_wgmma_n192_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
                           const __grid_constant__ CUtensorMap map_c, const WgmmaParams p) {
@@ -948,21 +1045,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto* full = reinterpret_cast<uint64_t*>(out + kMathGroups * kN192OutBytes);  // [kN192Stages]
   uint64_t* empty = full + kN192Stages;                                          // [kN192Stages]
   auto* table = reinterpret_cast<int32_t*>(empty + kN192Stages);                // build_tile_table
+  float* ssa = reinterpret_cast<float*>(table + kTileTableBytes / 4);            // [kN192Stages][kBM] (kGatherA)
   const int t = threadIdx.x, wg = t / 128, warp = t / 32, lane = t % 32;
-  if (t == 0) init_ring(full, empty, kN192Stages, 1, kMathGroups * 4);
+  if (t == 0) init_ring(full, empty, kN192Stages, kGatherA ? 1 + 128 : 1, kMathGroups * 4);
   pdl_wait();  // as fp8_wgmma_kernel
   if (warp == 0) build_tile_table(p.offsets, p.E, kBM, lane, table);
   __syncthreads();
   if (wg == kMathGroups) {
     setmaxnreg_dec<RegSplit<true, false>::kLoader>();
-    if (warp == kMathGroups * 4)
+    if constexpr (kGatherA)
+      load_stages_gathered<kN192, kN192Stages, kN192StageBytes>(map_w, p, ring, full, empty, ssa, table,
+                                                                t - 128 * kMathGroups);
+    else if (warp == kMathGroups * 4)
       load_tiles<kBM, kN192, kBK>(&map_a, &map_w, ring, full, empty, kN192Stages, kN192StageBytes, kTileBytes,
                                   p.n_row_tiles, p.N, p.n_kb, table, p.E, p.M, 0, lane,
                                   [](int, const TileView&, int64_t) {});
   } else {
     setmaxnreg_inc<RegSplit<true, false>::kMath>();
     const int wgu = __shfl_sync(0xffffffffu, wg, 0);  // warp-uniform, as fp8_wgmma_kernel's
-    compute_tiles_n192<bf16>(p, map_c, ring, out + wgu * kN192OutBytes, full, empty, table, wgu, warp, lane);
+    compute_tiles_n192<bf16, kGatherA>(p, map_c, ring, out + wgu * kN192OutBytes, full, empty, table, ssa, wgu, warp,
+                                       lane);
   }
 #else
   __trap();  // built for another architecture: fp8_wgmma_available() is false there
@@ -979,11 +1081,11 @@ CUtensorMap e4m3_map(const uint8_t* base, int64_t rows, int64_t K, int box_rows)
 // clusters) as can be resident at once — a cluster's blocks must share a GPC, so at kCluster = 2
 // that can be fewer than the SM count (cudaOccupancyMaxActiveClusters), and a grid of more
 // clusters than fit would run its last ones as a second wave.
-template <bool kGrouped, typename OutT, bool kRowScales, int kCluster>
+template <bool kGrouped, typename OutT, bool kRowScales, int kCluster, bool kGatherA = false>
 void launch(const CUtensorMap& ma, const CUtensorMap& mw, const CUtensorMap& mc, const CUtensorMap& mc2,
             const WgmmaParams& p, int64_t tiles,
             cudaStream_t s) {
-  auto* kernel = fp8_wgmma_kernel<kGrouped, OutT, kRowScales, kCluster>;
+  auto* kernel = fp8_wgmma_kernel<kGrouped, OutT, kRowScales, kCluster, kGatherA>;
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -1035,9 +1137,29 @@ void launch_cluster(bool grouped, bool f32, bool row_scales, const CUtensorMap& 
   }
 }
 
+// fp8_wgmma_n192_kernel<kGatherA> on `grid` blocks.
+template <bool kGatherA>
+void launch_n192(unsigned grid, const CUtensorMap& ma, const CUtensorMap& mw, const CUtensorMap& mc,
+                 const WgmmaParams& p, cudaStream_t s) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma_n192_kernel<kGatherA>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kN192SmemBytes)));
+  });
+  launch_pdl(fp8_wgmma_n192_kernel<kGatherA>, grid, kThreads, kN192SmemBytes, s, ma, mw, mc, p);
+  DI_CUDA_LAUNCHED();
+}
+
 }  // namespace
 
 bool fp8_wgmma_available() { return sm90a_device(); }
+
+bool fp8_wgmma_gather_ok(const Fp8GemmArgs& a) {
+  const bool block_scales = a.block_n == 128 || (a.block_n == 1 && a.w_scale_uniform);
+  const int64_t n_kb = (a.K + kBK - 1) / kBK;
+  return fp8_wgmma_available() && a.offsets != nullptr && a.c_elem == Elem::kBF16 && block_scales &&
+         a.cluster <= 1 && a.a_row_div >= 1 && a.a_src_rows >= 1 && a.a_src_rows * std::max(a.K, n_kb) < INT32_MAX;
+}
 
 void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   DI_CUDA_REQUIRE_MSG(fp8_wgmma_available(), "fp8 wgmma GEMM: needs an sm_90 GPU");
@@ -1049,9 +1171,17 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
                       "fp8 wgmma GEMM: a second output needs the dense form, 0 < n_split < N, n_split % 128 == 0");
   DI_CUDA_REQUIRE(a.K % 16 == 0 && a.ldc >= n_split);
   DI_CUDA_REQUIRE_MSG(!grouped || a.E <= kMaxTableExperts, "fp8 wgmma GEMM: too many experts");
+  const bool gather = a.a_rows != nullptr;
+  DI_CUDA_REQUIRE_MSG(!gather || fp8_wgmma_gather_ok(a),
+                      "fp8 wgmma GEMM: gathered A rows need the grouped form, bf16 out, block-form weight scales, "
+                      "one-block clusters and 1 ≤ a_src_rows, a_src_rows · K < 2^31");
   if (a.M == 0 || a.N == 0 || a.K == 0) return;
   WgmmaParams p{};
   p.sa = a.a_scale;
+  p.a = a.a;
+  p.a_rows = a.a_rows;
+  p.a_row_div = a.a_row_div;
+  p.K = a.K;
   p.sw = a.w_scale;
   // Uniform per-row scales: block b of expert e starts at scale row e·N + 128·b = 128·(e·⌈N/128⌉ + b).
   DI_CUDA_REQUIRE_MSG(!a.w_scale_uniform || (a.block_n == 1 && (!grouped || a.N % kBN == 0)),
@@ -1082,7 +1212,9 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   const int64_t w_rows = p.E * a.N;
   DI_CUDA_REQUIRE_MSG(a.M < (int64_t{1} << 31) && w_rows < (int64_t{1} << 31), "fp8 wgmma GEMM: too many rows");
   DI_CUDA_REQUIRE_MSG(cluster == 1 || cluster == 2, "fp8 wgmma GEMM: cluster must be 0, 1 or 2");
-  const CUtensorMap ma = e4m3_map(a.a, a.M, a.K, kBM / cluster), mw = e4m3_map(a.w, w_rows, a.K, kBN);
+  // (Gathered A: the map is never read — the loader copies the rows by cp.async.)
+  const CUtensorMap ma = e4m3_map(a.a, gather ? a.a_src_rows : a.M, a.K, kBM / cluster),
+                    mw = e4m3_map(a.w, w_rows, a.K, kBN);
   p.n_row_tiles = grouped ? (a.M + kBM - 1) / kBM + std::min(a.E, a.M) : (a.M + kBM - 1) / kBM;
   const int64_t col_groups = (col_tiles + cluster - 1) / cluster;
   const int64_t tiles = p.n_row_tiles * col_groups;  // cluster tiles
@@ -1104,14 +1236,13 @@ void fp8_wgmma_gemm(const Fp8GemmArgs& a, cudaStream_t s) {
   if (grouped && a.n192 && !f32 && !rows && cluster == 1) {  // 128 × 192 tiles (fp8_wgmma_n192_kernel)
     const CUtensorMap mw192 = e4m3_map(a.w, w_rows, a.K, kN192);
     const int64_t tiles192 = p.n_row_tiles * ((a.N + kN192 - 1) / kN192);
-    static std::once_flag once;
-    std::call_once(once, [] {
-      DI_CUDA_CHECK(cudaFuncSetAttribute(fp8_wgmma_n192_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kN192SmemBytes)));
-    });
     const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles192, sm_count()));
-    launch_pdl(fp8_wgmma_n192_kernel, grid, kThreads, kN192SmemBytes, s, ma, mw192, mc, p);
-    DI_CUDA_LAUNCHED();
+    if (gather) launch_n192<true>(grid, ma, mw192, mc, p, s);
+    else launch_n192<false>(grid, ma, mw192, mc, p, s);
+    return;
+  }
+  if (gather) {  // fp8_wgmma_gather_ok: grouped, bf16, block-form scales, cluster 1
+    launch<true, bf16, false, 1, true>(ma, mw, mc, mc2, p, tiles, s);
     return;
   }
   if (cluster == 2) launch_cluster<2>(grouped, f32, rows, ma, mw, mc, mc2, p, tiles, s);

@@ -1180,12 +1180,23 @@ bool moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
   if (a.form == 5) {  // W8A8: quantize+gather, GEMM, SiLU·mul+quantize, GEMM, combine (bf16 expert outputs)
     DI_CUDA_REQUIRE(moe_w8a8_ok(a.D, a.I, a.fp8, a.block_k));
     const int64_t kb_d = (a.D + kFp8GroupK - 1) / kFp8GroupK, kb_i = (a.I + kFp8GroupK - 1) / kFp8GroupK;
-    auto* q = static_cast<uint8_t*>(get(static_cast<size_t>(R * a.D)));  // [R, D] e4m3
-    auto* sq = static_cast<float*>(get(sizeof(float) * R * kb_d));       // [R, D / 128]
+    Fp8GemmArgs g;
+    g.w = static_cast<const uint8_t*>(a.w13), g.w_scale = a.w13_scale;
+    g.M = R, g.N = 2 * a.I, g.K = a.D, g.block_n = 1, g.w_scale_uniform = a.w13_uniform && (2 * a.I) % 128 == 0;
+    g.c_elem = Elem::kBF16;
+    g.offsets = offsets, g.E = a.E;
+    g.variant = 3;
+    g.idle_skip = a.idle_skip;
+    g.stagger = a.stagger;
+    g.cluster = a.fp8_cluster;
+    g.narrow_tails = a.narrow_tails;
+    g.n192 = a.n192;
+    const bool glu = a.glu_fused && fp8_wgmma_glu_ok(a.I, g.w_scale_uniform);
     if (a.k > 1) {
       // Each token's row quantized once, then its k copies gathered (1 + 1/k byte per element
       // instead of 4 gathered fp32 bytes per slot: run s15-8 measured the gathering quantizer at
-      // 345 µs per V2-Lite layer at 16,384 tokens, ~4× its traffic at the copy rate).
+      // 345 µs per V2-Lite layer at 16,384 tokens, ~4× its traffic at the copy rate) — by the
+      // GEMM's loader where it takes them (MoeArgs::gather_a), else by a gather pass.
       const uint8_t* qx = a.xq;  // [T, D] e4m3
       const float* sqx = a.xq_scale;  // [T, D / 128]
       if (qx == nullptr) {
@@ -1194,26 +1205,28 @@ bool moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
         quantize_fp8_rows_bf16(a.x, a.D, nullptr, 1, a.T, a.D, q1, s1, s);
         qx = q1, sqx = s1;
       }
-      launch_pdl(gather_quantized_kernel, static_cast<unsigned>((R + kGatherRows - 1) / kGatherRows), 32 * kGatherRows,
-                 0, s, qx, sqx, perm, R, a.k, a.D, kb_d, q, sq);
-      DI_CUDA_LAUNCHED();
+      Fp8GemmArgs gathered = g;
+      gathered.a = qx, gathered.a_scale = sqx;
+      gathered.a_rows = perm, gathered.a_row_div = static_cast<int32_t>(a.k), gathered.a_src_rows = a.T;
+      if (a.gather_a && !glu && fp8_wgmma_gather_ok(gathered)) {
+        g = gathered;
+      } else {
+        auto* q = static_cast<uint8_t*>(get(static_cast<size_t>(R * a.D)));  // [R, D] e4m3
+        auto* sq = static_cast<float*>(get(sizeof(float) * R * kb_d));       // [R, D / 128]
+        launch_pdl(gather_quantized_kernel, static_cast<unsigned>((R + kGatherRows - 1) / kGatherRows),
+                   32 * kGatherRows, 0, s, qx, sqx, perm, R, a.k, a.D, kb_d, q, sq);
+        DI_CUDA_LAUNCHED();
+        g.a = q, g.a_scale = sq;
+      }
     } else {
+      auto* q = static_cast<uint8_t*>(get(static_cast<size_t>(R * a.D)));  // [R, D] e4m3
+      auto* sq = static_cast<float*>(get(sizeof(float) * R * kb_d));       // [R, D / 128]
       quantize_fp8_rows_bf16(a.x, a.D, perm, a.k, R, a.D, q, sq, s);
+      g.a = q, g.a_scale = sq;
     }
-    Fp8GemmArgs g;
-    g.a = q, g.a_scale = sq;
-    g.w = static_cast<const uint8_t*>(a.w13), g.w_scale = a.w13_scale;
-    g.M = R, g.N = 2 * a.I, g.K = a.D, g.block_n = 1, g.w_scale_uniform = a.w13_uniform && (2 * a.I) % 128 == 0;
-    g.offsets = offsets, g.E = a.E;
-    g.variant = 3;
-    g.idle_skip = a.idle_skip;
-    g.stagger = a.stagger;
-    g.cluster = a.fp8_cluster;
-    g.narrow_tails = a.narrow_tails;
-    g.n192 = a.n192;
     auto* q2 = static_cast<uint8_t*>(get(static_cast<size_t>(R * a.I)));  // [R, I] e4m3
     auto* sq2 = static_cast<float*>(get(sizeof(float) * R * kb_i));       // [R, I / 128]
-    if (a.glu_fused && fp8_wgmma_glu_ok(a.I, g.w_scale_uniform)) {  // the same codes, no bf16 [R, 2I]
+    if (glu) {  // the same codes, no bf16 [R, 2I]
       fp8_wgmma_glu_quantize(g, q2, sq2, s);
     } else {
       auto* h13 = static_cast<bf16*>(get(sizeof(bf16) * R * 2 * a.I));  // [R, 2I] gate | up
@@ -1223,6 +1236,7 @@ bool moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
     }
     auto* y = static_cast<bf16*>(get(sizeof(bf16) * R * a.D));  // [R, D] each slot's expert output, bf16
     g.a = q2, g.a_scale = sq2;
+    g.a_rows = nullptr, g.a_row_div = 1, g.a_src_rows = 0;  // the down GEMM's rows are in slot order
     g.w = static_cast<const uint8_t*>(a.w2), g.w_scale = a.w2_scale;
     g.N = a.D, g.K = a.I, g.w_scale_uniform = a.w2_uniform && a.D % 128 == 0;
     g.c = y, g.c_elem = Elem::kBF16, g.ldc = a.D;

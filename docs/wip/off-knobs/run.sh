@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One device call for main's two FP8-prefill forms that are off until measured (device `run`,
+# carry [".device_carry"]; ~9 min on a fresh machine): the split-bf16 router GEMM
+# (DEEPINFER_CUDA_ROUTER_SPLIT, perf.md version 37) and the grouped gate|up GEMM gathering its
+# own A rows (DEEPINFER_CUDA_FP8_GATHER_A, version 38). One build serves both. In order — each
+# step under a timeout, the results saved after each:
+#   1. each kernel's first test alone (a wrong cluster, ring or barrier count hangs);
+#   2. the model A/B: FP8 4K prefill + decode B = 32, base / router / gather / both, two
+#      interleaved rounds, SM clocks sampled;
+#   3. the kernels' benches (router_gemm_bench at 4,096 rows; the grouped gate|up at 4K with and
+#      without --gather, 128-wide and 128 × 192);
+#   4. the kernels' whole test groups, then the MoE ops, fixtures and runtime with both on.
+# Writes $OUT/off_knobs.tgz. What to do with the figures: docs/wip/off-knobs/README.md.
+set -uo pipefail
+REAL_OUT=$OUT; export OUT=/tmp/w; mkdir -p $OUT
+save() { tar czf "$REAL_OUT/off_knobs.tgz" -C $OUT . 2>/dev/null; }
+trap save EXIT
+source scripts/device/build_device.sh
+t0=$(date +%s); device_build deepinfer deepinfer_tests router_gemm_bench fp8_gemm_bench; echo "build $(( $(date +%s) - t0 )) s"
+T=build-device/tests/deepinfer_tests
+run() { local name=$1 limit=$2; shift 2; local s=$(date +%s); timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "$name rc=$? $(( $(date +%s) - s )) s $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200)"; }
+run router_first 30 "$T" --gtest_filter='RouterGemmCuda.BackendMatmulTakesThePlacedImage'
+grep -E "worst|Failure" $OUT/router_first.log | head -5
+run gather_first 60 "$T" --gtest_filter='CudaFp8Gemm.GatheredRowsEqualGatheringFirst'
+grep -E "Failure|differs|gathered A" $OUT/gather_first.log | head -5
+R=DEEPINFER_CUDA_ROUTER_SPLIT=1 G=DEEPINFER_CUDA_FP8_GATHER_A=1
+ok_r=1 ok_g=1
+grep -q "^\[  PASSED" $OUT/router_first.log || ok_r=0
+grep -q "^\[  PASSED" $OUT/gather_first.log || ok_g=0
+settings="base,fp8,default"
+[ $ok_r = 1 ] && settings+=" router,fp8,default,$R"
+[ $ok_g = 1 ] && settings+=" gather,fp8,default,$G"
+[ $ok_r = 1 ] && [ $ok_g = 1 ] && settings+=" both,fp8,default,$R,$G"
+# shellcheck disable=SC2086  # settings: one word each
+CLOCKS=1 ROUNDS=2 BATCHES=32 PREFILL=4096 BUILD=0 timeout 230 bash scripts/device/bench_lab.sh $settings 2>&1 | tail -16
+save
+[ $ok_r = 1 ] && timeout 40 build-device/bench/router_gemm_bench --shapes v2lite --m 4096,16384 > $OUT/router_bench.jsonl 2>&1 &&
+  python3 -c "
+import json
+for l in open('$OUT/router_bench.jsonl'):
+    r = json.loads(l)
+    if r['bench'] == 'copy': print(f\"copy {r['tb_per_s']:.2f} TB/s\"); continue
+    print(f\"{r['shape']:7s} M={r['M']:6d} {r['kernel']:13s} {r['us']:8.2f} us  {r['frac_of_copy']:.3f} of copy\")"
+if [ $ok_g = 1 ]; then
+  for f in "" "--n192" "--gather" "--n192 --gather"; do
+    # shellcheck disable=SC2086
+    timeout 40 build-device/bench/fp8_gemm_bench --model v2lite --names experts_gate_up --m 4096 --variants 3 --grouped-only $f 2>&1 |
+      grep grouped | python3 -c "
+import json,sys
+for l in sys.stdin:
+    r = json.loads(l); print(f\"{r['kernel']:45s} {r['us']:8.1f} us {r['tflops']:7.1f} TFLOP/s\")"
+  done
+fi
+save
+[ $ok_r = 1 ] && run router 60 "$T" --gtest_filter='RouterSplit*:RouterGemmCuda*'
+[ $ok_g = 1 ] && run moe 120 "$T" --gtest_filter='CudaFp8Gemm.Grouped*:CudaOps.Moe*'
+ENVS=(); [ $ok_r = 1 ] && ENVS+=("$R"); [ $ok_g = 1 ] && ENVS+=("$G")
+run fixtures 150 env "${ENVS[@]}" "$T" --gtest_filter='Fixtures/GoldenFixtureCuda.*:CudaModelParity.*'
+run runtime 150 env DEEPINFER_TEST_DEVICE=cuda "${ENVS[@]}" "$T" --gtest_filter='LLMEngine.*'
+grep -hE "FAILED|Failure" $OUT/router.log $OUT/moe.log $OUT/fixtures.log $OUT/runtime.log 2>/dev/null | head -20
+save
