@@ -62,6 +62,10 @@ struct MlaParams {
   int64_t kv_lora_rank = 0;
   float softmax_scale = 0.0f;
   const LinearWeight* kv_b_proj = nullptr;  // [n_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
+  // FP8 checkpoints: the placed FP8 kv_b_proj, where kv_b_proj is its bf16 copy — for a backend
+  // that decompresses a prefill's keys on its W8A8 form (the CUDA backend's set_kvb_w8a8). Null:
+  // none (kv_b_proj is all there is).
+  const LinearWeight* kv_b_proj_fp8 = nullptr;
 };
 
 // An MLA attention sublayer without q-LoRA (Backend::mla_decode_sublayer): the placed weights

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <numeric>
@@ -172,6 +173,7 @@ class CudaMlaPrefill : public ::testing::Test {
     p.kv_lora_rank = shape_.r;
     p.softmax_scale = scale();
     p.kv_b_proj = kvb;
+    p.kv_b_proj_fp8 = kvb_fp8_;
     return p;
   }
   // The reference over the selected sequences: [T, H, dv] (rows not selected: unspecified). Its
@@ -242,6 +244,7 @@ class CudaMlaPrefill : public ::testing::Test {
   std::vector<int32_t> q_indptr_{0};
   std::vector<std::vector<float>> latents_;  // per sequence [kv_len, r + dr]
   LinearWeight kvb_, d_kvb_;
+  const LinearWeight* kvb_fp8_ = nullptr;  // MlaParams::kv_b_proj_fp8 of run()'s calls
   Tensor q_, d_q_;
 };
 
@@ -344,6 +347,68 @@ void CudaMlaPrefill::chunk_invariance(bool wgmma) {
   const Tensor oc = run(chunk, wgmma);
   EXPECT_EQ(std::memcmp(oc.raw_data(), o1.data<float>() + 200 * shape.H * shape.dv, 100 * row_bytes), 0)
       << "rows computed as a chunk differ from the same rows of the whole prefill";
+}
+
+// kv_b on the W8A8 form (CudaBackend::set_kvb_w8a8, MlaParams::kv_b_proj_fp8) at V2-Lite's
+// dims: an FP8 checkpoint's kv_b (random e4m3 codes, 128×128 block scales), placed as the model
+// places it — the FP8 weight, and its bf16 copy as kv_b_proj — against the reference's absorbed
+// form over the exactly dequantized weights. Tolerance 8e-2 relative L2 per row: c_kv's e4m3
+// rounding per 1×128 group (≤ 2^-4 relative, rms ≈ 2^-4/√3 · 0.74 ≈ 2.7e-2 an element) passes
+// into K_nope and V about unchanged in relative terms (sums of 512 products with independent
+// errors), so into the keys' weights (unit-variance scores: an absolute error ≈ 2.7e-2 · |s|)
+// and into the values: ≈ √2 · 2.7e-2 ≈ 3.8e-2 beside the bf16 path's 3.4e-3 (the file header);
+// 8e-2 is twice that, and a wrong head, page or weight block is still O(1). With it: the same
+// rows without the knob (the bf16 copy on cuBLAS) within the suite's 1e-2 — the two not equal
+// bitwise (the W8A8 path ran) —, and the W8A8 rows of the first sequence the same bits when it
+// runs alone (the FP8 GEMM's rows do not depend on its M; the quantizer's are per row).
+TEST_F(CudaMlaPrefill, KvbOnW8a8MatchesReference) {
+#ifdef DEEPINFER_HAVE_CUDA
+  auto* cuda_backend = dynamic_cast<CudaBackend*>(gpu_.get());
+  ASSERT_NE(cuda_backend, nullptr);
+  if (!cuda::fp8_wgmma_available()) GTEST_SKIP() << "the W8A8 form needs an sm_90 GPU";
+  const Shape shape{16, 128, 64, 128, 512};
+  build(shape, {{300, 2000}, {65, 65}, {5, 700}, {64, 1000}});
+  const int64_t n = shape.H * (shape.dn + shape.dv), k = shape.r;
+  const LinearWeight w8 = testing::random_linear(rng_, n, k, DType::kF8E4M3);
+  kvb_.weight = Tensor::empty_host(DType::kF32, {n, k});
+  w8.dequantize(0, n, 0, k, kvb_.weight.data<float>(), k);  // the reference's weights
+  LinearWeight copy;  // the bf16 copy the placement makes (kv_b_proj_bf16)
+  copy.weight = Tensor::empty_host(DType::kF32, {n, k});
+  for (int64_t i = 0; i < n * k; ++i) copy.weight.data<float>()[i] = bf16_exact(kvb_.weight.data<float>()[i]);
+  d_kvb_ = gpu_->place_linear({&copy});
+  const LinearWeight d_w8 = gpu_->place_linear({&w8});
+  ASSERT_EQ(d_w8.dtype(), DType::kF8E4M3);
+  kvb_fp8_ = &d_w8;
+  Paged pg = layout(16);
+  const Tensor ref = reference(pg);
+  const Tensor plain = run(pg);
+  cuda_backend->set_kvb_w8a8(true);
+  const Tensor w8a8 = run(pg);
+  {
+    SCOPED_TRACE("kv_b on W8A8");
+    expect_rows(w8a8, ref, 8e-2);
+  }
+  {
+    SCOPED_TRACE("kv_b's bf16 copy");
+    expect_rows(plain, ref, 1e-2);
+  }
+  EXPECT_NE(std::memcmp(w8a8.raw_data(), plain.raw_data(), w8a8.n_bytes()), 0) << "the W8A8 path did not run";
+  double worst = 0;
+  const int64_t row_n = shape.H * shape.dv;
+  for (int64_t row = 0; row < T(); ++row)
+    worst = std::max(worst, testing::row_rel_err(w8a8.data<float>() + row * row_n, ref.data<float>() + row * row_n, row_n));
+  std::printf("[mla prefill] kv_b on W8A8: worst row %.3g relative L2 to the reference\n", worst);
+  // The first sequence alone: the others left out (their rows keep the sentinel).
+  for (size_t b = 1; b < pg.mask.size(); ++b) pg.mask[b] = 0;
+  const Tensor alone = run(pg);
+  const size_t first_bytes = static_cast<size_t>(q_indptr_[1] * row_n) * sizeof(float);
+  EXPECT_EQ(std::memcmp(alone.raw_data(), w8a8.raw_data(), first_bytes), 0)
+      << "the first sequence's rows depend on the other sequences' keys";
+  cuda_backend->set_kvb_w8a8(false);
+  kvb_fp8_ = nullptr;
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
 }
 
 }  // namespace

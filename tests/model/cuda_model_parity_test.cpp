@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #ifdef DEEPINFER_HAVE_CUDA
 #include "backend/cuda/cuda_common.h"  // moe_w8a8_ok
@@ -145,6 +146,29 @@ TEST(CudaModelParity, V3Fp8) {
   const bool w8a8 = false;
 #endif
   check("v3_fp8", c, DType::kF8E4M3, w8a8 ? 8e-2 : 2e-2);
+}
+// FP8 at V2-Lite's attention dims with kv_b's prefill decompression on the W8A8 form
+// (DEEPINFER_CUDA_KVB_W8A8=1, read where the backend is made; off by default until measured):
+// the 300-token prompt's keys through the FP8 GEMM, its decode steps on the one-token sublayer
+// (kv_b's bf16 copy). The FP8 bound (8e-2, above): kv_b's W8A8 adds its ~3.8e-2 per attention
+// output (CudaMlaPrefill.KvbOnW8a8MatchesReference) beside the experts' 3.6–4.7e-2.
+TEST(CudaModelParity, V2LiteAttentionFp8KvbOnW8a8) {
+  nlohmann::json c = testing::tiny_fp8_config();
+  c["hidden_size"] = 256;
+  c["q_lora_rank"] = 256;
+  c["num_attention_heads"] = 16;
+  c["kv_lora_rank"] = 512;
+  c["qk_nope_head_dim"] = 128;
+  c["qk_rope_head_dim"] = 64;
+  c["v_head_dim"] = 128;
+  c["intermediate_size"] = 256;
+  c["moe_intermediate_size"] = 128;
+  c["num_hidden_layers"] = 2;
+  struct Env {  // set for the generators this test makes, cleared after
+    Env() { ::setenv("DEEPINFER_CUDA_KVB_W8A8", "1", 1); }
+    ~Env() { ::unsetenv("DEEPINFER_CUDA_KVB_W8A8"); }
+  } env;
+  check("v2_lite_fp8_kvb", c, DType::kF8E4M3, 8e-2, {1, 23, 300}, true);
 }
 
 }  // namespace

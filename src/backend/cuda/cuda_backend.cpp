@@ -196,6 +196,9 @@ struct CudaState {
   // through the permutation (cuda::MoeArgs::gather_a: no gather pass; the same bits);
   // set_fp8_gather_a; DEEPINFER_CUDA_FP8_GATHER_A=0|1.
   bool fp8_gather_a = false;
+  // FP8 checkpoints' prefill kv_b on the W8A8 form (MlaParams::kv_b_proj_fp8; set_kvb_w8a8;
+  // DEEPINFER_CUDA_KVB_W8A8=0|1).
+  bool kvb_w8a8 = false;
   // The shared experts in the routed launch: -1 by moe_ffn's size rule, 0 never, 1 always (the
   // batch-invariant mode always); DEEPINFER_CUDA_MOE_SHARED_FUSE=0|1, a lab knob.
   int shared_fuse = -1;
@@ -307,6 +310,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_MOE_NORM_FOLD", s_->moe_norm_fold);
   read_env_switch("DEEPINFER_CUDA_ROUTER_SPLIT", s_->router_split);
   read_env_switch("DEEPINFER_CUDA_FP8_GATHER_A", s_->fp8_gather_a);
+  read_env_switch("DEEPINFER_CUDA_KVB_W8A8", s_->kvb_w8a8);
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_MOE_ONE_W8A8", on)) s_->moe_one_w8a8 = on ? 1 : 0;
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_NORM_ROUTE", on)) s_->norm_route = on ? 1 : 0;
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_SUBLAYER_NORM", on)) s_->sublayer_norm = on ? 1 : 0;
@@ -400,6 +404,7 @@ void CudaBackend::set_gemv_ring(bool on) { s_->gemv_ring = on; }
 void CudaBackend::set_moe_norm_fold(bool on) { s_->moe_norm_fold = on; }
 void CudaBackend::set_router_split(bool on) { s_->router_split = on; }
 void CudaBackend::set_fp8_gather_a(bool on) { s_->fp8_gather_a = on; }
+void CudaBackend::set_kvb_w8a8(bool on) { s_->kvb_w8a8 = on; }
 
 void CudaBackend::set_router_tiled(bool on, int64_t min_rows) {
   DI_CHECK(min_rows > kInvariantRouterParallelRows);
@@ -1440,6 +1445,13 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
   if (cuda::mla_prefill_supported(dn, dr, dv, r)) {
     const int64_t kv_cols = H * (dn + dv);
     const bool invariant = s_->batch_invariant;
+    // kv_b on the W8A8 form (set_kvb_w8a8): the default mode, an FP8 checkpoint's placed weight,
+    // whole 128-wide groups of c_kv, 16-byte aligned latent rows; per group, where the dense W8A8
+    // form takes the weight at its key count.
+    const LinearWeight* wf = p.kv_b_proj_fp8;
+    const bool kvb_w8a8 = s_->kvb_w8a8 && !invariant && wf != nullptr && wf->dtype() == DType::kF8E4M3 &&
+                          wf->n_in() == r && wf->n_out() == kv_cols && r % cuda::kFp8GroupK == 0 &&
+                          width % 8 == 0;
     const int64_t key_bytes = 2 * (kv_cols + width) + (invariant ? 4 * kv_cols + 2 * r : 0);
     const int64_t max_group_keys = std::max<int64_t>(1, (int64_t{1} << 30) / key_bytes);
     std::vector<cuda::MlaPrefillSeq> group;  // key_row0: offsets into the group's buffers
@@ -1462,6 +1474,23 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
                                         sizeof(bf16) * r, group_keys, cudaMemcpyDeviceToDevice, st));
         invariant_gemm(dptr(ckv), group_keys, kvb, nullptr, false, 0, kv_cols, r, dptr<float>(kvf), kv_cols);
         cuda::to_bf16(cdptr<float>(kvf), kv_cols, group_keys, kv_cols, dptr<bf16>(kvd), st);
+      } else if (kvb_w8a8 && dense_w8a8_fits(group_keys, *wf)) {
+        // The FP8 checkpoint's kv_b on the W8A8 form (set_kvb_w8a8): each key's c_kv quantized
+        // per 1×128 group (quantize_fp8_rows, straight from the latent rows), the FP8 wgmma GEMM
+        // writing [k_nope_h | v_h] in bf16 — DeepSeek's own FP8 path for wkv_b outside absorption.
+        Tensor q8 = empty(DType::kU8, {group_keys, r});                       // [Σ kv_len, r] e4m3
+        Tensor s8 = empty(DType::kF32, {group_keys, r / cuda::kFp8GroupK});  // [Σ kv_len, r / 128]
+        cuda::quantize_fp8_rows(dptr<bf16>(lat), cuda::Elem::kBF16, group_keys, r, dptr<uint8_t>(q8), dptr<float>(s8),
+                                false, st, width);
+        cuda::Fp8GemmArgs g;
+        g.a = dptr<uint8_t>(q8), g.a_scale = dptr<float>(s8);
+        g.w = cdptr<uint8_t>(wf->weight), g.w_scale = cdptr<float>(wf->scale_inv);
+        g.M = group_keys, g.N = kv_cols, g.K = r, g.block_n = 1, g.w_scale_uniform = wf->uniform_row_blocks;
+        g.c = dptr(kvd), g.c_elem = cuda::Elem::kBF16, g.ldc = kv_cols;
+        g.variant = 3;
+        g.w_stable = s_->w8a8_early_w;  // placed weights
+        g.cluster = s_->fp8_cluster;
+        cuda::fp8_gemm(g, nullptr, nullptr, st);
       } else {
         cuda::gemm(s_->blas, group_keys, kv_cols, r, dptr<bf16>(lat), width, 0, kvb, r, 0, true, dptr(kvd),
                    Elem::kBF16, kv_cols, 0, 1);

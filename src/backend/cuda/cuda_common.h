@@ -633,9 +633,10 @@ constexpr int64_t kFp8GroupK = 128;  // K elements per activation group and per 
 // x_q[m, k] = e4m3_rn_satfinite(x[m, k] / s[m, k / 128]) (IEEE division). A zero group gets
 // s = 1e-4/448 (the reference's clamp) and q = 0, so it dequantizes to exactly 0. A partial last
 // group (K % 128 != 0) uses its K % 128 elements. x [M, K] fp32 | bf16 (x_elem), x_q [M, K] e4m3,
-// scales [M, ceil(K/128)] fp32. Precondition: K % 16 == 0.
+// scales [M, ceil(K/128)] fp32. Precondition: K % 16 == 0. ldx: x's row pitch in elements (0:
+// K; else ≥ K, a multiple of 4, x 16-byte aligned).
 void quantize_fp8_rows(const void* x, Elem x_elem, int64_t M, int64_t K, uint8_t* x_q, float* scales, bool ue8m0,
-                       cudaStream_t s);
+                       cudaStream_t s, int64_t ldx = 0);
 // quantize_fp8_rows of fp32 rows rounded to bf16 first — a bf16 copy and its quantization in one
 // pass, the same bits: output row m quantizes row rows[m] / row_div of x (rows null: row m; the
 // MoE's permutation) at row pitch ldx (x 16-byte aligned, ldx % 4 == 0). rows: [M] device.

@@ -556,18 +556,21 @@ GemmParams base_params(const Fp8GemmArgs& a) {
 }  // namespace
 
 void quantize_fp8_rows(const void* x, Elem x_elem, int64_t M, int64_t K, uint8_t* x_q, float* scales, bool ue8m0,
-                       cudaStream_t s) {
+                       cudaStream_t s, int64_t ldx) {
   DI_CUDA_REQUIRE(x_elem == Elem::kF32 || x_elem == Elem::kBF16);
   DI_CUDA_REQUIRE_MSG(K % 16 == 0, "quantize_fp8_rows: K must be a multiple of 16");
+  DI_CUDA_REQUIRE_MSG(ldx == 0 || (ldx >= K && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0),
+                      "quantize_fp8_rows: a row pitch must be ≥ K and a multiple of 4, the rows 16-byte aligned");
+  if (ldx == 0) ldx = K;
   const int64_t n_kb = (K + kGroupK - 1) / kGroupK;
   if (M == 0 || K == 0) return;
   const dim3 grid = quant_grid(M, n_kb);
   const int32_t* no_rows = nullptr;
   if (x_elem == Elem::kF32)
-    launch_pdl(quantize_fp8_rows_kernel<float, false>, grid, 32 * kQuantWarps, 0, s, static_cast<const float*>(x), K,
+    launch_pdl(quantize_fp8_rows_kernel<float, false>, grid, 32 * kQuantWarps, 0, s, static_cast<const float*>(x), ldx,
                no_rows, int32_t{1}, K, n_kb, x_q, scales, ue8m0);
   else
-    launch_pdl(quantize_fp8_rows_kernel<bf16, false>, grid, 32 * kQuantWarps, 0, s, static_cast<const bf16*>(x), K,
+    launch_pdl(quantize_fp8_rows_kernel<bf16, false>, grid, 32 * kQuantWarps, 0, s, static_cast<const bf16*>(x), ldx,
                no_rows, int32_t{1}, K, n_kb, x_q, scales, ue8m0);
   DI_CUDA_LAUNCHED();
 }

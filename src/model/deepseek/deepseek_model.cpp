@@ -160,6 +160,7 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const InputNorm* pre,
 
   MlaParams p = mla_params(c);
   p.kv_b_proj = w.kv_b_proj_bf16.defined() ? &w.kv_b_proj_bf16 : &w.kv_b_proj;
+  if (w.kv_b_proj_bf16.defined()) p.kv_b_proj_fp8 = &w.kv_b_proj;
   Tensor o = backend.empty(DType::kF32, {T, H, c.v_head_dim});  // [T, H, dv]
   if (decode.n_seqs > 0) backend.mla_attention(p, MlaForm::kAbsorbed, q3, cache_layer, decode, o);
   if (prefill.n_seqs > 0) backend.mla_attention(p, MlaForm::kNaive, q3, cache_layer, prefill, o);
