@@ -50,6 +50,9 @@ struct SampleExtras {
 struct QuantizedRows {
   Tensor codes;   // [T, D] U8 (e4m3 codes), or BF16 (the rows rounded)
   Tensor scales;  // [T, D / 128] F32 (U8 codes), or undefined (BF16)
+  // Set by a producer that writes the rows only where it can (mla_attention through
+  // MlaParams::out_rows); the producers that always write them (add_rms_norm_quantized) leave it.
+  bool filled = false;
   bool defined() const { return codes.defined(); }
 };
 

@@ -54,6 +54,8 @@ enum class MlaForm {
   kAbsorbed,  // attend over the latent with W_UK absorbed into q and W_UV applied after (decode)
 };
 
+struct QuantizedRows;  // backend.h
+
 struct MlaParams {
   int64_t n_heads = 0;
   int64_t qk_nope_head_dim = 0;
@@ -66,6 +68,13 @@ struct MlaParams {
   // that decompresses a prefill's keys on its W8A8 form (the CUDA backend's set_kvb_w8a8). Null:
   // none (kv_b_proj is all there is).
   const LinearWeight* kv_b_proj_fp8 = nullptr;
+  // The naive form: buffers from Backend::quantized_rows(T, n_heads·v_head_dim, {o_proj}) for the
+  // attention's output as o_proj will read it. A backend may write the rows there instead of into
+  // `out` (CUDA: the prefill kernel's epilogue, set_mla_oproj_rows) and then sets out_rows->filled;
+  // `out`'s rows are then unspecified and o_proj must read out_rows (matmul_parts). Only where
+  // every row o_proj reads is one this call computes (the model: steps without decode rows).
+  // Null, or not filled: `out` holds the output, as without it.
+  QuantizedRows* out_rows = nullptr;
 };
 
 // An MLA attention sublayer without q-LoRA (Backend::mla_decode_sublayer): the placed weights

@@ -411,5 +411,74 @@ TEST_F(CudaMlaPrefill, KvbOnW8a8MatchesReference) {
 #endif
 }
 
+// o_proj's input rows from the wgmma kernel's epilogue (CudaBackend::set_mla_oproj_rows,
+// MlaParams::out_rows) against what o_proj's W8A8 and bf16 paths make of the kernel's fp32 output
+// — quantize_fp8_rows_bf16 (codes and scales) and to_bf16 — bitwise, over every computed row of
+// kDeepSeekSeqs at V2-Lite's dims (row tiles crossing sequences, a sequence left out). With the
+// knob off, out_rows stays unfilled and `out` is written as before.
+TEST_F(CudaMlaPrefill, OprojRowsEqualTheConsumersOwn) {
+#ifdef DEEPINFER_HAVE_CUDA
+  auto* cuda_backend = dynamic_cast<CudaBackend*>(gpu_.get());
+  ASSERT_NE(cuda_backend, nullptr);
+  if (!cuda::mla_prefill_wgmma_ok(128, 64, 128, 512)) GTEST_SKIP() << "the wgmma kernel needs an sm_90 GPU";
+  const Shape shape{16, 128, 64, 128, 512};
+  build(shape, kDeepSeekSeqs);
+  const Paged pg = layout(16);
+  const int64_t D = shape.H * shape.dv;
+  // The kernel's fp32 output and what the consumers make of it.
+  const Tensor plain = run(pg);
+  Tensor d_plain = gpu_->upload(plain);
+  Tensor want_q = gpu_->allocate(DType::kU8, {T(), D}), want_s = gpu_->allocate(DType::kF32, {T(), shape.H});
+  Tensor want_b = gpu_->allocate(DType::kBF16, {T(), D});
+  cuda::quantize_fp8_rows_bf16(d_plain.data<float>(), D, nullptr, 1, T(), D, want_q.data<uint8_t>(),
+                               want_s.data<float>(), nullptr);
+  cuda::to_bf16(d_plain.data<float>(), D, T(), D, static_cast<cuda::bf16*>(want_b.raw_data()), nullptr);
+  DI_CUDA_CHECK(cudaDeviceSynchronize());
+  const Tensor hq = gpu_->to_host(want_q), hs = gpu_->to_host(want_s), hb = gpu_->to_host(want_b);
+  auto params_with = [&](QuantizedRows* rows) {
+    MlaParams p = params(&d_kvb_);
+    p.out_rows = rows;
+    return p;
+  };
+  Tensor d_o = gpu_->allocate(DType::kF32, {T(), shape.H, shape.dv});
+  // Knob off: not filled.
+  QuantizedRows off;
+  off.codes = gpu_->allocate(DType::kU8, {T(), D});
+  off.scales = gpu_->allocate(DType::kF32, {T(), shape.H});
+  gpu_->mla_attention(params_with(&off), MlaForm::kNaive, d_q_, pg.d_cache, pg.ab, d_o);
+  EXPECT_FALSE(off.filled);
+  cuda_backend->set_mla_oproj_rows(true);
+  for (DType form : {DType::kU8, DType::kBF16}) {
+    QuantizedRows rows;
+    rows.codes = gpu_->allocate(form, {T(), D});
+    if (form == DType::kU8) rows.scales = gpu_->allocate(DType::kF32, {T(), shape.H});
+    gpu_->mla_attention(params_with(&rows), MlaForm::kNaive, d_q_, pg.d_cache, pg.ab, d_o);
+    ASSERT_TRUE(rows.filled);
+    const Tensor got = gpu_->to_host(rows.codes);
+    const Tensor got_s = form == DType::kU8 ? gpu_->to_host(rows.scales) : Tensor{};
+    const size_t row_bytes = static_cast<size_t>(D) * (form == DType::kU8 ? 1 : 2);
+    const Tensor& want = form == DType::kU8 ? hq : hb;
+    for (int64_t b = 0; b < n_seqs(); ++b) {
+      if (!seqs_[static_cast<size_t>(b)].selected) continue;
+      for (int64_t row = q_indptr_[b]; row < q_indptr_[b + 1]; ++row) {
+        EXPECT_EQ(std::memcmp(static_cast<const uint8_t*>(got.raw_data()) + row * row_bytes,
+                              static_cast<const uint8_t*>(want.raw_data()) + row * row_bytes, row_bytes),
+                  0)
+            << (form == DType::kU8 ? "codes" : "bf16 rows") << " of row " << row;
+        if (form == DType::kU8) {
+          EXPECT_EQ(std::memcmp(got_s.data<float>() + row * shape.H, hs.data<float>() + row * shape.H,
+                                static_cast<size_t>(shape.H) * sizeof(float)),
+                    0)
+              << "scales of row " << row;
+        }
+      }
+    }
+  }
+  cuda_backend->set_mla_oproj_rows(false);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 }  // namespace
 }  // namespace deepinfer

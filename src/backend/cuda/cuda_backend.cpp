@@ -199,6 +199,9 @@ struct CudaState {
   // FP8 checkpoints' prefill kv_b on the W8A8 form (MlaParams::kv_b_proj_fp8; set_kvb_w8a8;
   // DEEPINFER_CUDA_KVB_W8A8=0|1).
   bool kvb_w8a8 = false;
+  // The prefill attention kernel writes o_proj's input rows (MlaParams::out_rows; set_mla_oproj_rows;
+  // DEEPINFER_CUDA_MLA_OPROJ_ROWS=0|1).
+  bool mla_oproj_rows = false;
   // The shared experts in the routed launch: -1 by moe_ffn's size rule, 0 never, 1 always (the
   // batch-invariant mode always); DEEPINFER_CUDA_MOE_SHARED_FUSE=0|1, a lab knob.
   int shared_fuse = -1;
@@ -311,6 +314,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_ROUTER_SPLIT", s_->router_split);
   read_env_switch("DEEPINFER_CUDA_FP8_GATHER_A", s_->fp8_gather_a);
   read_env_switch("DEEPINFER_CUDA_KVB_W8A8", s_->kvb_w8a8);
+  read_env_switch("DEEPINFER_CUDA_MLA_OPROJ_ROWS", s_->mla_oproj_rows);
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_MOE_ONE_W8A8", on)) s_->moe_one_w8a8 = on ? 1 : 0;
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_NORM_ROUTE", on)) s_->norm_route = on ? 1 : 0;
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_SUBLAYER_NORM", on)) s_->sublayer_norm = on ? 1 : 0;
@@ -405,6 +409,7 @@ void CudaBackend::set_moe_norm_fold(bool on) { s_->moe_norm_fold = on; }
 void CudaBackend::set_router_split(bool on) { s_->router_split = on; }
 void CudaBackend::set_fp8_gather_a(bool on) { s_->fp8_gather_a = on; }
 void CudaBackend::set_kvb_w8a8(bool on) { s_->kvb_w8a8 = on; }
+void CudaBackend::set_mla_oproj_rows(bool on) { s_->mla_oproj_rows = on; }
 
 void CudaBackend::set_router_tiled(bool on, int64_t min_rows) {
   DI_CHECK(min_rows > kInvariantRouterParallelRows);
@@ -1452,6 +1457,14 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
     const bool kvb_w8a8 = s_->kvb_w8a8 && !invariant && wf != nullptr && wf->dtype() == DType::kF8E4M3 &&
                           wf->n_in() == r && wf->n_out() == kv_cols && r % cuda::kFp8GroupK == 0 &&
                           width % 8 == 0;
+    // o_proj's input rows from the wgmma kernel's epilogue (set_mla_oproj_rows): the default mode,
+    // that kernel, one 1×128 group per head (dv = 128), the rows' form what quantized_rows made.
+    QuantizedRows* oq = p.out_rows;
+    const bool oq_in_kernel =
+        oq != nullptr && oq->defined() && s_->mla_oproj_rows && !invariant && s_->mla_wgmma &&
+        cuda::mla_prefill_wgmma_ok(dn, dr, dv, r) && oq->codes.size(0) == T && oq->codes.size(1) == H * dv &&
+        (oq->codes.dtype() == DType::kBF16 ||
+         (oq->codes.dtype() == DType::kU8 && dv == cuda::kFp8GroupK && oq->scales.size(1) == H));
     const int64_t key_bytes = 2 * (kv_cols + width) + (invariant ? 4 * kv_cols + 2 * r : 0);
     const int64_t max_group_keys = std::max<int64_t>(1, (int64_t{1} << 30) / key_bytes);
     std::vector<cuda::MlaPrefillSeq> group;  // key_row0: offsets into the group's buffers
@@ -1507,6 +1520,11 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
       a.r = r;
       a.scale = p.softmax_scale;
       a.out = dptr<float>(out);
+      if (oq_in_kernel && oq->codes.dtype() == DType::kU8) {
+        a.out_q = dptr<uint8_t>(oq->codes), a.out_qs = dptr<float>(oq->scales), a.out = nullptr;
+      } else if (oq_in_kernel) {
+        a.out_b = dptr<bf16>(oq->codes), a.out = nullptr;
+      }
       a.seqs = group.data();
       a.n_seqs = static_cast<int64_t>(group.size());
       a.n_keys = group_keys;
@@ -1528,6 +1546,7 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
       group_keys += S;
     }
     run_group();
+    if (oq_in_kernel) oq->filled = true;
     return;
   }
 
@@ -1606,7 +1625,8 @@ void CudaBackend::matmul_parts(const Tensor& x, const std::vector<const LinearWe
     // Prefill sizes with every part on the W8A8 form: x rounded and quantized once for all of
     // them — what each part's matmul would compute again (the same bits; 52 µs per V2-Lite layer
     // at 16,384 rows, run s15-8).
-    bool w8a8 = M > 0 && x.size(1) == K && x.size(0) == M && w.size() > 1;
+    // (One part: where x's rows come quantized, MlaParams::out_rows — x itself may be unwritten.)
+    bool w8a8 = M > 0 && x.size(1) == K && x.size(0) == M && (w.size() > 1 || quantized_of(xq, M, K).first != nullptr);
     for (size_t i = 0; w8a8 && i < w.size(); ++i)
       w8a8 = w[i]->n_in() == K && out[i]->size(0) == M && out[i]->size(1) == w[i]->n_out() &&
              w8a8_from_f32(x, K, M, *w[i]);

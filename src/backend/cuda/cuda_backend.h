@@ -262,6 +262,14 @@ class CudaBackend : public Backend {
   // by default until measured on the device (perf.md, version 38); DEEPINFER_CUDA_KVB_W8A8=0|1
   // sets it at construction.
   void set_kvb_w8a8(bool on);
+  // The prefill attention's wgmma kernel writes o_proj's input rows in its epilogue
+  // (MlaParams::out_rows: e4m3 codes and scales per head — quantize_fp8_rows_bf16's bits — or
+  // bf16 rows) instead of its fp32 output, which o_proj's W8A8 / bf16 GEMM converted again; the
+  // same bits, one pass over [T, H·dv] and a launch fewer a layer. Version 26 (session 29) tried
+  // it with IEEE divisions and lost (its kernel 176 → 189 µs); the quantizers now divide through
+  // the scale's reciprocal (version 34). Default mode only. Off by default until measured on the
+  // device (perf.md, version 38); DEEPINFER_CUDA_MLA_OPROJ_ROWS=0|1 sets it at construction.
+  void set_mla_oproj_rows(bool on);
   // The tiled router's blocks hold 16 rows × 16 columns: at V2-Lite's 64 experts a step of M rows
   // gets M / 4 warps, a quarter of the one-chain kernel's — enough once they fill the GPU, too
   // few at decode sizes to hide the chains' latency (B = 32 with it from 17 rows: ~+0.9 ms per

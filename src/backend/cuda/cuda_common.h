@@ -855,7 +855,14 @@ struct MlaPrefillArgs {
   int64_t ld_lat;    // ≥ r + dr, a multiple of 8
   int64_t H, dn, dr, dv, r;
   float scale;       // softmax scale (> 0)
-  float* out;        // [T, H, dv] fp32
+  float* out;        // [T, H, dv] fp32 (unused, may be null, with out_q or out_b)
+  // The wgmma kernel only (mla_prefill_wgmma_ok, kernel ≠ 0): the computed rows as o_proj's input
+  // instead of `out` — out_q [T, H·dv] e4m3 codes with out_qs [T, H] fp32 scales (dv = 128: one
+  // 1×128 group per head; quantize_fp8_rows_bf16's bits of out), or out_b [T, H·dv] bf16 (out
+  // rounded, to_bf16's bits). Null: `out`.
+  uint8_t* out_q = nullptr;
+  float* out_qs = nullptr;
+  bf16* out_b = nullptr;
   const MlaPrefillSeq* seqs;  // [n_seqs] host array, n_seqs ≤ kMlaPrefillMaxSeqs
   int64_t n_seqs;
   int64_t n_keys;    // rows of kv and lat (every sequence's keys lie inside)

@@ -338,10 +338,12 @@ void mla_prefill(const MlaPrefillArgs& a, cudaStream_t s) {
   DI_CUDA_REQUIRE(a.n_seqs >= 0 && a.n_seqs <= kMlaPrefillMaxSeqs && a.n_keys >= 0);
   DI_CUDA_REQUIRE(a.H > 0 && a.H <= 65535 && a.scale > 0.0f && a.ld_lat >= a.r + a.dr && a.ld_lat % 8 == 0);
   // 16-byte cp.async / float4 sources: aligned bases (step memory is 256-byte aligned).
+  const bool rows = a.out_q != nullptr || a.out_b != nullptr;  // o_proj's rows instead of out
   DI_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.kv) % 16 == 0 && reinterpret_cast<uintptr_t>(a.lat) % 16 == 0 &&
-                  reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 8 == 0);
+                  reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && (rows || reinterpret_cast<uintptr_t>(a.out) % 8 == 0));
   const bool wgmma = mla_prefill_wgmma_ok(a.dn, a.dr, a.dv, a.r);
   DI_CUDA_REQUIRE_MSG(a.kernel != 1 || wgmma, "MLA prefill: the wgmma kernel needs sm_90 and DeepSeek's head dims");
+  DI_CUDA_REQUIRE_MSG(!rows || (wgmma && a.kernel != 0), "MLA prefill: o_proj's rows come from the wgmma kernel only");
   if (wgmma && a.kernel != 0) {
     mla_prefill_wgmma(a, s);
     return;

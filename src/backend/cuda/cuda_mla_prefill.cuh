@@ -22,6 +22,9 @@ struct PrefillParams {
   const bf16* kv;     // [n_keys, H·(dn + dv)] bf16: per head [k_nope_h | v_h]
   const bf16* lat;    // [n_keys, ld_lat] bf16: [c_kv | k_pe] per key
   float* out;         // [T, H, dv] fp32
+  uint8_t* out_q;     // MlaPrefillArgs::out_q / out_qs / out_b (the wgmma kernel's)
+  float* out_qs;
+  bf16* out_b;
   int32_t H, dn, dr, dv, r, ld_lat;
   float scale_log2;   // softmax_scale · log2(e): exp(scale·(s − m)) = exp2(s·scale_log2 − m·scale_log2)
   int32_t n_seqs;
@@ -37,6 +40,9 @@ inline int64_t prefill_params(const MlaPrefillArgs& a, int64_t rows, PrefillPara
   pp->kv = a.kv;
   pp->lat = a.lat;
   pp->out = a.out;
+  pp->out_q = a.out_q;
+  pp->out_qs = a.out_qs;
+  pp->out_b = a.out_b;
   pp->H = static_cast<int32_t>(a.H);
   pp->dn = static_cast<int32_t>(a.dn);
   pp->dr = static_cast<int32_t>(a.dr);

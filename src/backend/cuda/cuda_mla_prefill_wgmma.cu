@@ -26,6 +26,7 @@
 // K/V bits: key tiles always start at key 0, and a tile past a row's causal limit adds exact
 // zeros, so the row tile a row falls in does not change it.
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_fp8_quant.cuh"
 #include "backend/cuda/cuda_mla_prefill.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_sm90.cuh"
@@ -217,7 +218,11 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 // tiles reaching past the warpgroup's first row's limit), wait for P_{j−1}·V_{j−1} (release
 // V_{j−1}), pack P_j (pack_p); finally the last P·V. The same operations on O in the same order
 // as one tile at a time. Releases are one arrival per warp. Finally O / l (l summed over the
-// row's 4 lanes) as fp32 for rows < q_len.
+// row's 4 lanes) for rows < q_len: as fp32 into out, or (p.out_q) as o_proj's W8A8 input — the
+// head's 128 values of a row are one 1×128 quantization group, held by the row's 4 lanes: the
+// values rounded to bf16, the group's |·| maximum over the quad, its scale and the codes, every
+// step quantize_fp8_rows_bf16's own (cuda_fp8_quant.cuh) on the fp32 values out would hold, so the
+// same bits without out's round trip (docs/perf.md version 38) — or (p.out_b) rounded to bf16.
 // Preconditions (mla_prefill_wgmma): sm_90a, the DeepSeek dims, kv / lat as TMA maps of their
 // n_keys rows, q 16-byte aligned, out 8-byte aligned, q_len ≥ 1, kv_len ≥ q_len.
 __global__ void __launch_bounds__(kThreads, 1)
@@ -355,15 +360,55 @@ __global__ void __launch_bounds__(kThreads, 1)
   // l ≥ the bf16 of e^0 = 1 (the row's max key), so the division is safe for real rows.
   const float inv_lo = ll > 0.0f ? 1.0f / ll : 0.0f, inv_hi = lh > 0.0f ? 1.0f / lh : 0.0f;
   const int64_t o_ld = static_cast<int64_t>(p.H) * kDv;
-  float* out_h = p.out + static_cast<int64_t>(rt.seq.q_row0) * o_ld + static_cast<int64_t>(h) * kDv;
+  const int64_t o_off = static_cast<int64_t>(rt.seq.q_row0) * o_ld + static_cast<int64_t>(h) * kDv;
+  const bool st_lo = row_lo < q_len, st_hi = row_lo + 8 < q_len;
+  if (p.out_q != nullptr) {
+    float amax_lo = 0.0f, amax_hi = 0.0f;
 #pragma unroll
-  for (int d = 0; d < 16; ++d) {
-    const int c = 8 * d + 2 * qd;
-    if (row_lo < q_len)
-      *reinterpret_cast<float2*>(out_h + row_lo * o_ld + c) = make_float2(o[4 * d] * inv_lo, o[4 * d + 1] * inv_lo);
-    if (row_lo + 8 < q_len)
-      *reinterpret_cast<float2*>(out_h + (row_lo + 8) * o_ld + c) =
-          make_float2(o[4 * d + 2] * inv_hi, o[4 * d + 3] * inv_hi);
+    for (int i = 0; i < 64; ++i) {
+      o[i] = __bfloat162float(__float2bfloat16(o[i] * ((i & 2) ? inv_hi : inv_lo)));
+      if (i & 2) amax_hi = fmaxf(amax_hi, fabsf(o[i]));
+      else amax_lo = fmaxf(amax_lo, fabsf(o[i]));
+    }
+#pragma unroll
+    for (int x = 1; x < 4; x <<= 1) {
+      amax_lo = fmaxf(amax_lo, __shfl_xor_sync(0xffffffffu, amax_lo, x));
+      amax_hi = fmaxf(amax_hi, __shfl_xor_sync(0xffffffffu, amax_hi, x));
+    }
+    const float s_lo = fp8_group_scale(amax_lo), s_hi = fp8_group_scale(amax_hi);
+    const float r_lo = fp8_scale_inverse(s_lo), r_hi = fp8_scale_inverse(s_hi);
+    uint8_t* q_lo = p.out_q + o_off + row_lo * o_ld + 2 * qd;
+#pragma unroll
+    for (int d = 0; d < 16; ++d) {
+      if (st_lo) *reinterpret_cast<__nv_fp8x2_storage_t*>(q_lo + 8 * d) = fp8_codes2(o[4 * d], o[4 * d + 1], s_lo, r_lo);
+      if (st_hi)
+        *reinterpret_cast<__nv_fp8x2_storage_t*>(q_lo + 8 * o_ld + 8 * d) =
+            fp8_codes2(o[4 * d + 2], o[4 * d + 3], s_hi, r_hi);
+    }
+    if (qd == 0) {  // scales [T, H]: group h of the row
+      float* qs = p.out_qs + (static_cast<int64_t>(rt.seq.q_row0) + row_lo) * p.H + h;
+      if (st_lo) qs[0] = s_lo;
+      if (st_hi) qs[8 * p.H] = s_hi;
+    }
+  } else if (p.out_b != nullptr) {
+    bf16* b_lo = p.out_b + o_off + row_lo * o_ld + 2 * qd;
+#pragma unroll
+    for (int d = 0; d < 16; ++d) {
+      if (st_lo) *reinterpret_cast<uint32_t*>(b_lo + 8 * d) = pack_bf16x2(o[4 * d] * inv_lo, o[4 * d + 1] * inv_lo);
+      if (st_hi)
+        *reinterpret_cast<uint32_t*>(b_lo + 8 * o_ld + 8 * d) = pack_bf16x2(o[4 * d + 2] * inv_hi, o[4 * d + 3] * inv_hi);
+    }
+  } else {
+    float* out_h = p.out + o_off;
+#pragma unroll
+    for (int d = 0; d < 16; ++d) {
+      const int c = 8 * d + 2 * qd;
+      if (st_lo)
+        *reinterpret_cast<float2*>(out_h + row_lo * o_ld + c) = make_float2(o[4 * d] * inv_lo, o[4 * d + 1] * inv_lo);
+      if (st_hi)
+        *reinterpret_cast<float2*>(out_h + (row_lo + 8) * o_ld + c) =
+            make_float2(o[4 * d + 2] * inv_hi, o[4 * d + 3] * inv_hi);
+    }
   }
 #else
   (void)p;
@@ -382,7 +427,12 @@ void mla_prefill_wgmma(const MlaPrefillArgs& a, cudaStream_t s) {
   DI_CUDA_REQUIRE_MSG(mla_prefill_wgmma_ok(a.dn, a.dr, a.dv, a.r),
                       "MLA prefill (wgmma): needs an sm_90 GPU and dn 128, dr 64, dv 128");
   DI_CUDA_REQUIRE(a.H > 0 && a.H <= 65535 && a.n_keys >= 0 && a.ld_lat >= a.r + a.dr && a.ld_lat % 8 == 0);
-  DI_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 8 == 0);
+  const bool rows = a.out_q != nullptr || a.out_b != nullptr;
+  DI_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && (rows || reinterpret_cast<uintptr_t>(a.out) % 8 == 0));
+  DI_CUDA_REQUIRE_MSG(a.out_q == nullptr || (a.out_b == nullptr && a.out_qs != nullptr &&
+                                             reinterpret_cast<uintptr_t>(a.out_q) % 2 == 0),
+                      "MLA prefill (wgmma): o_proj's codes need their scales, 2-byte aligned, and no bf16 rows");
+  DI_CUDA_REQUIRE(a.out_b == nullptr || reinterpret_cast<uintptr_t>(a.out_b) % 4 == 0);
   PrefillParams pp;
   const int64_t n_tiles = prefill_params(a, kBM, &pp);
   if (n_tiles == 0) return;

@@ -162,9 +162,18 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const InputNorm* pre,
   p.kv_b_proj = w.kv_b_proj_bf16.defined() ? &w.kv_b_proj_bf16 : &w.kv_b_proj;
   if (w.kv_b_proj_bf16.defined()) p.kv_b_proj_fp8 = &w.kv_b_proj;
   Tensor o = backend.empty(DType::kF32, {T, H, c.v_head_dim});  // [T, H, dv]
+  // Steps of prefill rows only: o_proj's input rows, which the backend may write in the
+  // attention's epilogue (MlaParams::out_rows) instead of o.
+  QuantizedRows oq;
+  if (decode.n_seqs == 0 && prefill.n_seqs > 0) {
+    oq = backend.quantized_rows(T, H * c.v_head_dim, {&w.o_proj});
+    if (oq.defined()) p.out_rows = &oq;
+  }
   if (decode.n_seqs > 0) backend.mla_attention(p, MlaForm::kAbsorbed, q3, cache_layer, decode, o);
   if (prefill.n_seqs > 0) backend.mla_attention(p, MlaForm::kNaive, q3, cache_layer, prefill, o);
-  backend.matmul(o.reshape({T, H * c.v_head_dim}), 0, w.o_proj, attn_out);
+  const Tensor o2 = o.reshape({T, H * c.v_head_dim});
+  if (oq.filled) backend.matmul_parts(o2, {&w.o_proj}, {&attn_out}, &oq);
+  else backend.matmul(o2, 0, w.o_proj, attn_out);
 }
 
 bool DeepseekModel::ffn(Backend& backend, const DeepseekLayerWeights& w, Tensor& h, Tensor& delta, Tensor& x,
