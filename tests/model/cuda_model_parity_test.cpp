@@ -121,20 +121,26 @@ TEST(CudaModelParity, V3DenseOnly) {
 }
 TEST(CudaModelParity, V3Moe) { check("v3_moe", testing::tiny_v3_config(), DType::kBF16); }
 TEST(CudaModelParity, V2) { check("v2", testing::tiny_v2_config(), DType::kF32); }
-// DeepSeek-V2-Lite's attention dims (H 16, dn 128, dr 64, dv 128, r 512) at a small hidden size,
-// each request alone: its decode steps take the fused one-token sublayer kernel (graph-captured,
-// cuda_mla_sublayer.cu) on sm_90a; the 300-token prompt spreads its keys over 10 splits.
-TEST(CudaModelParity, V2LiteAttentionOneSequence) {
-  nlohmann::json c = testing::tiny_v2_config();
+// `c` with DeepSeek-V2-Lite's attention (H 16, dn 128, dr 64, dv 128, r 512, no q-LoRA) at a small
+// hidden size (256, dense MLP 256 wide), 2 layers.
+nlohmann::json with_v2_lite_attention(nlohmann::json c) {
   c["hidden_size"] = 256;
+  c["q_lora_rank"] = nullptr;
   c["num_attention_heads"] = 16;
   c["kv_lora_rank"] = 512;
   c["qk_nope_head_dim"] = 128;
   c["qk_rope_head_dim"] = 64;
   c["v_head_dim"] = 128;
   c["intermediate_size"] = 256;
-  c["moe_intermediate_size"] = 64;
   c["num_hidden_layers"] = 2;
+  return c;
+}
+// V2-Lite's attention dims, each request alone: its decode steps take the fused one-token
+// sublayer kernel (graph-captured, cuda_mla_sublayer.cu) on sm_90a; the 300-token prompt spreads
+// its keys over 10 splits.
+TEST(CudaModelParity, V2LiteAttentionOneSequence) {
+  nlohmann::json c = with_v2_lite_attention(testing::tiny_v2_config());
+  c["moe_intermediate_size"] = 64;
   check("v2_lite_attn", c, DType::kF32, 2e-2, {1, 23, 300}, true);
 }
 TEST(CudaModelParity, V3Fp8) {
@@ -149,21 +155,12 @@ TEST(CudaModelParity, V3Fp8) {
 }
 // FP8 at V2-Lite's attention dims with kv_b's prefill decompression on the W8A8 form
 // (DEEPINFER_CUDA_KVB_W8A8=1, read where the backend is made; off by default until measured):
-// the 300-token prompt's keys through the FP8 GEMM, its decode steps on the one-token sublayer
-// (kv_b's bf16 copy). The FP8 bound (8e-2, above): kv_b's W8A8 adds its ~3.8e-2 per attention
-// output (CudaMlaPrefill.KvbOnW8a8MatchesReference) beside the experts' 3.6–4.7e-2.
+// the 300-token prompt's keys through the FP8 GEMM; decode steps keep kv_b's bf16 copy (the
+// absorbed form). The FP8 bound (8e-2, above): kv_b's W8A8 adds its ~3.8e-2 per attention output
+// (CudaMlaPrefill.KvbOnW8a8MatchesReference) beside the experts' 3.6–4.7e-2.
 TEST(CudaModelParity, V2LiteAttentionFp8KvbOnW8a8) {
-  nlohmann::json c = testing::tiny_fp8_config();
-  c["hidden_size"] = 256;
-  c["q_lora_rank"] = 256;
-  c["num_attention_heads"] = 16;
-  c["kv_lora_rank"] = 512;
-  c["qk_nope_head_dim"] = 128;
-  c["qk_rope_head_dim"] = 64;
-  c["v_head_dim"] = 128;
-  c["intermediate_size"] = 256;
+  nlohmann::json c = with_v2_lite_attention(testing::tiny_fp8_config());
   c["moe_intermediate_size"] = 128;
-  c["num_hidden_layers"] = 2;
   struct Env {  // set for the generators this test makes, cleared after
     Env() { ::setenv("DEEPINFER_CUDA_KVB_W8A8", "1", 1); }
     ~Env() { ::unsetenv("DEEPINFER_CUDA_KVB_W8A8"); }
