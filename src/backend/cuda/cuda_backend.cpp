@@ -1490,7 +1490,8 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
       } else if (kvb_w8a8 && dense_w8a8_fits(group_keys, *wf)) {
         // The FP8 checkpoint's kv_b on the W8A8 form (set_kvb_w8a8): each key's c_kv quantized
         // per 1×128 group (quantize_fp8_rows, straight from the latent rows), the FP8 wgmma GEMM
-        // writing [k_nope_h | v_h] in bf16 — DeepSeek's own FP8 path for wkv_b outside absorption.
+        // writing [k_nope_h | v_h] in bf16 — the FP8 GEMM path of DeepSeek's reference (gemm_impl
+        // "fp8") for wkv_b outside absorption.
         Tensor q8 = empty(DType::kU8, {group_keys, r});                       // [Σ kv_len, r] e4m3
         Tensor s8 = empty(DType::kF32, {group_keys, r / cuda::kFp8GroupK});  // [Σ kv_len, r / 128]
         cuda::quantize_fp8_rows(dptr<bf16>(lat), cuda::Elem::kBF16, group_keys, r, dptr<uint8_t>(q8), dptr<float>(s8),

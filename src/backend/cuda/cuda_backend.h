@@ -256,8 +256,9 @@ class CudaBackend : public Backend {
   void set_fp8_gather_a(bool on);
   // An FP8 checkpoint's prefill decompresses its keys' latents through kv_b_proj on the W8A8 form
   // (each key's c_kv quantized per 1×128 group, the FP8 wgmma GEMM, bf16 out; MlaParams::
-  // kv_b_proj_fp8) instead of the bf16 copy on cuBLAS — DeepSeek's own FP8 path for wkv_b
-  // outside absorption, as the other linears' W8A8 form: not the bf16 path's bits (K and V carry
+  // kv_b_proj_fp8) instead of the bf16 copy on cuBLAS — the FP8 GEMM path of DeepSeek's reference
+  // (gemm_impl "fp8") for wkv_b outside absorption, as the other linears' W8A8 form: not the bf16
+  // path's bits (K and V carry
   // the activations' ~2^-4 relative rounding). The batch-invariant mode keeps its own path. Off
   // by default until measured on the device (perf.md, version 38); DEEPINFER_CUDA_KVB_W8A8=0|1
   // sets it at construction.
