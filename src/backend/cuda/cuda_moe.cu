@@ -1205,18 +1205,15 @@ bool moe_experts(const MoeArgs& a_in, void* (*alloc)(void* ctx, size_t bytes), v
         quantize_fp8_rows_bf16(a.x, a.D, nullptr, 1, a.T, a.D, q1, s1, s);
         qx = q1, sqx = s1;
       }
-      Fp8GemmArgs gathered = g;
-      gathered.a = qx, gathered.a_scale = sqx;
-      gathered.a_rows = perm, gathered.a_row_div = static_cast<int32_t>(a.k), gathered.a_src_rows = a.T;
-      if (a.gather_a && !glu && fp8_wgmma_gather_ok(gathered)) {
-        g = gathered;
-      } else {
+      g.a = qx, g.a_scale = sqx;
+      g.a_rows = perm, g.a_row_div = static_cast<int32_t>(a.k), g.a_src_rows = a.T;
+      if (!a.gather_a || glu || !fp8_wgmma_gather_ok(g)) {  // else the GEMM's loader copies the rows
         auto* q = static_cast<uint8_t*>(get(static_cast<size_t>(R * a.D)));  // [R, D] e4m3
         auto* sq = static_cast<float*>(get(sizeof(float) * R * kb_d));       // [R, D / 128]
         launch_pdl(gather_quantized_kernel, static_cast<unsigned>((R + kGatherRows - 1) / kGatherRows),
                    32 * kGatherRows, 0, s, qx, sqx, perm, R, a.k, a.D, kb_d, q, sq);
         DI_CUDA_LAUNCHED();
-        g.a = q, g.a_scale = sq;
+        g.a = q, g.a_scale = sq, g.a_rows = nullptr, g.a_row_div = 1, g.a_src_rows = 0;
       }
     } else {
       auto* q = static_cast<uint8_t*>(get(static_cast<size_t>(R * a.D)));  // [R, D] e4m3
