@@ -441,7 +441,8 @@ TEST_F(CudaMlaPrefill, OprojRowsEqualTheConsumersOwn) {
     return p;
   };
   Tensor d_o = gpu_->allocate(DType::kF32, {T(), shape.H, shape.dv});
-  // Knob off: not filled.
+  // Knob off (whatever DEEPINFER_CUDA_MLA_OPROJ_ROWS said when the backend was made): not filled.
+  cuda_backend->set_mla_oproj_rows(false);
   QuantizedRows off;
   off.codes = gpu_->allocate(DType::kU8, {T(), D});
   off.scales = gpu_->allocate(DType::kF32, {T(), shape.H});

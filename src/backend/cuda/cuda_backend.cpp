@@ -200,8 +200,8 @@ struct CudaState {
   // DEEPINFER_CUDA_KVB_W8A8=0|1).
   bool kvb_w8a8 = false;
   // The prefill attention kernel writes o_proj's input rows (MlaParams::out_rows; set_mla_oproj_rows;
-  // DEEPINFER_CUDA_MLA_OPROJ_ROWS=0|1).
-  bool mla_oproj_rows = false;
+  // DEEPINFER_CUDA_MLA_OPROJ_ROWS=0|1; on since run s42-2: FP8 4K −0.60 ms).
+  bool mla_oproj_rows = true;
   // The shared experts in the routed launch: -1 by moe_ffn's size rule, 0 never, 1 always (the
   // batch-invariant mode always); DEEPINFER_CUDA_MOE_SHARED_FUSE=0|1, a lab knob.
   int shared_fuse = -1;
@@ -1222,9 +1222,10 @@ bool CudaBackend::sublayer_kernel(const MlaSublayerWeights& w, const Tensor& x, 
   // row (dense_w8a8_fits), else its bits are the small-M GEMM's and the op path runs.
   const bool fp8_w = s_->mla_sublayer_fp8 && fp8_linear(w.q_proj, H * (dn + dr), D) &&
                      fp8_linear(w.kv_a_proj, r + dr, D) && fp8_linear(w.o_proj, D, H * dv) &&
-                     (!s_->batch_invariant ||
-                      (dense_w8a8_fits(1, *w.q_proj) && dense_w8a8_fits(1, *w.kv_a_proj) &&
-                       dense_w8a8_fits(1, *w.o_proj) && cuda::mla_sublayer_invariant_fp8_fits(D)));
+                     (!s_->batch_invariant
+                          ? cuda::mla_sublayer_fp8_fits(D)
+                          : (dense_w8a8_fits(1, *w.q_proj) && dense_w8a8_fits(1, *w.kv_a_proj) &&
+                             dense_w8a8_fits(1, *w.o_proj) && cuda::mla_sublayer_invariant_fp8_fits(D)));
   // One row of one selected sequence: host-side sizes, the same at every replay of a decode graph.
   const bool one_row = x.size(0) == 1 && decode.n_seqs == 1 && decode.n_rows == 1 && decode.selected(0) &&
                        decode.q_indptr[1] - decode.q_indptr[0] == 1;

@@ -243,7 +243,8 @@ class CudaBackend : public Backend {
   // The default mode's fp32 router GEMMs past the GEMV's rows on the split-bf16 tensor cores
   // (cuda::router_gemm: X split into three bf16 parts in the kernel, W read from the bf16 image
   // place_linear_fp32 builds; fp32-level error, not cuBLAS's bits) instead of cuBLAS's SGEMM.
-  // Off by default until measured on the device (perf.md, version 37); weights without an image
+  // Off by default: measured (run s42-1) 29.6 µs against cuBLAS's 34.5 at V2-Lite's 4,096 rows,
+  // no gain in the model's FP8 4K prefill (perf.md, version 39); weights without an image
   // (not placed by place_linear_fp32, or K % 64 ≠ 0) keep cuBLAS. DEEPINFER_CUDA_ROUTER_SPLIT=0|1
   // sets it at construction.
   void set_router_split(bool on);
@@ -251,7 +252,8 @@ class CudaBackend : public Backend {
   // the tokens' quantized rows through the routing permutation — its loader warpgroup copies the
   // rows into the stages (cuda::Fp8GemmArgs::a_rows) — instead of a gather pass writing them
   // first (~25 µs a V2-Lite layer at 4,096 tokens, run s37-1's trace). The same bits. Off by
-  // default until measured on the device (perf.md, version 38); DEEPINFER_CUDA_FP8_GATHER_A=0|1
+  // default: the gathered GEMM ran 4.6 % (128 × 192) to 15 % (128 × 128) slower at 4K, which ate
+  // the pass it saves (runs s42-1, s42-2; perf.md, version 39); DEEPINFER_CUDA_FP8_GATHER_A=0|1
   // sets it at construction.
   void set_fp8_gather_a(bool on);
   // An FP8 checkpoint's prefill decompresses its keys' latents through kv_b_proj on the W8A8 form
@@ -268,8 +270,9 @@ class CudaBackend : public Backend {
   // bf16 rows) instead of its fp32 output, which o_proj's W8A8 / bf16 GEMM converted again; the
   // same bits, one pass over [T, H·dv] and a launch fewer a layer. Version 26 (session 29) tried
   // it with IEEE divisions and lost (its kernel 176 → 189 µs); the quantizers now divide through
-  // the scale's reciprocal (version 34). Default mode only. Off by default until measured on the
-  // device (perf.md, version 38); DEEPINFER_CUDA_MLA_OPROJ_ROWS=0|1 sets it at construction.
+  // the scale's reciprocal (version 34). Default mode only. On by default since run s42-2 (FP8 4K
+  // prefill 35.49 → 34.89 ms, three rounds; perf.md version 39); DEEPINFER_CUDA_MLA_OPROJ_ROWS=0|1
+  // sets it at construction.
   void set_mla_oproj_rows(bool on);
   // The tiled router's blocks hold 16 rows × 16 columns: at V2-Lite's 64 experts a step of M rows
   // gets M / 4 warps, a quarter of the one-chain kernel's — enough once they fill the GPU, too

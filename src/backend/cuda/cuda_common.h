@@ -302,6 +302,11 @@ bool mla_sublayer_fits(int64_t D, int64_t H, int64_t dn, int64_t dr, int64_t dv,
 // Whether the invariant form serves FP8 linears at hidden size D on this GPU (a block per 32 rows
 // of q_proj | kv_a_proj and of o_proj; mla_sublayer_fits too).
 bool mla_sublayer_invariant_fp8_fits(int64_t D);
+// Whether the default form serves FP8 linears at hidden size D: a block's rows of q_proj |
+// kv_a_proj start at any row, and their scale rows (D / 128 fp32 each) are bulk-copied, which
+// takes 16-byte aligned addresses and sizes — D % 512 == 0 (at D = 256 the copies of odd rows
+// faulted, "misaligned address": run s42-2). mla_sublayer_fits too.
+bool mla_sublayer_fp8_fits(int64_t D);
 int64_t mla_sublayer_max_splits();
 void mla_sublayer(const MlaSublayerArgs& a, cudaStream_t s);
 // ---- cuda_moe_one.cu ----

@@ -972,6 +972,8 @@ void mla_sublayer(const MlaSublayerArgs& a, cudaStream_t s) {
                       "mla_sublayer: FP8 weights need their block scales");
   DI_CUDA_REQUIRE_MSG(!a.fp8 || !inv || mla_sublayer_invariant_fp8_fits(a.D),
                       "mla_sublayer: the invariant FP8 form does not fit this D on this GPU");
+  DI_CUDA_REQUIRE_MSG(!a.fp8 || inv || mla_sublayer_fp8_fits(a.D),
+                      "mla_sublayer: the default FP8 form needs D % 512 == 0 (its scale rows' bulk copies)");
   DI_CUDA_REQUIRE_MSG(!inv || (a.split_keys % kTileKeys == 0 && a.max_splits >= 1 && a.max_splits <= kInvMaxSplits),
                       "mla_sublayer: the invariant split rule needs split_keys % 32 == 0 and 1..32 splits");
   static const bool attr = [] {
@@ -1008,6 +1010,8 @@ bool mla_sublayer_invariant_fp8_fits(int64_t D) {
          l.a1 + (D / 128) * kWgAtom + kWgSlack + kWgAlign <= l.total &&
          l.a5 + (kK5 / 128) * kWgAtom + kWgSlack + kWgAlign <= l.total;
 }
+
+bool mla_sublayer_fp8_fits(int64_t D) { return D > 0 && D % (4 * 128) == 0; }
 
 int64_t mla_sublayer_max_splits() { return kMaxSplits; }
 
