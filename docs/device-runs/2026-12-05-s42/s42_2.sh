@@ -1,7 +1,5 @@
 #!/usr/bin/env bash
 # Run s42-2 (device `run`, carry [".device_carry"]): session 41's two WIP patches in one call —
-# (The two patches left docs/wip in this session: `git show 26f0898:docs/wip/glu-handoff/glu-handoff.patch`,
-# `git show 26f0898:docs/wip/mla-prefill-persistent/persistent.patch`.)
 # docs/wip/glu-handoff/glu-handoff.patch (the GLU form's epilogue in the loader warpgroup's idle
 # warps; DEEPINFER_CUDA_FP8_GLU=1) and docs/wip/mla-prefill-persistent/persistent.patch (the MLA
 # prefill kernel persistent; DEEPINFER_CUDA_MLA_PERSISTENT=1; it also changes the per-block
@@ -15,6 +13,8 @@
 #   5. the kv_b model test under memcheck, if the image has compute-sanitizer;
 #   6. mla_prefill_bench base against patched (per-block and persistent);
 #   7. the suites with the knobs that passed their first test.
+# (The two patches left docs/wip in this session: `git show 26f0898:docs/wip/glu-handoff/glu-handoff.patch`,
+# `git show 26f0898:docs/wip/mla-prefill-persistent/persistent.patch`.)
 set -uo pipefail
 REAL_OUT=$OUT; export OUT=/tmp/w; mkdir -p $OUT
 save() { tar czf "$REAL_OUT/s42_2.tgz" -C $OUT . 2>/dev/null; }
