@@ -262,7 +262,8 @@ class CudaBackend : public Backend {
   // (gemm_impl "fp8") for wkv_b outside absorption, as the other linears' W8A8 form: not the bf16
   // path's bits (K and V carry
   // the activations' ~2^-4 relative rounding). The batch-invariant mode keeps its own path. Off
-  // by default until measured on the device (perf.md, version 38); DEEPINFER_CUDA_KVB_W8A8=0|1
+  // by default until timed in the model (its kernel test passed on the device, 3.6e-2 worst row,
+  // run s42-1; perf.md, versions 38, 39); DEEPINFER_CUDA_KVB_W8A8=0|1
   // sets it at construction.
   void set_kvb_w8a8(bool on);
   // The prefill attention's wgmma kernel writes o_proj's input rows in its epilogue
