@@ -77,7 +77,9 @@ void Backend::mla_kv_write(Tensor& kv, const Tensor& norm, float eps, const Tens
 }
 
 void Backend::mla_rope_kv_write(Tensor& q, int64_t q_offset, Tensor& kv, const Tensor& norm, float eps,
-                                const Tensor& positions, const RopeParams& rope, const Tensor& slots, Tensor& cache) {
+                                const Tensor& positions, const RopeParams& rope, const Tensor& slots, Tensor& cache,
+                                MlaParams* reader) {
+  (void)reader;  // q rotated here
   this->rope(q, q_offset, positions, rope);
   mla_kv_write(kv, norm, eps, positions, rope, slots, cache);
 }
@@ -91,7 +93,7 @@ void Backend::mla_decode_sublayer(const MlaSublayerWeights& w, const Tensor& x, 
   Tensor kv = empty(DType::kF32, {T, p.kv_lora_rank + p.qk_rope_head_dim});     // [T, r + dr]
   matmul_parts(x, {w.q_proj, w.kv_a_proj}, {&q, &kv}, xq);
   Tensor q3 = q.reshape({T, H, dqk});
-  mla_rope_kv_write(q3, p.qk_nope_head_dim, kv, *w.kv_a_layernorm, w.eps, positions, *w.rope, slots, cache);
+  mla_rope_kv_write(q3, p.qk_nope_head_dim, kv, *w.kv_a_layernorm, w.eps, positions, *w.rope, slots, cache, nullptr);
   Tensor o = empty(DType::kF32, {T, H, p.v_head_dim});  // [T, H, dv]
   mla_attention(p, MlaForm::kAbsorbed, q3, cache, decode, o);
   matmul(o.reshape({T, H * p.v_head_dim}), 0, *w.o_proj, out);

@@ -233,12 +233,17 @@ class Backend {
   // The step's queries rotated, rope(q, q_offset, positions, rope), and the layer's new latents
   // finished and cached, mla_kv_write(kv, norm, eps, positions, rope, slots, cache): one op, so a
   // backend can share the positions' rotation table and the launch. q [T, n_heads, head_stride]
-  // F32, kv [T, r + dr] F32. Default: those two ops.
+  // F32, kv [T, r + dr] F32. `reader`: null, or the parameters of the one mla_attention call that
+  // will read q (the model: the naive form of a step without decode rows) — a backend may then
+  // leave q's rope channels unrotated and set reader->q_rope for that call to rotate them as it
+  // reads q (CUDA: the prefill kernel, set_mla_q_rope), the same values. Default: those two ops
+  // (reader left as it is).
   virtual void mla_rope_kv_write(Tensor& q, int64_t q_offset, Tensor& kv, const Tensor& norm, float eps,
-                                 const Tensor& positions, const RopeParams& rope, const Tensor& slots, Tensor& cache);
+                                 const Tensor& positions, const RopeParams& rope, const Tensor& slots, Tensor& cache,
+                                 MlaParams* reader);
 
   // Multi-head latent attention over the paged latent cache.
-  // q [T, H, dn + dr] F32 (RoPE applied); cache [n_blocks, block_size, r + dr] F32 holding
+  // q [T, H, dn + dr] F32 (RoPE applied, or rotated by p.q_rope as it is read); cache [n_blocks, block_size, r + dr] F32 holding
   // [c_kv (post-norm) | k_pe (post-RoPE)]; out [T, H, dv] F32.
   virtual void mla_attention(const MlaParams& p, MlaForm form, const Tensor& q, const Tensor& cache,
                              const AttentionBatch& batch, Tensor& out) = 0;

@@ -75,6 +75,11 @@ struct MlaParams {
   // every row o_proj reads is one this call computes (the model: steps without decode rows).
   // Null, or not filled: `out` holds the output, as without it.
   QuantizedRows* out_rows = nullptr;
+  // q's rotation left to the attention (Backend::mla_rope_kv_write's `reader`): [T, dr] F32, row t
+  // token t's RoPE table — cos of pair i at column i, its sine at dr / 2 + i, attention_factor
+  // applied — by which q's rope channels, still unrotated, are to be rotated as they are read (the
+  // same values as rotating q first). Undefined: q is rotated. Set by the backend that left them.
+  Tensor q_rope;
 };
 
 // An MLA attention sublayer without q-LoRA (Backend::mla_decode_sublayer): the placed weights

@@ -36,7 +36,7 @@
 
 #include "backend/reference/reference_backend.h"
 #ifdef DEEPINFER_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"  // set_mla_prefill_wgmma
+#include "backend/cuda/cuda_backend.h"  // set_mla_prefill_wgmma, set_mla_q_rope
 #include "backend/cuda/cuda_common.h"   // kMlaPrefillMaxSeqs, mla_prefill_supported, mla_prefill_wgmma_ok
 #endif
 #include "support/cuda_available.h"
@@ -476,6 +476,79 @@ TEST_F(CudaMlaPrefill, OprojRowsEqualTheConsumersOwn) {
     }
   }
   cuda_backend->set_mla_oproj_rows(false);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+// q_pe's rotation in the wgmma kernel (CudaBackend::set_mla_q_rope, MlaParams::q_rope): at
+// V2-Lite's dims over kDeepSeekSeqs (row tiles crossing sequences, a sequence left out, positions
+// up to 2,000, YaRN's attention factor), the latent write with the attention's parameters stores
+// the tokens' tables and leaves q as it was — kv and the cache the same bits as the write that
+// rotates q — and the attention over the unrotated q and the tables gives the same bits as over q
+// rotated by the latent write: on the wgmma kernel (the rotation in its Q staging) and on the
+// mma.sync kernel (mla_attention's rotated copy, rope_from_table), q still unrotated after both.
+// With the knob off the write rotates q and sets no table.
+TEST_F(CudaMlaPrefill, QRopeInTheKernelEqualsRotatedQ) {
+#ifdef DEEPINFER_HAVE_CUDA
+  auto* cuda_backend = dynamic_cast<CudaBackend*>(gpu_.get());
+  ASSERT_NE(cuda_backend, nullptr);
+  if (!cuda::mla_prefill_wgmma_ok(128, 64, 128, 512)) GTEST_SKIP() << "the wgmma kernel needs an sm_90 GPU";
+  const Shape shape{16, 128, 64, 128, 512};
+  build(shape, kDeepSeekSeqs);
+  const Paged pg = layout(16);
+  const int64_t n = T(), w = width(), bs = 16, n_blocks = (n + bs - 1) / bs;
+  RopeParams rp;
+  for (int64_t i = 0; i < shape.dr / 2; ++i)
+    rp.inv_freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(shape.dr)));
+  rp.attention_factor = 1.0707f;  // a YaRN amplitude: the table's entries carry it
+  rp.interleave = true;
+  std::vector<int32_t> pos, slots;
+  for (int64_t b = 0; b < n_seqs(); ++b) {
+    const Seq& sq = seqs_[static_cast<size_t>(b)];
+    for (int32_t i = 0; i < sq.q_len; ++i) pos.push_back(sq.kv_len - sq.q_len + i);
+  }
+  for (int64_t t = 0; t < n; ++t) slots.push_back(static_cast<int32_t>(t));
+  const Tensor kv = randn({n, w}), norm = randn({shape.r});
+  const Tensor d_pos = up_i32(pos), d_slots = up_i32(slots), d_norm = gpu_->place_tensor(norm);
+  struct Side {
+    Tensor q, kv, cache;
+    MlaParams p;
+  };
+  // The latent write with the attention's parameters, the knob as given.
+  auto write = [&](bool knob) {
+    cuda_backend->set_mla_q_rope(knob);
+    Side sd{gpu_->upload(q_), gpu_->upload(kv), gpu_->allocate(DType::kBF16, {n_blocks, bs, w}), params(&d_kvb_)};
+    gpu_->mla_rope_kv_write(sd.q, shape.dn, sd.kv, d_norm, 1e-6f, d_pos, rp, d_slots, sd.cache, &sd.p);
+    cuda_backend->set_mla_q_rope(false);
+    return sd;
+  };
+  auto attend = [&](const Side& sd, bool wgmma) {
+    cuda_backend->set_mla_prefill_wgmma(wgmma);
+    Tensor filled = Tensor::empty_host(DType::kF32, {n, shape.H, shape.dv});
+    std::fill_n(filled.data<float>(), filled.numel(), kSentinel);
+    Tensor d_o = gpu_->allocate(DType::kF32, filled.shape());
+    gpu_->copy_from_host(filled.raw_data(), d_o);
+    gpu_->mla_attention(sd.p, MlaForm::kNaive, sd.q, pg.d_cache, pg.ab, d_o);
+    cuda_backend->set_mla_prefill_wgmma(true);
+    return gpu_->to_host(d_o);
+  };
+  auto same = [](const Tensor& a, const Tensor& b) {
+    return a.n_bytes() == b.n_bytes() && std::memcmp(a.raw_data(), b.raw_data(), a.n_bytes()) == 0;
+  };
+  const Side rotated = write(false), later = write(true);
+  ASSERT_FALSE(rotated.p.q_rope.defined()) << "the knob is off: q rotated by the latent write";
+  ASSERT_TRUE(later.p.q_rope.defined()) << "the knob is on: the rotation left to the attention";
+  EXPECT_FALSE(same(gpu_->to_host(rotated.q), q_)) << "the latent write did not rotate q";
+  EXPECT_TRUE(same(gpu_->to_host(later.q), q_)) << "q written although its rotation was left";
+  EXPECT_TRUE(same(gpu_->to_host(later.kv), gpu_->to_host(rotated.kv))) << "kv";
+  EXPECT_TRUE(same(gpu_->to_host(later.cache), gpu_->to_host(rotated.cache))) << "the cache";
+  for (bool wgmma : {true, false}) {
+    SCOPED_TRACE(wgmma ? "wgmma kernel (rotation in the Q staging)" : "mma.sync kernel (a rotated copy)");
+    const Tensor want = attend(rotated, wgmma), got = attend(later, wgmma);
+    EXPECT_TRUE(same(got, want)) << "the attention over the tables differs from the attention over rotated q";
+    EXPECT_TRUE(same(gpu_->to_host(later.q), q_)) << "the attention wrote q";
+  }
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

@@ -293,9 +293,10 @@ TEST_F(CudaOps, MlaRopeKvWriteEqualsRopeThenKvWrite) {
           Tensor d_q = up(q), d_kv = up(kv), d_norm = gpu_->place_tensor(norm);
           Tensor cache = gpu_->allocate(DType::kBF16, {n_blocks, bs, width});
           if (fused == 0)
-            gpu_->mla_rope_kv_write(d_q, dn, d_kv, d_norm, 1e-6f, up(i32(pos)), rp, up(i32(slots)), cache);
+            gpu_->mla_rope_kv_write(d_q, dn, d_kv, d_norm, 1e-6f, up(i32(pos)), rp, up(i32(slots)), cache, nullptr);
           else
-            gpu_->Backend::mla_rope_kv_write(d_q, dn, d_kv, d_norm, 1e-6f, up(i32(pos)), rp, up(i32(slots)), cache);
+            gpu_->Backend::mla_rope_kv_write(d_q, dn, d_kv, d_norm, 1e-6f, up(i32(pos)), rp, up(i32(slots)), cache,
+                                             nullptr);
           outs[fused][0] = down(d_q);
           outs[fused][1] = down(d_kv);
           outs[fused][2] = down(cache);

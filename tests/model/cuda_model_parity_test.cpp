@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #ifdef DEEPINFER_HAVE_CUDA
 #include "backend/cuda/cuda_common.h"  // moe_w8a8_ok
@@ -166,6 +167,56 @@ TEST(CudaModelParity, V2LiteAttentionFp8KvbOnW8a8) {
     ~Env() { ::unsetenv("DEEPINFER_CUDA_KVB_W8A8"); }
   } env;
   check("v2_lite_fp8_kvb", c, DType::kF8E4M3, 8e-2, {1, 23, 300}, true);
+}
+
+// q_pe's rotation in the prefill attention kernel (DEEPINFER_CUDA_MLA_Q_ROPE=1, read where the
+// backend is made; off by default until timed) changes no value: the same three prompts (one
+// step of prefill rows only, where the latent write leaves q to the attention, then decode
+// steps) on two CUDA generators, the knob off and on — prompt and step logits bitwise equal,
+// tokens equal. V2-Lite's attention dims, bf16 and FP8 checkpoints.
+TEST(CudaModelParity, V2LiteQRopeInAttentionSameBits) {
+  if (!testing::try_cuda_backend()) GTEST_SKIP() << "no CUDA backend/GPU here (runs on the GPU machine)";
+  for (DType dtype : {DType::kF32, DType::kF8E4M3}) {
+    nlohmann::json c = with_v2_lite_attention(dtype == DType::kF32 ? testing::tiny_v2_config()
+                                                                   : testing::tiny_fp8_config());
+    c["moe_intermediate_size"] = 128;
+    const std::string dir =
+        fmt::format("{}/cuda_q_rope_{}_{}", ::testing::TempDir(), dtype == DType::kF32 ? "bf16" : "fp8", ::getpid());
+    ASSERT_TRUE(write_random_deepseek_checkpoint(dir, c, 4321, dtype, false).is_ok());
+    const int64_t vocab = c["vocab_size"].get<int64_t>();
+    std::vector<GenerateRequest> reqs;
+    for (int64_t len : {5, 23, 300}) {
+      GenerateRequest r;
+      for (int64_t i = 0; i < len; ++i) r.prompt_ids.push_back(static_cast<int32_t>(2 + (i * 31 + len) % (vocab - 2)));
+      r.max_tokens = 6;
+      r.sampler.temperature = 0;
+      r.ignore_eos = true;
+      r.return_prompt_logits = true;
+      r.return_step_logits = true;
+      reqs.push_back(r);
+    }
+    std::vector<GenerateResult> out[2];
+    for (int knob = 0; knob < 2; ++knob) {
+      ::setenv("DEEPINFER_CUDA_MLA_Q_ROPE", knob ? "1" : "0", 1);
+      auto gen = open(dir, "cuda");
+      ::unsetenv("DEEPINFER_CUDA_MLA_Q_ROPE");
+      ASSERT_TRUE(gen);
+      auto res = gen->generate(reqs);
+      ASSERT_TRUE(res) << res.status().to_string();
+      out[knob] = std::move(*res);
+    }
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const GenerateResult &a = out[0][i], &b = out[1][i];
+      SCOPED_TRACE(fmt::format("{} request {}", dtype == DType::kF32 ? "bf16" : "fp8", i));
+      ASSERT_EQ(a.prompt_logits.size(), b.prompt_logits.size());
+      EXPECT_EQ(std::memcmp(a.prompt_logits.data(), b.prompt_logits.data(), a.prompt_logits.size() * sizeof(float)), 0)
+          << "prompt logits";
+      EXPECT_EQ(a.token_ids, b.token_ids);
+      ASSERT_EQ(a.step_logits.size(), b.step_logits.size());
+      EXPECT_EQ(std::memcmp(a.step_logits.data(), b.step_logits.data(), a.step_logits.size() * sizeof(float)), 0)
+          << "step logits";
+    }
+  }
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ void CpuBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& q
   const int64_t r = p.kv_lora_rank, dqk = dn + dr, width = r + dr, head_rows = dn + dv;
   DI_CHECK_EQ(q.size(2), dqk);
   DI_CHECK_EQ(cache.size(2), width);
+  DI_CHECK(!p.q_rope.defined());  // this backend rotates q in mla_rope_kv_write
   const float* qp = q.data<float>();
   const float* cp = cache.data<float>();
   float* op = out.data<float>();

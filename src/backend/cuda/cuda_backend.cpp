@@ -202,6 +202,9 @@ struct CudaState {
   // The prefill attention kernel writes o_proj's input rows (MlaParams::out_rows; set_mla_oproj_rows;
   // DEEPINFER_CUDA_MLA_OPROJ_ROWS=0|1; on since run s42-2: FP8 4K −0.60 ms).
   bool mla_oproj_rows = true;
+  // A prefill-only step's q_pe rotated by the prefill attention kernel as it reads q (the latent
+  // write leaves it; MlaParams::q_rope; set_mla_q_rope; DEEPINFER_CUDA_MLA_Q_ROPE=0|1).
+  bool mla_q_rope = false;
   // The shared experts in the routed launch: -1 by moe_ffn's size rule, 0 never, 1 always (the
   // batch-invariant mode always); DEEPINFER_CUDA_MOE_SHARED_FUSE=0|1, a lab knob.
   int shared_fuse = -1;
@@ -315,6 +318,7 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_FP8_GATHER_A", s_->fp8_gather_a);
   read_env_switch("DEEPINFER_CUDA_KVB_W8A8", s_->kvb_w8a8);
   read_env_switch("DEEPINFER_CUDA_MLA_OPROJ_ROWS", s_->mla_oproj_rows);
+  read_env_switch("DEEPINFER_CUDA_MLA_Q_ROPE", s_->mla_q_rope);
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_MOE_ONE_W8A8", on)) s_->moe_one_w8a8 = on ? 1 : 0;
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_NORM_ROUTE", on)) s_->norm_route = on ? 1 : 0;
   if (bool on = false; read_env_switch("DEEPINFER_CUDA_SUBLAYER_NORM", on)) s_->sublayer_norm = on ? 1 : 0;
@@ -410,6 +414,7 @@ void CudaBackend::set_router_split(bool on) { s_->router_split = on; }
 void CudaBackend::set_fp8_gather_a(bool on) { s_->fp8_gather_a = on; }
 void CudaBackend::set_kvb_w8a8(bool on) { s_->kvb_w8a8 = on; }
 void CudaBackend::set_mla_oproj_rows(bool on) { s_->mla_oproj_rows = on; }
+void CudaBackend::set_mla_q_rope(bool on) { s_->mla_q_rope = on; }
 
 void CudaBackend::set_router_tiled(bool on, int64_t min_rows) {
   DI_CHECK(min_rows > kInvariantRouterParallelRows);
@@ -1137,16 +1142,31 @@ void CudaBackend::mla_kv_write(Tensor& kv, const Tensor& norm, float eps, const 
 }
 
 void CudaBackend::mla_rope_kv_write(Tensor& q, int64_t q_offset, Tensor& kv, const Tensor& norm, float eps,
-                                    const Tensor& positions, const RopeParams& rope, const Tensor& slots,
-                                    Tensor& cache) {
+                                    const Tensor& positions, const RopeParams& rope, const Tensor& slots, Tensor& cache,
+                                    MlaParams* reader) {
   OpTimer timer(*this, "mla_rope_kv_write");
   DI_CHECK_EQ(q.ndim(), 3);
   DI_CHECK_EQ(q.size(0), kv.size(0));
   DI_CHECK_LE(q_offset + rope.dim(), q.size(2));
   cuda::MlaQRope qr;
-  qr.q = dptr<float>(q);
-  qr.heads = q.size(1), qr.stride = q.size(2), qr.offset = q_offset;
+  if (reader != nullptr && q_rope_in_prefill(*reader, q, q_offset, rope)) {
+    // The rotation left to the reader's prefill kernel: the latent write stores the tokens'
+    // tables instead ([T, dr], step memory: the layer's attention reads it).
+    reader->q_rope = empty(DType::kF32, {q.size(0), rope.dim()});
+    qr.table = dptr<float>(reader->q_rope);
+  } else {
+    qr.q = dptr<float>(q);
+    qr.heads = q.size(1), qr.stride = q.size(2), qr.offset = q_offset;
+  }
   latent_write(kv, norm, eps, positions, rope, slots, cache, qr);
+}
+
+bool CudaBackend::q_rope_in_prefill(const MlaParams& p, const Tensor& q, int64_t q_offset,
+                                    const RopeParams& rope) const {
+  const int64_t dn = p.qk_nope_head_dim, dr = p.qk_rope_head_dim, dv = p.v_head_dim, r = p.kv_lora_rank;
+  return s_->mla_q_rope && s_->mla_wgmma && rope.interleave && rope.dim() == dr && q_offset == dn &&
+         q.size(1) == p.n_heads && q.size(2) == dn + dr && cuda::mla_prefill_supported(dn, dr, dv, r) &&
+         cuda::mla_prefill_wgmma_ok(dn, dr, dv, r);
 }
 
 void CudaBackend::latent_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions,
@@ -1391,13 +1411,29 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
   if (T == 0 || batch.n_seqs == 0) return;
   ScratchScope scope(*this);
   cudaStream_t st = s_->stream;
+  // q's rotation left by mla_rope_kv_write (p.q_rope, interleaved pairs): the wgmma prefill kernel
+  // applies it as it reads q; every other path reads a copy of q rotated by the same table.
+  const bool rope_in_kernel = p.q_rope.defined() && form == MlaForm::kNaive && s_->mla_wgmma &&
+                              cuda::mla_prefill_supported(dn, dr, dv, r) && cuda::mla_prefill_wgmma_ok(dn, dr, dv, r);
+  Tensor q_rotated;  // [T, H, dn + dr]
+  if (p.q_rope.defined()) {
+    DI_CHECK_EQ(p.q_rope.size(0), T);
+    DI_CHECK_EQ(p.q_rope.size(1), dr);
+    if (!rope_in_kernel) {
+      q_rotated = empty(DType::kF32, {T, H, dqk});
+      DI_CUDA_CHECK(cudaMemcpyAsync(dptr(q_rotated), q.raw_data(), q.n_bytes(), cudaMemcpyDeviceToDevice, st));
+      cuda::rope_from_table(dptr<float>(q_rotated), T, H, dqk, dn, cdptr<float>(p.q_rope), static_cast<int>(dr / 2),
+                            st);
+    }
+  }
+  const Tensor& qx = q_rotated.defined() ? q_rotated : q;  // what the kernels below read
   // kv_b rows per head: W_UK_h [dn, r] then W_UV_h [dv, r].
   const auto* kvb = static_cast<const bf16*>(bf16_weight(*p.kv_b_proj));
   const bf16* cache_p = cdptr<bf16>(cache);
 
   if (form == MlaForm::kAbsorbed) {
     cuda::MlaDecodeArgs a{};
-    a.q = cdptr<float>(q);
+    a.q = cdptr<float>(qx);
     a.kv_b = kvb;
     a.kv_b_stable = p.kv_b_proj->dtype() == DType::kBF16;  // the placed weight itself (bf16_weight)
     a.cache = cache_p;
@@ -1511,7 +1547,8 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
                    Elem::kBF16, kv_cols, 0, 1);
       }
       cuda::MlaPrefillArgs a{};
-      a.q = cdptr<float>(q);
+      a.q = cdptr<float>(qx);
+      if (rope_in_kernel) a.q_rope = cdptr<float>(p.q_rope);
       a.kv = cdptr<bf16>(kvd);
       a.lat = cdptr<bf16>(lat);
       a.ld_lat = width;
@@ -1555,7 +1592,7 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
   // Fallback for other head dims (see mla_prefill_supported), per selected sequence: decompress
   // its cached latents (bf16 GEMM, fp32 out), then attention as TF32 GEMMs on fp32 q, K, V and
   // probabilities (no bf16 rounding of q or P).
-  const float* qf = cdptr<float>(q);
+  const float* qf = cdptr<float>(qx);
   for (int64_t b = 0; b < batch.n_seqs; ++b) {
     if (!batch.selected(b)) continue;
     const int64_t q0 = batch.q_indptr[b], qn = batch.q_indptr[b + 1] - q0, S = batch.kv_len[b];

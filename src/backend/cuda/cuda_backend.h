@@ -78,9 +78,11 @@ class CudaBackend : public Backend {
   void mla_kv_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions, const RopeParams& rope,
                     const Tensor& slots, Tensor& cache) override;
   // One launch: the queries' RoPE shares the latent write's rotation table (the same bits as
-  // rope then mla_kv_write).
+  // rope then mla_kv_write); or, for a reader the prefill kernel will serve (q_rope_in_prefill),
+  // the tables stored for it (reader->q_rope) and q left unrotated.
   void mla_rope_kv_write(Tensor& q, int64_t q_offset, Tensor& kv, const Tensor& norm, float eps,
-                         const Tensor& positions, const RopeParams& rope, const Tensor& slots, Tensor& cache) override;
+                         const Tensor& positions, const RopeParams& rope, const Tensor& slots, Tensor& cache,
+                         MlaParams* reader) override;
   // One token of one sequence (bf16 weights, DeepSeek's MLA dims at H = 16, sm_90a): one
   // persistent kernel (cuda::mla_sublayer; in the batch-invariant mode its invariant form, the
   // op-by-op path's bits); otherwise Backend's ops.
@@ -275,6 +277,17 @@ class CudaBackend : public Backend {
   // prefill 35.49 → 34.89 ms, three rounds; perf.md version 39); DEEPINFER_CUDA_MLA_OPROJ_ROWS=0|1
   // sets it at construction.
   void set_mla_oproj_rows(bool on);
+  // A step's q_pe rotated by the prefill attention's wgmma kernel as it reads q (two float4 loads
+  // of the row's rotation table a pe chunk, four pairs rotated before the bf16 rounding) instead
+  // of by the latent write, which then stores each token's table (MlaParams::q_rope): the same
+  // bits (rope_from_table's arithmetic on rope_table's entries), and the latent write no longer
+  // reads and writes q's [T, H, dr] fp32 channels (~34 MB a V2-Lite layer at 4K). Only where the
+  // model hands mla_rope_kv_write the attention's parameters (steps of prefill rows only), the
+  // pairs are interleaved and the wgmma kernel takes the dims; mla_attention rotates a copy of q
+  // by the table on any path that does not take it. Off by default until timed (written in
+  // session 43 without a device; perf.md version 40); DEEPINFER_CUDA_MLA_Q_ROPE=0|1 sets it at
+  // construction.
+  void set_mla_q_rope(bool on);
   // The tiled router's blocks hold 16 rows × 16 columns: at V2-Lite's 64 experts a step of M rows
   // gets M / 4 warps, a quarter of the one-chain kernel's — enough once they fill the GPU, too
   // few at decode sizes to hide the chains' latency (B = 32 with it from 17 rows: ~+0.9 ms per
@@ -384,6 +397,9 @@ class CudaBackend : public Backend {
   // chunk; DEEPINFER_CUDA_L2_PERSIST_MB=0 turns it off). Called by begin_step.
   void keep_step_memory_in_l2();
   // mla_kv_write's kernel, with the queries' RoPE (q.q non-null) or without.
+  // Whether mla_rope_kv_write leaves q's rotation to the naive mla_attention of p (set_mla_q_rope,
+  // the wgmma prefill kernel takes p's dims, interleaved pairs, q [T, H, dn + dr] rotated at dn).
+  bool q_rope_in_prefill(const MlaParams& p, const Tensor& q, int64_t q_offset, const RopeParams& rope) const;
   void latent_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions, const RopeParams& rope,
                     const Tensor& slots, Tensor& cache, const cuda::MlaQRope& q);
   // Op timing: brackets one op with events when timing is on (no-op otherwise).

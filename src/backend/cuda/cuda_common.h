@@ -106,10 +106,17 @@ void rope(float* x, int64_t T, int64_t heads, int64_t stride, int64_t offset, co
 // rms_norm of kv[t, :r] (weight w), RoPE of kv[t, r:] (one head), both in place, then kv_write —
 // one block per token, the same arithmetic as the three kernels (rms_norm's block size). With q:
 // also rope(q, T, q_heads, q_stride, q_offset, positions, args), from the same rotation table.
+// With table (and no q): each token's rotation table written there for a later reader of q
+// (MlaParams::q_rope's layout: [T, 2·half], cos of pair i at i, sine at half + i).
 struct MlaQRope {
   float* q = nullptr;  // [T, heads, stride] F32, or null
   int64_t heads = 0, stride = 0, offset = 0;
+  float* table = nullptr;  // [T, 2·half] F32, or null
 };
+// Pairs (2i, 2i+1) of channels [offset, offset + 2·half) of every head of x rotated in place by
+// the rows of a table mla_kv_write wrote (MlaQRope::table): rope's values, from the table's bits.
+void rope_from_table(float* x, int64_t T, int64_t heads, int64_t stride, int64_t offset, const float* table,
+                     int half, cudaStream_t s);
 void mla_kv_write(float* kv, int64_t T, int64_t width, int64_t r, const void* w, Elem we, float eps,
                   const int32_t* positions, const RopeArgs& args, const int32_t* slots, void* cache, Elem ce,
                   const MlaQRope& q, cudaStream_t s);
@@ -855,6 +862,10 @@ struct MlaPrefillSeq {
 };
 struct MlaPrefillArgs {
   const float* q;    // [T, H, dn + dr] fp32 = [q_nope | q_pe] per head, RoPE applied; 16-byte aligned
+  // The wgmma kernel only (kernel ≠ 0): q_pe not yet rotated — [T, dr] fp32, row t token t's
+  // rotation table (MlaQRope::table: cos of pair i at i, sine at dr / 2 + i; pairs (2i, 2i+1)),
+  // applied as the kernel reads q, rope_from_table's values. Null: q is rotated. 16-byte aligned.
+  const float* q_rope = nullptr;
   const bf16* kv;    // [n_keys, H·(dn + dv)] bf16: per key and head [k_nope_h | v_h] (kv_b decompressed)
   const bf16* lat;   // [n_keys, ld_lat] bf16: the gathered latents [c_kv | k_pe]; k_pe at column r
   int64_t ld_lat;    // ≥ r + dr, a multiple of 8

@@ -100,12 +100,29 @@ __global__ void rope_kernel(float* x, int64_t heads, int64_t stride, int64_t off
     rope_pair(a, cs, x + (t * heads + k / a.half) * stride + offset, k % a.half);
 }
 
+// Pairs (2i, 2i+1) at [offset, offset + 2·half) of token t's heads by table row t (cos at i, sine
+// at half + i): the values rope_kernel gives where the table holds rope_table's entries.
+__global__ void rope_from_table_kernel(float* x, int64_t heads, int64_t stride, int64_t offset, const float* table,
+                                       int half) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t t = blockIdx.x;
+  const float* cs = table + t * 2 * half;
+  for (int64_t k = threadIdx.x; k < heads * half; k += blockDim.x) {
+    const int64_t i = k % half;
+    float* v = x + (t * heads + k / half) * stride + offset + 2 * i;
+    rotate_cs(cs[i], cs[half + i], v[0], v[1], v[0], v[1]);
+  }
+}
+
 // Token t's latent: rms_norm_kernel's arithmetic on kv[t, :r] (launched with the block size
 // rms_norm would use, so block_sum adds the same partials), rope_kernel's on kv[t, r:] (one
 // head), then kv_write_kernel's store of the whole row; with q.q, rope_kernel's on the token's
-// query heads too, from the same table. Every load is issued before the first barrier and every
-// value is stored from the registers that computed it (the row is not read back): one global
-// round trip per block, not four (28 µs per V2-Lite layer at 4,096 tokens, run s21-3, for ~14 MB).
+// query heads too, from the same table; with q.table, the table stored there instead (after the
+// wait: the buffer is step memory the previous kernel may still read). Every load is issued
+// before the first barrier and every value is stored from the registers that computed it (the
+// row is not read back): one global round trip per block, not four (28 µs per V2-Lite layer at
+// 4,096 tokens, run s21-3, for ~14 MB).
 // Needs r ≤ kKvPerThread · blockDim.x and a.half ≤ blockDim.x.
 constexpr int kKvPerThread = 4;
 __global__ void mla_kv_write_kernel(float* kv, int64_t width, int64_t r, const void* w, Elem we, float eps,
@@ -133,6 +150,11 @@ __global__ void mla_kv_write_kernel(float* kv, int64_t width, int64_t r, const v
   if (q.q != nullptr)  // the queries' pairs, independent of the norm
     for (int64_t k = threadIdx.x; k < q.heads * a.half; k += blockDim.x)
       rope_pair(a, cs, q.q + (t * q.heads + k / a.half) * q.stride + q.offset, k % a.half);
+  else if (q.table != nullptr && pe) {  // the table, for the queries' reader
+    float* row = q.table + t * 2 * a.half;
+    row[threadIdx.x] = cs[threadIdx.x];
+    row[a.half + threadIdx.x] = cs[kRopeMaxHalf + threadIdx.x];
+  }
 #pragma unroll
   for (int u = 0; u < kKvPerThread; ++u)
     if (threadIdx.x + int64_t{u} * blockDim.x < r) ss = __fmaf_rn(v[u], v[u], ss);
@@ -355,6 +377,13 @@ void mla_kv_write(float* kv, int64_t T, int64_t width, int64_t r, const void* w,
                       "mla_kv_write: the latent is too wide for one block");
   launch_pdl(mla_kv_write_kernel, static_cast<unsigned>(T), threads, 0, s, kv, width, r, w, we, eps, positions, args,
              slots, cache, ce, q);
+  DI_CUDA_LAUNCHED();
+}
+
+void rope_from_table(float* x, int64_t T, int64_t heads, int64_t stride, int64_t offset, const float* table,
+                     int half, cudaStream_t s) {
+  if (T == 0 || half == 0) return;
+  launch_pdl(rope_from_table_kernel, static_cast<unsigned>(T), 128, 0, s, x, heads, stride, offset, table, half);
   DI_CUDA_LAUNCHED();
 }
 

@@ -344,6 +344,8 @@ void mla_prefill(const MlaPrefillArgs& a, cudaStream_t s) {
   const bool wgmma = mla_prefill_wgmma_ok(a.dn, a.dr, a.dv, a.r);
   DI_CUDA_REQUIRE_MSG(a.kernel != 1 || wgmma, "MLA prefill: the wgmma kernel needs sm_90 and DeepSeek's head dims");
   DI_CUDA_REQUIRE_MSG(!rows || (wgmma && a.kernel != 0), "MLA prefill: o_proj's rows come from the wgmma kernel only");
+  DI_CUDA_REQUIRE_MSG(a.q_rope == nullptr || (wgmma && a.kernel != 0 && reinterpret_cast<uintptr_t>(a.q_rope) % 16 == 0),
+                      "MLA prefill: q's rotation by a table is the wgmma kernel's only (16-byte aligned table)");
   if (wgmma && a.kernel != 0) {
     mla_prefill_wgmma(a, s);
     return;

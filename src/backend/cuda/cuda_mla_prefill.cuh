@@ -18,7 +18,8 @@ namespace deepinfer::cuda {
 // the grid. Passed by value as a __grid_constant__ parameter (≤ 4 KB), so no device copy of the
 // sequence table is needed and a launch stays graph-capturable.
 struct PrefillParams {
-  const float* q;     // [T, H, dn + dr] fp32 (RoPE applied)
+  const float* q;     // [T, H, dn + dr] fp32 (RoPE applied, or by q_rope)
+  const float* q_rope;  // MlaPrefillArgs::q_rope (the wgmma kernel's), or null
   const bf16* kv;     // [n_keys, H·(dn + dv)] bf16: per head [k_nope_h | v_h]
   const bf16* lat;    // [n_keys, ld_lat] bf16: [c_kv | k_pe] per key
   float* out;         // [T, H, dv] fp32
@@ -37,6 +38,7 @@ struct PrefillParams {
 inline int64_t prefill_params(const MlaPrefillArgs& a, int64_t rows, PrefillParams* pp) {
   *pp = PrefillParams{};
   pp->q = a.q;
+  pp->q_rope = a.q_rope;
   pp->kv = a.kv;
   pp->lat = a.lat;
   pp->out = a.out;

@@ -29,6 +29,7 @@
 #include "backend/cuda/cuda_fp8_quant.cuh"
 #include "backend/cuda/cuda_mla_prefill.cuh"
 #include "backend/cuda/cuda_ptx.cuh"
+#include "backend/cuda/cuda_rope.cuh"
 #include "backend/cuda/cuda_sm90.cuh"
 
 #include <cmath>
@@ -208,7 +209,8 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 // (thread t of a warpgroup — warp w, lane l — rows 16w + l/4 and +8 of them, as every wgmma
 // accumulator lays them out); warp 8 loads (load_kv_tiles), the rest of warpgroup 2 exits after
 // giving its registers back.
-// A math warpgroup: its Q rows → bf16 in shared memory (rows ≥ q_len zero; written in the
+// A math warpgroup: its Q rows → bf16 in shared memory (q_pe rotated first where p.q_rope gives
+// the rows' tables; rows ≥ q_len zero; written in the
 // 128-byte swizzle TMA would use, then fenced for the async proxy), then every key tile j of the
 // block (the tiles up to its last row's causal limit; both warpgroups take all of them, so their
 // turns pair up — a tile past all of a warpgroup's rows adds exact zeros): S_0 and its softmax;
@@ -224,7 +226,7 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 // step quantize_fp8_rows_bf16's own (cuda_fp8_quant.cuh) on the fp32 values out would hold, so the
 // same bits without out's round trip (docs/perf.md version 38) — or (p.out_b) rounded to bf16.
 // Preconditions (mla_prefill_wgmma): sm_90a, the DeepSeek dims, kv / lat as TMA maps of their
-// n_keys rows, q 16-byte aligned, out 8-byte aligned, q_len ≥ 1, kv_len ≥ q_len.
+// n_keys rows, q (and q_rope) 16-byte aligned, out 8-byte aligned, q_len ≥ 1, kv_len ≥ q_len.
 __global__ void __launch_bounds__(kThreads, 1)
     mla_prefill_wgmma_kernel(const __grid_constant__ CUtensorMap map_kv, const __grid_constant__ CUtensorMap map_lat,
                              const __grid_constant__ PrefillParams p, int n_row_tiles) {
@@ -266,18 +268,32 @@ __global__ void __launch_bounds__(kThreads, 1)
   // load, convert, store, each store may alias the next iteration's loads, so each chunk waited
   // for its own L2 round trip — run s39-5 (Nsight Compute's stall sampling inside the V2-Lite
   // FP8 4K prefill) put 12.8 % of the kernel's warp samples on the first conversion's wait.
+  // A thread's chunks: q_nope's (16 a row) e = tw + 128·i, row e / 16, chunk e % 16; then q_pe's
+  // (8 a row) e = tw + 128·j, row e / 8, chunk 16 + e % 8 — always chunk 16 + tw % 8, pairs
+  // 4·(tw % 8) .. +3 of its row. With p.q_rope those four pairs are rotated by the row's table
+  // entries (two float4 loads beside the row's) before rounding: rope_from_table's arithmetic.
   const int tw = t % 128;
   const int w_row0 = i0 + 64 * wg;  // the warpgroup's first query row
   uint8_t* sqw = sq + wg * kQGroupBytes;
   {
-    constexpr int kChunks = 64 * (kDqk / 8) / 128;  // 8-channel chunks per thread
-    static_assert(64 * (kDqk / 8) % 128 == 0, "a warpgroup's Q chunks split evenly over its threads");
+    constexpr int kNopeChunks = 64 * (kDn / 8) / 128, kPeChunks = 64 * (kDr / 8) / 128;  // per thread: 8, 4
+    constexpr int kChunks = kNopeChunks + kPeChunks;
+    static_assert(64 * (kDn / 8) % 128 == 0 && 64 * (kDr / 8) % 128 == 0,
+                  "a warpgroup's Q chunks split evenly over its threads");
+    auto chunk = [tw](int i, int& rr, int& c) {
+      const int e = tw + 128 * (i < kNopeChunks ? i : i - kNopeChunks);
+      rr = i < kNopeChunks ? e / (kDn / 8) : e / (kDr / 8);
+      c = i < kNopeChunks ? e % (kDn / 8) : kDn / 8 + e % (kDr / 8);
+    };
     const int64_t q_ld = static_cast<int64_t>(p.H) * kDqk;
-    const float* qh = p.q + (static_cast<int64_t>(rt.seq.q_row0) + w_row0) * q_ld + static_cast<int64_t>(h) * kDqk;
-    float4 a[kChunks], b[kChunks];
+    const int64_t row0 = static_cast<int64_t>(rt.seq.q_row0) + w_row0;  // q's row of the warpgroup's first
+    const float* qh = p.q + row0 * q_ld + static_cast<int64_t>(h) * kDqk;
+    const bool rope = p.q_rope != nullptr;
+    float4 a[kChunks], b[kChunks], rc[kPeChunks], rs[kPeChunks];
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
-      const int e = tw + 128 * i, rr = e / (kDqk / 8), c = e % (kDqk / 8);
+      int rr, c;
+      chunk(i, rr, c);
       a[i] = b[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (w_row0 + rr < q_len) {
         a[i] = __ldg(reinterpret_cast<const float4*>(qh + rr * q_ld + 8 * c));
@@ -285,8 +301,27 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
 #pragma unroll
+    for (int j = 0; j < kPeChunks; ++j) {
+      int rr, c;
+      chunk(kNopeChunks + j, rr, c);
+      rc[j] = rs[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (rope && w_row0 + rr < q_len) {
+        const float* cs = p.q_rope + (row0 + rr) * kDr + 4 * (c - kDn / 8);
+        rc[j] = __ldg(reinterpret_cast<const float4*>(cs));
+        rs[j] = __ldg(reinterpret_cast<const float4*>(cs + kDr / 2));
+      }
+    }
+#pragma unroll
     for (int i = 0; i < kChunks; ++i) {
-      const int e = tw + 128 * i, rr = e / (kDqk / 8), c = e % (kDqk / 8);
+      int rr, c;
+      chunk(i, rr, c);
+      if (rope && i >= kNopeChunks) {
+        const int j = i - kNopeChunks;
+        rotate_cs(rc[j].x, rs[j].x, a[i].x, a[i].y, a[i].x, a[i].y);
+        rotate_cs(rc[j].y, rs[j].y, a[i].z, a[i].w, a[i].z, a[i].w);
+        rotate_cs(rc[j].z, rs[j].z, b[i].x, b[i].y, b[i].x, b[i].y);
+        rotate_cs(rc[j].w, rs[j].w, b[i].z, b[i].w, b[i].z, b[i].w);
+      }
       *reinterpret_cast<uint4*>(sqw + (c / 8) * (64 * 128) + rr * 128 + (((c % 8) ^ (rr % 8)) * 16)) =
           make_uint4(pack_bf16x2(a[i].x, a[i].y), pack_bf16x2(a[i].z, a[i].w), pack_bf16x2(b[i].x, b[i].y),
                      pack_bf16x2(b[i].z, b[i].w));
@@ -429,6 +464,7 @@ void mla_prefill_wgmma(const MlaPrefillArgs& a, cudaStream_t s) {
   DI_CUDA_REQUIRE(a.H > 0 && a.H <= 65535 && a.n_keys >= 0 && a.ld_lat >= a.r + a.dr && a.ld_lat % 8 == 0);
   const bool rows = a.out_q != nullptr || a.out_b != nullptr;
   DI_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && (rows || reinterpret_cast<uintptr_t>(a.out) % 8 == 0));
+  DI_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.q_rope) % 16 == 0);
   DI_CUDA_REQUIRE_MSG(a.out_q == nullptr || (a.out_b == nullptr && a.out_qs != nullptr &&
                                              reinterpret_cast<uintptr_t>(a.out_q) % 2 == 0),
                       "MLA prefill (wgmma): o_proj's codes need their scales, 2-byte aligned, and no bf16 rows");

@@ -24,12 +24,15 @@ __device__ inline void rope_table(const RopeArgs& a, int32_t pos, float* cs) {
   __syncthreads();
 }
 
-// Pair (x0, x1) rotated by table entry i: (x0·c − x1·s, x1·c + x0·s), each one fma after one
-// multiply, spelled out so that every kernel rotating a pair rounds it the same way.
-__device__ __forceinline__ void rotate(const float* cs, int64_t i, float x0, float x1, float& y0, float& y1) {
-  const float c = cs[i], s = cs[kRopeMaxHalf + i];
+// Pair (x0, x1) rotated by cosine c and sine s: (x0·c − x1·s, x1·c + x0·s), each one fma after
+// one multiply, spelled out so that every kernel rotating a pair rounds it the same way.
+__device__ __forceinline__ void rotate_cs(float c, float s, float x0, float x1, float& y0, float& y1) {
   y0 = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
   y1 = __fmaf_rn(x1, c, __fmul_rn(x0, s));
+}
+// Pair (x0, x1) rotated by table entry i.
+__device__ __forceinline__ void rotate(const float* cs, int64_t i, float x0, float x1, float& y0, float& y1) {
+  rotate_cs(cs[i], cs[kRopeMaxHalf + i], x0, x1, y0, y1);
 }
 // The two channels of pair i of a head: (2i, 2i+1) interleaved, else (i, i + half).
 __device__ __forceinline__ int64_t pair_a(const RopeArgs& a, int64_t i) { return a.interleave ? 2 * i : i; }

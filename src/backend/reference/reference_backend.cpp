@@ -135,6 +135,7 @@ void ReferenceBackend::mla_attention(const MlaParams& p, MlaForm form, const Ten
   const int64_t r = p.kv_lora_rank, dqk = dn + dr;
   DI_CHECK_EQ(q.size(2), dqk);
   DI_CHECK_EQ(cache.size(2), r + dr);
+  DI_CHECK(!p.q_rope.defined());  // this backend rotates q in mla_rope_kv_write
   const float* qp = q.data<float>();
   float* op = out.data<float>();
   // kv_b rows: head h owns rows [h*(dn+dv), h*(dn+dv)+dn) = W_UK_h, then dv rows of W_UV_h.

@@ -155,17 +155,21 @@ void DeepseekModel::attention(Backend& backend, int64_t l, const InputNorm* pre,
   }
   Tensor q3 = q.reshape({T, H, dqk});
 
-  // q_pe rotated; c_kv normed, k_pe rotated, both cached.
-  backend.mla_rope_kv_write(q3, c.qk_nope_head_dim, kv, w.kv_a_layernorm, eps, positions, rope_, slots, cache_layer);
-
   MlaParams p = mla_params(c);
   p.kv_b_proj = w.kv_b_proj_bf16.defined() ? &w.kv_b_proj_bf16 : &w.kv_b_proj;
   if (w.kv_b_proj_bf16.defined()) p.kv_b_proj_fp8 = &w.kv_b_proj;
+  // Steps of prefill rows only: one attention call (the naive form) reads q, so the backend may
+  // leave q_pe's rotation to it (MlaParams::q_rope), and o_proj's input rows, which the backend
+  // may write in the attention's epilogue (MlaParams::out_rows) instead of o.
+  const bool prefill_only = decode.n_seqs == 0 && prefill.n_seqs > 0;
+
+  // q_pe rotated (or left to the attention); c_kv normed, k_pe rotated, both cached.
+  backend.mla_rope_kv_write(q3, c.qk_nope_head_dim, kv, w.kv_a_layernorm, eps, positions, rope_, slots, cache_layer,
+                            prefill_only ? &p : nullptr);
+
   Tensor o = backend.empty(DType::kF32, {T, H, c.v_head_dim});  // [T, H, dv]
-  // Steps of prefill rows only: o_proj's input rows, which the backend may write in the
-  // attention's epilogue (MlaParams::out_rows) instead of o.
   QuantizedRows oq;
-  if (decode.n_seqs == 0 && prefill.n_seqs > 0) {
+  if (prefill_only) {
     oq = backend.quantized_rows(T, H * c.v_head_dim, {&w.o_proj});
     if (oq.defined()) p.out_rows = &oq;
   }
