@@ -91,6 +91,7 @@ LinearWeight LinearWeight::rows(int64_t n0, int64_t n_rows) const {
   }
   out.uniform_row_blocks = uniform_row_blocks && n0 % 128 == 0;
   out.derived = Tensor();
+  out.derived2 = Tensor();
   return out;
 }
 
@@ -98,6 +99,7 @@ LinearWeight LinearWeight::columns(int64_t k0, int64_t n_cols) const {
   DI_CHECK(k0 >= 0 && n_cols >= 0 && k0 + n_cols <= n_in());
   LinearWeight out = *this;
   out.derived = Tensor();
+  out.derived2 = Tensor();
   const int64_t n = n_out(), esize = static_cast<int64_t>(dtype_size(dtype()));
   out.weight = Tensor::empty_host(dtype(), {n, n_cols});
   const auto* src = static_cast<const uint8_t*>(weight.raw_data());

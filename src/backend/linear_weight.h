@@ -20,10 +20,12 @@ struct LinearWeight {
   // aligned 128-row block [128·i, 128·i + 128) shares one scale row (placed from 128-row
   // checkpoint blocks at block-aligned offsets), so the FP8 wgmma GEMM may read one per block.
   bool uniform_row_blocks = false;
-  // A backend's derived copy of the weight in the layout one of its kernels reads; empty where
-  // there is none. The CUDA placement's fp32 router keeps its bf16 split image here
-  // (cuda/router_split.h: [tiles × chunks, parts, 4096] BF16). Row and column views drop it.
-  Tensor derived;
+  // A backend's derived copies of the weight in layouts its kernels read; empty where there are
+  // none. The CUDA placement's fp32 router keeps its bf16 split image in `derived`
+  // (cuda/router_split.h: [tiles × chunks, parts, 4096] BF16) and, where its values are bf16
+  // values, [W | W] in `derived2` ([n_out, 2·n_in] BF16: the GEMM operand for x's rows as two bf16
+  // parts, CudaBackend::set_router_parts). Row and column views drop them.
+  Tensor derived, derived2;
 
   bool defined() const { return weight.defined(); }
   int64_t n_out() const { return weight.size(0); }

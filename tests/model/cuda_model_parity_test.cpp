@@ -169,6 +169,44 @@ TEST(CudaModelParity, V2LiteAttentionFp8KvbOnW8a8) {
   check("v2_lite_fp8_kvb", c, DType::kF8E4M3, 8e-2, {1, 23, 300}, true);
 }
 
+// The router on the norm's two-part bf16 rows (DEEPINFER_CUDA_ROUTER_PARTS=1, from one row here:
+// _ROWS=1; read where the backend is made; off by default until timed) within the suite's bounds
+// against the CPU engine, bf16 and FP8 checkpoints (their routers are bf16 values, so the GPU
+// placement builds [W | W] — checked, else the form would not run). Routing may move at
+// near-ties of ~1e-5 of Σ|x·w|; the check's rule holds logits to the bound before a request's
+// first moved route.
+TEST(CudaModelParity, V3MoeRouterParts) {
+  if (!testing::try_cuda_backend()) GTEST_SKIP() << "no CUDA backend/GPU here (runs on the GPU machine)";
+  struct Env {  // set for the generators this test makes, cleared after
+    Env() {
+      ::setenv("DEEPINFER_CUDA_ROUTER_PARTS", "1", 1);
+      ::setenv("DEEPINFER_CUDA_ROUTER_PARTS_ROWS", "1", 1);
+    }
+    ~Env() {
+      ::unsetenv("DEEPINFER_CUDA_ROUTER_PARTS");
+      ::unsetenv("DEEPINFER_CUDA_ROUTER_PARTS_ROWS");
+    }
+  } env;
+  {
+    const std::string dir = fmt::format("{}/cuda_router_parts_{}", ::testing::TempDir(), ::getpid());
+    ASSERT_TRUE(write_random_deepseek_checkpoint(dir, testing::tiny_v3_config(), 4321, DType::kBF16, false).is_ok());
+    auto gen = open(dir, "cuda");
+    ASSERT_TRUE(gen);
+    bool placed = false;
+    for (const DeepseekLayerWeights& l : gen->model().weights().layers) placed = placed || l.gate.derived2.defined();
+    ASSERT_TRUE(placed) << "no MoE router placed with [W | W]: the form would not run";
+  }
+  check("v3_moe_router_parts", testing::tiny_v3_config(), DType::kBF16);
+  const nlohmann::json c = testing::tiny_fp8_config();
+#ifdef DEEPINFER_HAVE_CUDA
+  const bool w8a8 = cuda::moe_w8a8_ok(c["hidden_size"].get<int64_t>(), c["moe_intermediate_size"].get<int64_t>(), true,
+                                      c["quantization_config"]["weight_block_size"][1].get<int64_t>());
+#else
+  const bool w8a8 = false;
+#endif
+  check("v3_fp8_router_parts", c, DType::kF8E4M3, w8a8 ? 8e-2 : 2e-2);
+}
+
 // q_pe's rotation in the prefill attention kernel (DEEPINFER_CUDA_MLA_Q_ROPE=1, read where the
 // backend is made; off by default until timed) changes no value: the same three prompts (one
 // step of prefill rows only, where the latent write leaves q to the attention, then decode

@@ -192,6 +192,10 @@ struct CudaState {
   // cores (cuda::router_gemm, the weight's image from place_linear_fp32) instead of cuBLAS's
   // SGEMM; set_router_split; DEEPINFER_CUDA_ROUTER_SPLIT=0|1.
   bool router_split = false;
+  // The default mode's router from router_parts_rows rows on the norm's two-part bf16 rows
+  // (set_router_parts; DEEPINFER_CUDA_ROUTER_PARTS=0|1, DEEPINFER_CUDA_ROUTER_PARTS_ROWS=n).
+  bool router_parts = false;
+  int64_t router_parts_rows = 0;
   // The MoE's grouped FP8 gate|up GEMM reads each slot's row from the tokens' quantized rows
   // through the permutation (cuda::MoeArgs::gather_a: no gather pass; the same bits);
   // set_fp8_gather_a; DEEPINFER_CUDA_FP8_GATHER_A=0|1.
@@ -315,6 +319,9 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index), s_(std
   read_env_switch("DEEPINFER_CUDA_GEMV_RING", s_->gemv_ring);
   read_env_switch("DEEPINFER_CUDA_MOE_NORM_FOLD", s_->moe_norm_fold);
   read_env_switch("DEEPINFER_CUDA_ROUTER_SPLIT", s_->router_split);
+  read_env_switch("DEEPINFER_CUDA_ROUTER_PARTS", s_->router_parts);
+  s_->router_parts_rows = kRouterPartsMinRows;
+  read_env_int("DEEPINFER_CUDA_ROUTER_PARTS_ROWS", 1, int64_t{1} << 40, 1, s_->router_parts_rows);
   read_env_switch("DEEPINFER_CUDA_FP8_GATHER_A", s_->fp8_gather_a);
   read_env_switch("DEEPINFER_CUDA_KVB_W8A8", s_->kvb_w8a8);
   read_env_switch("DEEPINFER_CUDA_MLA_OPROJ_ROWS", s_->mla_oproj_rows);
@@ -411,6 +418,11 @@ void CudaBackend::set_gemv_tc_min_units(int64_t units) {
 void CudaBackend::set_gemv_ring(bool on) { s_->gemv_ring = on; }
 void CudaBackend::set_moe_norm_fold(bool on) { s_->moe_norm_fold = on; }
 void CudaBackend::set_router_split(bool on) { s_->router_split = on; }
+void CudaBackend::set_router_parts(bool on, int64_t min_rows) {
+  DI_CHECK_GE(min_rows, 1);
+  s_->router_parts = on;
+  s_->router_parts_rows = min_rows;
+}
 void CudaBackend::set_fp8_gather_a(bool on) { s_->fp8_gather_a = on; }
 void CudaBackend::set_kvb_w8a8(bool on) { s_->kvb_w8a8 = on; }
 void CudaBackend::set_mla_oproj_rows(bool on) { s_->mla_oproj_rows = on; }
@@ -707,6 +719,16 @@ LinearWeight CudaBackend::place_linear_fp32(const LinearWeight& host) {
     Tensor image = Tensor::empty_host(DType::kBF16, {cuda::router_image_chunks(N, K), parts, cuda::kRouterBlockElems});
     cuda::build_router_image(f.data<float>(), N, K, parts, image.data<uint16_t>());
     w.derived = place_tensor(image);
+  }
+  if (s_->router_parts && N > 0 && K % 8 == 0 && cuda::router_image_parts(f.data<float>(), N * K) == 1) {
+    // [W | W] in bf16 (exact: W's values are bf16 values), for the GEMM on x's two-part rows
+    // (set_router_parts; placed only while it is on: V3's 58 routers would hold 425 MB).
+    Tensor pair = Tensor::empty_host(DType::kBF16, {N, 2 * K});
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k)
+        pair.data<uint16_t>()[n * 2 * K + k] = pair.data<uint16_t>()[n * 2 * K + K + k] =
+            f32_to_bf16(f.data<float>()[n * K + k]);
+    w.derived2 = place_tensor(pair);
   }
   return w;
 }
@@ -1349,6 +1371,8 @@ void CudaBackend::add_rms_norm_route(Tensor& residual, const Tensor& delta, cons
                                      QuantizedRows& xq, const LinearWeight& router, const RouterParams& p, Tensor& ids,
                                      Tensor& weights) {
   const int64_t T = residual.size(0), D = residual.size(1), E = router.n_out();
+  const bool after_fp8_sublayer = std::exchange(s_->after_fp8_sublayer, false);
+  if (norm_route_parts(residual, delta, norm, eps, out, xq, router, p, ids, weights)) return;
   const int q_kind = !xq.defined() ? 0 : xq.codes.dtype() == DType::kU8 ? 1 : 2;
   auto aligned = [](const void* ptr, uintptr_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; };
   // By default where x's rows are FP8 codes (the FP8 W8A8 consumers': the batch-invariant mode's
@@ -1359,7 +1383,6 @@ void CudaBackend::add_rms_norm_route(Tensor& residual, const Tensor& delta, cons
   // blocks have left and the three launches measured faster (docs/perf.md, version 32). The op
   // path's norm at one row is add_rms_norm's vectorized kernel exactly where the alignments below
   // hold, so the kernel's bits are the op path's.
-  const bool after_fp8_sublayer = std::exchange(s_->after_fp8_sublayer, false);
   const bool on = s_->norm_route == 1 || (s_->norm_route == -1 && (q_kind == 1 || after_fp8_sublayer));
   const bool fits = on && T == 1 && router.dtype() == DType::kF32 && router.n_in() == D &&
                     cuda::norm_route_ok(D, E, p.n_group, p.top_k, q_kind) && aligned(residual.raw_data(), 16) &&
@@ -1393,6 +1416,31 @@ void CudaBackend::add_rms_norm_route(Tensor& residual, const Tensor& delta, cons
   a.route = route_args(p, E, ids, weights);
   a.route.T = 1;
   cuda::norm_route(a, s_->stream);
+}
+
+bool CudaBackend::norm_route_parts(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps, Tensor& out,
+                                   QuantizedRows& xq, const LinearWeight& router, const RouterParams& p, Tensor& ids,
+                                   Tensor& weights) {
+  const int64_t T = residual.size(0), D = residual.size(1), E = router.n_out();
+  if (!s_->router_parts || s_->batch_invariant || T < s_->router_parts_rows || router.dtype() != DType::kF32 ||
+      !router.derived2.defined() || router.n_in() != D || router.derived2.size(1) != 2 * D)
+    return false;
+  const int q_kind = !xq.defined() ? 0 : xq.codes.dtype() == DType::kU8 ? 1 : 2;
+  if (q_kind != 0) DI_CHECK(xq.codes.size(0) == T && xq.codes.size(1) == D);
+  if (q_kind == 1) DI_CHECK(xq.scales.size(0) == T && xq.scales.size(1) == D / cuda::kFp8GroupK);
+  DI_CHECK_EQ(norm.numel(), D);
+  OpTimer timer(*this, "add_rms_norm_route");
+  ScratchScope scope(*this);
+  Tensor parts = empty(DType::kBF16, {T, 2 * D});  // [T, 2D] x's rows as [RN(x) | RN(x − RN(x))]
+  if (!cuda::add_rms_norm_parts(dptr<float>(residual), cdptr<float>(delta), dptr(norm), elem_of(norm.dtype()), D, eps,
+                                dptr<float>(out), q_kind, q_kind == 0 ? nullptr : xq.codes.raw_data(),
+                                q_kind == 1 ? dptr<float>(xq.scales) : nullptr, dptr<bf16>(parts), T, s_->stream))
+    return false;  // nothing launched: the op path
+  Tensor logits = empty(DType::kF32, {T, E});  // [T, E] = parts · [W | W]ᵀ, fp32 accumulation
+  cuda::gemm(s_->blas, T, E, 2 * D, cdptr<bf16>(parts), 2 * D, 0, cdptr<bf16>(router.derived2), 2 * D, 0, true,
+             dptr(logits), Elem::kF32, E, 0, 1, 0.0f);
+  moe_route(logits, p, ids, weights);
+  return true;
 }
 
 namespace {

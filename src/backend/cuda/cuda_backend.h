@@ -250,6 +250,18 @@ class CudaBackend : public Backend {
   // (not placed by place_linear_fp32, or K % 64 ≠ 0) keep cuBLAS. DEEPINFER_CUDA_ROUTER_SPLIT=0|1
   // sets it at construction.
   void set_router_split(bool on);
+  // The default mode's FFN input norm and router from min_rows rows (add_rms_norm_route): the norm
+  // also writes x's rows as two bf16 parts [RN(x) | RN(x − RN(x))] (cuda::add_rms_norm_parts; x,
+  // the residual and x's rows for the experts the same bits as without), and the router's logits
+  // are one bf16 cuBLAS GEMM of those parts against [W | W] (LinearWeight::derived2, placed where
+  // W's values are bf16 values — every checkpoint's router) with fp32 accumulation, instead of
+  // cuBLAS's fp32 SGEMM on the CUDA cores (~40 µs a V2-Lite layer at 4,096 rows, s37-1): the
+  // products exact, the parts within 2^-17·|x| of x — error ≤ 7.6e-6 of Σ|x·w| at worst against
+  // SGEMM's ~3e-8, ~500× below a router on bf16 rows (as peers route). Off by default until timed
+  // (written in session 43 without a device; perf.md version 40); DEEPINFER_CUDA_ROUTER_PARTS=0|1
+  // sets it at construction, DEEPINFER_CUDA_ROUTER_PARTS_ROWS=n its min_rows. [W | W] is placed
+  // only while it is on (for routers placed after it is set): V3's would hold 425 MB.
+  void set_router_parts(bool on, int64_t min_rows = kRouterPartsMinRows);
   // The MoE's W8A8 gate|up GEMM (form 5, k > 1, not the GLU form) reading each slot's row from
   // the tokens' quantized rows through the routing permutation — its loader warpgroup copies the
   // rows into the stages (cuda::Fp8GemmArgs::a_rows) — instead of a gather pass writing them
@@ -293,6 +305,9 @@ class CudaBackend : public Backend {
   // few at decode sizes to hide the chains' latency (B = 32 with it from 17 rows: ~+0.9 ms per
   // step, run s18-1).
   static constexpr int64_t kRouterTiledMinRows = 1024;
+  // Rows from which set_router_parts's router runs by default: prefill sizes (decode steps keep
+  // the GEMV and norm_route forms tuned for them).
+  static constexpr int64_t kRouterPartsMinRows = 512;
   // The routed rows (tokens × top-k) from which the MoE's grouped FP8 GEMMs stagger their
   // warpgroups by default (Fp8GemmArgs::stagger, the same bits): V2-Lite 4K prefill −0.6 / −0.4
   // ms (runs s23-3, s23-4; the down GEMM −6 %, gate|up unchanged), decode steps left as they were.
@@ -397,6 +412,11 @@ class CudaBackend : public Backend {
   // chunk; DEEPINFER_CUDA_L2_PERSIST_MB=0 turns it off). Called by begin_step.
   void keep_step_memory_in_l2();
   // mla_kv_write's kernel, with the queries' RoPE (q.q non-null) or without.
+  // add_rms_norm_route on set_router_parts's form where it takes the step (returns false, doing
+  // nothing, where it does not).
+  bool norm_route_parts(Tensor& residual, const Tensor& delta, const Tensor& norm, float eps, Tensor& out,
+                        QuantizedRows& xq, const LinearWeight& router, const RouterParams& p, Tensor& ids,
+                        Tensor& weights);
   // Whether mla_rope_kv_write leaves q's rotation to the naive mla_attention of p (set_mla_q_rope,
   // the wgmma prefill kernel takes p's dims, interleaved pairs, q [T, H, dn + dr] rotated at dn).
   bool q_rope_in_prefill(const MlaParams& p, const Tensor& q, int64_t q_offset, const RopeParams& rope) const;

@@ -90,6 +90,14 @@ bool add_rms_norm_quantized(float* residual, const float* delta, const void* w, 
 // out are 16-byte aligned.
 bool add_rms_norm_bf16(float* residual, const float* delta, const void* w, Elem w_elem, int64_t D, float eps,
                        float* out, bf16* xb, int64_t T, cudaStream_t s);
+// add_rms_norm (q_kind 0), add_rms_norm_quantized (1: q e4m3 codes, sq scales) or add_rms_norm_bf16
+// (2: q bf16 rows) — the same bits — that also writes out's rows as two bf16 parts into parts
+// [T, 2·D]: row t = [RN(o) | RN(o − RN(o))], the difference exact, the sum within 2^-17·|o| of
+// o (cuda_norm_row.cuh; the fp32 router's operand, CudaBackend::set_router_parts). Returns false,
+// launching nothing, unless the vectorized kernel takes the shapes (D % 4 == 0, D % 128 == 0 for
+// codes, D ≤ 8,192, residual / delta / out 16-byte and q / parts 8-byte aligned).
+bool add_rms_norm_parts(float* residual, const float* delta, const void* w, Elem w_elem, int64_t D, float eps,
+                        float* out, int q_kind, void* q, float* sq, bf16* parts, int64_t T, cudaStream_t s);
 void to_bf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, bf16* out, cudaStream_t s);
 // out[n, k] = bf16(q[n, k] · scale[n / block_n, k / block_k]) (scale grid [ceil(N/bn), n_kb]).
 void dequant_fp8(const uint8_t* q, const float* scale, int64_t N, int64_t K, int64_t block_n, int64_t block_k,

@@ -250,11 +250,12 @@ __global__ void resolve_tokens_kernel(int32_t* ids, int64_t n, const int32_t* pe
 // add_rms_norm for D % 4 == 0, D ≤ 1024·kVec: a block of kNormThreads per row, norm_row_sum and
 // norm_row_store (cuda_norm_row.cuh: the row read once, written twice, 16-byte accesses) — kRows
 // 1: out's row also quantized per 1×128 group (e4m3 codes q [T, D], scales sq [T, D / 128]);
-// kRows 2: out's row rounded to bf16 into q [T, D] bf16.
+// kRows 2: out's row rounded to bf16 into q [T, D] bf16; with parts, out's row also as two bf16
+// parts into parts [T, 2·D].
 template <int kVec, int kRows>
 __global__ void __launch_bounds__(kNormThreads)
     add_rms_norm_vec_kernel(float* res, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,
-                            uint8_t* q, float* sq) {
+                            uint8_t* q, float* sq, bf16* parts) {
   NormWeight<kVec> nw;
   norm_row_weight(nw, w, we, D);  // before the wait: its HBM latency off the chain
   pdl_wait();
@@ -264,7 +265,8 @@ __global__ void __launch_bounds__(kNormThreads)
   norm_row_sum(r, res + t * D, delta + t * D, D, eps);
   norm_row_store<kVec, kRows>(r, nw, D, res + t * D, out + t * D,
                               kRows == 0 ? nullptr : q + t * D * (kRows == 2 ? 2 : 1),
-                              kRows == 1 ? sq + t * (D / kFp8GroupK) : nullptr, nullptr);
+                              kRows == 1 ? sq + t * (D / kFp8GroupK) : nullptr, nullptr,
+                              parts == nullptr ? nullptr : parts + t * 2 * D);
 }
 
 constexpr unsigned kMaxGrid = 65535u * 16u;
@@ -294,12 +296,13 @@ void add_rms_norm(float* residual, const float* delta, const void* w, Elem we, i
                    reinterpret_cast<uintptr_t>(delta) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
   uint8_t* no_q = nullptr;
   float* no_sq = nullptr;
+  bf16* no_parts = nullptr;
   if (vec && D <= 4 * kNormThreads * 2)
     launch_pdl(add_rms_norm_vec_kernel<2, 0>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
-               D, eps, out, no_q, no_sq);
+               D, eps, out, no_q, no_sq, no_parts);
   else if (vec && D <= 4 * kNormThreads * 8)
     launch_pdl(add_rms_norm_vec_kernel<8, 0>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
-               D, eps, out, no_q, no_sq);
+               D, eps, out, no_q, no_sq, no_parts);
   else
     launch_pdl(add_rms_norm_kernel, static_cast<unsigned>(T), row_threads(D), 0, s, residual, delta, w, we, D, eps,
                out);
@@ -313,12 +316,13 @@ bool add_rms_norm_quantized(float* residual, const float* delta, const void* w, 
                    reinterpret_cast<uintptr_t>(q) % 4 == 0;
   if (!vec || D > 4 * kNormThreads * 8) return false;
   if (T == 0) return true;
+  bf16* no_parts = nullptr;
   if (D <= 4 * kNormThreads * 2)
     launch_pdl(add_rms_norm_vec_kernel<2, 1>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
-               D, eps, out, q, sq);
+               D, eps, out, q, sq, no_parts);
   else
     launch_pdl(add_rms_norm_vec_kernel<8, 1>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
-               D, eps, out, q, sq);
+               D, eps, out, q, sq, no_parts);
   DI_CUDA_LAUNCHED();
   return true;
 }
@@ -332,12 +336,34 @@ bool add_rms_norm_bf16(float* residual, const float* delta, const void* w, Elem 
   if (T == 0) return true;
   auto* q = reinterpret_cast<uint8_t*>(xb);
   float* no_sq = nullptr;
+  bf16* no_parts = nullptr;
   if (D <= 4 * kNormThreads * 2)
     launch_pdl(add_rms_norm_vec_kernel<2, 2>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we, D,
-               eps, out, q, no_sq);
+               eps, out, q, no_sq, no_parts);
   else
     launch_pdl(add_rms_norm_vec_kernel<8, 2>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we, D,
-               eps, out, q, no_sq);
+               eps, out, q, no_sq, no_parts);
+  DI_CUDA_LAUNCHED();
+  return true;
+}
+
+bool add_rms_norm_parts(float* residual, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,
+                        int q_kind, void* q, float* sq, bf16* parts, int64_t T, cudaStream_t s) {
+  const bool vec = D % 4 == 0 && (q_kind != 1 || D % kFp8GroupK == 0) && D <= 4 * kNormThreads * 8 &&
+                   reinterpret_cast<uintptr_t>(residual) % 16 == 0 && reinterpret_cast<uintptr_t>(delta) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(out) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % 8 == 0 &&
+                   reinterpret_cast<uintptr_t>(parts) % 8 == 0 && parts != nullptr && q_kind >= 0 && q_kind <= 2;
+  if (!vec) return false;
+  if (T == 0) return true;
+  auto* qb = static_cast<uint8_t*>(q);
+  auto launch = [&](auto kernel) {
+    launch_pdl(kernel, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we, D, eps, out, qb, sq,
+               parts);
+  };
+  const bool narrow = D <= 4 * kNormThreads * 2;
+  if (q_kind == 0) narrow ? launch(add_rms_norm_vec_kernel<2, 0>) : launch(add_rms_norm_vec_kernel<8, 0>);
+  else if (q_kind == 1) narrow ? launch(add_rms_norm_vec_kernel<2, 1>) : launch(add_rms_norm_vec_kernel<8, 1>);
+  else narrow ? launch(add_rms_norm_vec_kernel<2, 2>) : launch(add_rms_norm_vec_kernel<8, 2>);
   DI_CUDA_LAUNCHED();
   return true;
 }

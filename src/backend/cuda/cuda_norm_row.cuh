@@ -57,7 +57,10 @@ __device__ float block_sum(float v) {
 //    warp reduction — with cuda_fp8_quant.cuh's recipe on the same bf16 values as
 //    quantize_fp8_rows_bf16: the same codes and scales (a maximum is exact in any order); every
 //    thread of the block calls it then (the shuffles);
-//  - kRows 2: q ← o rounded to bf16 ([D] bf16, to_bf16's rounding).
+//  - kRows 2: q ← o rounded to bf16 ([D] bf16, to_bf16's rounding);
+// and where `parts` is non-null, o as two bf16 parts [2·D]: parts[c] = RN(o_c), parts[D + c] =
+// RN(o_c − RN(o_c)) — the difference exact in fp32, the sum within 2^-17·|o_c| of o_c — the
+// fp32 router's operand on the bf16 tensor cores (CudaBackend::set_router_parts).
 template <int kVec>
 struct NormRow {
   float4 v[kVec];
@@ -121,7 +124,8 @@ __device__ __forceinline__ void norm_row_sum_in(NormRow<kVec>& r, const float* r
 
 template <int kVec, int kRows>
 __device__ __forceinline__ void norm_row_store(const NormRow<kVec>& r, const NormWeight<kVec>& nw, int64_t D,
-                                               float* res_out, float* out, uint8_t* q, float* sq, float* xs) {
+                                               float* res_out, float* out, uint8_t* q, float* sq, float* xs,
+                                               bf16* parts = nullptr) {
   const int n4 = static_cast<int>(D / 4);
   const float inv = r.inv;
 #pragma unroll
@@ -134,6 +138,20 @@ __device__ __forceinline__ void norm_row_store(const NormRow<kVec>& r, const Nor
     const float4 o = make_float4(w.x * (v.x * inv), w.y * (v.y * inv), w.z * (v.z * inv), w.w * (v.w * inv));
     if (out != nullptr) reinterpret_cast<float4*>(out)[j] = o;
     if (xs != nullptr) reinterpret_cast<float4*>(xs)[j] = o;
+    if (parts != nullptr) {
+      const __nv_bfloat162 h01 = __floats2bfloat162_rn(o.x, o.y), h23 = __floats2bfloat162_rn(o.z, o.w);
+      const __nv_bfloat162 m01 =
+          __floats2bfloat162_rn(__fsub_rn(o.x, __low2float(h01)), __fsub_rn(o.y, __high2float(h01)));
+      const __nv_bfloat162 m23 =
+          __floats2bfloat162_rn(__fsub_rn(o.z, __low2float(h23)), __fsub_rn(o.w, __high2float(h23)));
+      uint2 hi, mid;
+      hi.x = *reinterpret_cast<const uint32_t*>(&h01);
+      hi.y = *reinterpret_cast<const uint32_t*>(&h23);
+      mid.x = *reinterpret_cast<const uint32_t*>(&m01);
+      mid.y = *reinterpret_cast<const uint32_t*>(&m23);
+      reinterpret_cast<uint2*>(parts)[j] = hi;
+      reinterpret_cast<uint2*>(parts + D)[j] = mid;
+    }
     if constexpr (kRows == 2) {
       if (q != nullptr) {
         const __nv_bfloat162 lo = __floats2bfloat162_rn(o.x, o.y), hi = __floats2bfloat162_rn(o.z, o.w);
