@@ -235,6 +235,19 @@ class CudaMlaPrefill : public ::testing::Test {
   }
 
   void chunk_invariance(bool wgmma);  // DeterministicAndChunkInvariant on one kernel
+#ifdef DEEPINFER_HAVE_CUDA
+  // The CUDA backend for a test of the wgmma kernel at V2-Lite's dims over `seqs` (built); null
+  // (the test to skip) where the GPU has no such kernel.
+  // The caller's tests take pages of 16 tokens (pg).
+  CudaBackend* v2_lite_wgmma(const std::vector<Seq>& seqs, Paged* pg) {
+    auto* cuda_backend = dynamic_cast<CudaBackend*>(gpu_.get());
+    EXPECT_NE(cuda_backend, nullptr);
+    if (cuda_backend == nullptr || !cuda::mla_prefill_wgmma_ok(128, 64, 128, 512)) return nullptr;
+    build({16, 128, 64, 128, 512}, seqs);
+    *pg = layout(16);
+    return cuda_backend;
+  }
+#endif
 
   std::unique_ptr<Backend> gpu_;
   ReferenceBackend ref_;
@@ -418,12 +431,10 @@ TEST_F(CudaMlaPrefill, KvbOnW8a8MatchesReference) {
 // knob off, out_rows stays unfilled and `out` is written as before.
 TEST_F(CudaMlaPrefill, OprojRowsEqualTheConsumersOwn) {
 #ifdef DEEPINFER_HAVE_CUDA
-  auto* cuda_backend = dynamic_cast<CudaBackend*>(gpu_.get());
-  ASSERT_NE(cuda_backend, nullptr);
-  if (!cuda::mla_prefill_wgmma_ok(128, 64, 128, 512)) GTEST_SKIP() << "the wgmma kernel needs an sm_90 GPU";
-  const Shape shape{16, 128, 64, 128, 512};
-  build(shape, kDeepSeekSeqs);
-  const Paged pg = layout(16);
+  Paged pg;
+  CudaBackend* cuda_backend = v2_lite_wgmma(kDeepSeekSeqs, &pg);
+  if (cuda_backend == nullptr) GTEST_SKIP() << "the wgmma kernel needs an sm_90 GPU";
+  const Shape shape = shape_;
   const int64_t D = shape.H * shape.dv;
   // The kernel's fp32 output and what the consumers make of it.
   const Tensor plain = run(pg);
@@ -491,12 +502,10 @@ TEST_F(CudaMlaPrefill, OprojRowsEqualTheConsumersOwn) {
 // With the knob off the write rotates q and sets no table.
 TEST_F(CudaMlaPrefill, QRopeInTheKernelEqualsRotatedQ) {
 #ifdef DEEPINFER_HAVE_CUDA
-  auto* cuda_backend = dynamic_cast<CudaBackend*>(gpu_.get());
-  ASSERT_NE(cuda_backend, nullptr);
-  if (!cuda::mla_prefill_wgmma_ok(128, 64, 128, 512)) GTEST_SKIP() << "the wgmma kernel needs an sm_90 GPU";
-  const Shape shape{16, 128, 64, 128, 512};
-  build(shape, kDeepSeekSeqs);
-  const Paged pg = layout(16);
+  Paged pg;
+  CudaBackend* cuda_backend = v2_lite_wgmma(kDeepSeekSeqs, &pg);
+  if (cuda_backend == nullptr) GTEST_SKIP() << "the wgmma kernel needs an sm_90 GPU";
+  const Shape shape = shape_;
   const int64_t n = T(), w = width(), bs = 16, n_blocks = (n + bs - 1) / bs;
   RopeParams rp;
   for (int64_t i = 0; i < shape.dr / 2; ++i)

@@ -47,6 +47,23 @@ std::unique_ptr<Generator> open(const std::string& dir, const std::string& devic
   return std::move(*g);
 }
 
+// Greedy requests with prompts of `lens` tokens (ids from a fixed pattern under `vocab`), each
+// generating max_tokens with its prompt and step logits returned.
+std::vector<GenerateRequest> greedy_requests(const std::vector<int64_t>& lens, int64_t vocab, int64_t max_tokens) {
+  std::vector<GenerateRequest> all;
+  for (int64_t len : lens) {
+    GenerateRequest r;
+    for (int64_t i = 0; i < len; ++i) r.prompt_ids.push_back(static_cast<int32_t>(2 + (i * 31 + len) % (vocab - 2)));
+    r.max_tokens = max_tokens;
+    r.sampler.temperature = 0;
+    r.ignore_eos = true;
+    r.return_prompt_logits = true;
+    r.return_step_logits = true;
+    all.push_back(r);
+  }
+  return all;
+}
+
 // one_by_one: each request generated alone (decode steps of one sequence, one token: the CUDA
 // backend's fused attention sublayer where the dims take it), not all four in one batch.
 void check(const std::string& name, nlohmann::json config, DType dtype, double bound = 2e-2,
@@ -57,17 +74,7 @@ void check(const std::string& name, nlohmann::json config, DType dtype, double b
   auto cpu = open(dir, "cpu");
   auto gpu = open(dir, "cuda");
   const int64_t vocab = cpu->model().config().vocab_size;
-  std::vector<GenerateRequest> all;
-  for (int64_t len : prompt_lens) {
-    GenerateRequest r;
-    for (int64_t i = 0; i < len; ++i) r.prompt_ids.push_back(static_cast<int32_t>(2 + (i * 31 + len) % (vocab - 2)));
-    r.max_tokens = 12;
-    r.sampler.temperature = 0;
-    r.ignore_eos = true;
-    r.return_prompt_logits = true;
-    r.return_step_logits = true;
-    all.push_back(r);
-  }
+  const std::vector<GenerateRequest> all = greedy_requests(prompt_lens, vocab, 12);
   std::vector<std::vector<GenerateRequest>> groups;
   if (one_by_one)
     for (const GenerateRequest& r : all) groups.push_back({r});
@@ -144,15 +151,20 @@ TEST(CudaModelParity, V2LiteAttentionOneSequence) {
   c["moe_intermediate_size"] = 64;
   check("v2_lite_attn", c, DType::kF32, 2e-2, {1, 23, 300}, true);
 }
-TEST(CudaModelParity, V3Fp8) {
-  const nlohmann::json c = testing::tiny_fp8_config();
+// The bound for the FP8 model `c` (the header): 8e-2 where its dims take the MoE's W8A8 form on
+// this GPU, else the bf16 bound.
+double fp8_bound(const nlohmann::json& c) {
 #ifdef DEEPINFER_HAVE_CUDA
   const bool w8a8 = cuda::moe_w8a8_ok(c["hidden_size"].get<int64_t>(), c["moe_intermediate_size"].get<int64_t>(), true,
                                       c["quantization_config"]["weight_block_size"][1].get<int64_t>());
 #else
   const bool w8a8 = false;
 #endif
-  check("v3_fp8", c, DType::kF8E4M3, w8a8 ? 8e-2 : 2e-2);
+  return w8a8 ? 8e-2 : 2e-2;
+}
+TEST(CudaModelParity, V3Fp8) {
+  const nlohmann::json c = testing::tiny_fp8_config();
+  check("v3_fp8", c, DType::kF8E4M3, fp8_bound(c));
 }
 // FP8 at V2-Lite's attention dims with kv_b's prefill decompression on the W8A8 form
 // (DEEPINFER_CUDA_KVB_W8A8=1, read where the backend is made; off by default until measured):
@@ -198,13 +210,7 @@ TEST(CudaModelParity, V3MoeRouterParts) {
   }
   check("v3_moe_router_parts", testing::tiny_v3_config(), DType::kBF16);
   const nlohmann::json c = testing::tiny_fp8_config();
-#ifdef DEEPINFER_HAVE_CUDA
-  const bool w8a8 = cuda::moe_w8a8_ok(c["hidden_size"].get<int64_t>(), c["moe_intermediate_size"].get<int64_t>(), true,
-                                      c["quantization_config"]["weight_block_size"][1].get<int64_t>());
-#else
-  const bool w8a8 = false;
-#endif
-  check("v3_fp8_router_parts", c, DType::kF8E4M3, w8a8 ? 8e-2 : 2e-2);
+  check("v3_fp8_router_parts", c, DType::kF8E4M3, fp8_bound(c));
 }
 
 // q_pe's rotation in the prefill attention kernel (DEEPINFER_CUDA_MLA_Q_ROPE=1, read where the
@@ -221,18 +227,7 @@ TEST(CudaModelParity, V2LiteQRopeInAttentionSameBits) {
     const std::string dir =
         fmt::format("{}/cuda_q_rope_{}_{}", ::testing::TempDir(), dtype == DType::kF32 ? "bf16" : "fp8", ::getpid());
     ASSERT_TRUE(write_random_deepseek_checkpoint(dir, c, 4321, dtype, false).is_ok());
-    const int64_t vocab = c["vocab_size"].get<int64_t>();
-    std::vector<GenerateRequest> reqs;
-    for (int64_t len : {5, 23, 300}) {
-      GenerateRequest r;
-      for (int64_t i = 0; i < len; ++i) r.prompt_ids.push_back(static_cast<int32_t>(2 + (i * 31 + len) % (vocab - 2)));
-      r.max_tokens = 6;
-      r.sampler.temperature = 0;
-      r.ignore_eos = true;
-      r.return_prompt_logits = true;
-      r.return_step_logits = true;
-      reqs.push_back(r);
-    }
+    const std::vector<GenerateRequest> reqs = greedy_requests({5, 23, 300}, c["vocab_size"].get<int64_t>(), 6);
     std::vector<GenerateResult> out[2];
     for (int knob = 0; knob < 2; ++knob) {
       ::setenv("DEEPINFER_CUDA_MLA_Q_ROPE", knob ? "1" : "0", 1);
