@@ -158,6 +158,7 @@ double fp8_bound(const nlohmann::json& c) {
   const bool w8a8 = cuda::moe_w8a8_ok(c["hidden_size"].get<int64_t>(), c["moe_intermediate_size"].get<int64_t>(), true,
                                       c["quantization_config"]["weight_block_size"][1].get<int64_t>());
 #else
+  (void)c;
   const bool w8a8 = false;
 #endif
   return w8a8 ? 8e-2 : 2e-2;

@@ -210,8 +210,8 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 // accumulator lays them out); warp 8 loads (load_kv_tiles), the rest of warpgroup 2 exits after
 // giving its registers back.
 // A math warpgroup: its Q rows → bf16 in shared memory (q_pe rotated first where p.q_rope gives
-// the rows' tables; rows ≥ q_len zero; written in the
-// 128-byte swizzle TMA would use, then fenced for the async proxy), then every key tile j of the
+// the rows' tables; rows ≥ q_len zero; written in the 128-byte swizzle TMA would use, then fenced
+// for the async proxy), then every key tile j of the
 // block (the tiles up to its last row's causal limit; both warpgroups take all of them, so their
 // turns pair up — a tile past all of a warpgroup's rows adds exact zeros): S_0 and its softmax;
 // then per j ≥ 1, in its turn (named barrier kTurn + wg, handed to the other warpgroup after):
