@@ -36,8 +36,9 @@ run suites_knobs 150 env DEEPINFER_TEST_DEVICE=cuda $Q $V $R DEEPINFER_CUDA_ROUT
   --gtest_filter='Fixtures/GoldenFixtureCuda.*:CudaModelParity.*:CudaBatchInvariance.*:LLMEngine.*'
 grep -hE "FAILED|Failure" $OUT/suites_knobs.log | head -10
 save
-# The FP8 4K prefill's device timeline (s37-1's CUPTI trace): today's defaults, then both knobs
-# on — the latent write's and the attention kernel's own durations, and what is left to rank.
+# The FP8 4K prefill's device timeline (s37-1's CUPTI trace): today's defaults, then every knob
+# on — the latent write's, the attention kernel's and the router's own durations, and what is
+# left to rank.
 BIN=build-device/src/tools/deepinfer LIB=$PWD/build-device/src/tools/libdeepinfer_kernel_trace.so
 for setting in base all; do
   envs=""; [ $setting = all ] && envs="$Q $V $R"
