@@ -243,8 +243,8 @@ class Backend {
                                  MlaParams* reader);
 
   // Multi-head latent attention over the paged latent cache.
-  // q [T, H, dn + dr] F32 (RoPE applied, or rotated by p.q_rope as it is read); cache [n_blocks, block_size, r + dr] F32 holding
-  // [c_kv (post-norm) | k_pe (post-RoPE)]; out [T, H, dv] F32.
+  // q [T, H, dn + dr] F32 (RoPE applied, or rotated by p.q_rope as it is read); cache [n_blocks,
+  // block_size, r + dr] F32 holding [c_kv (post-norm) | k_pe (post-RoPE)]; out [T, H, dv] F32.
   virtual void mla_attention(const MlaParams& p, MlaForm form, const Tensor& q, const Tensor& cache,
                              const AttentionBatch& batch, Tensor& out) = 0;
 

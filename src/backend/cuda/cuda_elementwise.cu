@@ -147,10 +147,10 @@ __global__ void mla_kv_write_kernel(float* kv, int64_t width, int64_t r, const v
   const int64_t ia = pair_a(a, threadIdx.x), ib = pair_b(a, threadIdx.x);
   float p0 = 0, p1 = 0;
   if (pe) p0 = x[r + ia], p1 = x[r + ib];
-  if (q.q != nullptr)  // the queries' pairs, independent of the norm
+  if (q.q != nullptr) {  // the queries' pairs, independent of the norm
     for (int64_t k = threadIdx.x; k < q.heads * a.half; k += blockDim.x)
       rope_pair(a, cs, q.q + (t * q.heads + k / a.half) * q.stride + q.offset, k % a.half);
-  else if (q.table != nullptr && pe) {  // the table, for the queries' reader
+  } else if (q.table != nullptr && pe) {  // the table, for the queries' reader
     float* row = q.table + t * 2 * a.half;
     row[threadIdx.x] = cs[threadIdx.x];
     row[a.half + threadIdx.x] = cs[kRopeMaxHalf + threadIdx.x];
