@@ -1185,10 +1185,14 @@ void CudaBackend::mla_rope_kv_write(Tensor& q, int64_t q_offset, Tensor& kv, con
 
 bool CudaBackend::q_rope_in_prefill(const MlaParams& p, const Tensor& q, int64_t q_offset,
                                     const RopeParams& rope) const {
+  const int64_t dn = p.qk_nope_head_dim, dr = p.qk_rope_head_dim;
+  return s_->mla_q_rope && rope.interleave && rope.dim() == dr && q_offset == dn && q.size(1) == p.n_heads &&
+         q.size(2) == dn + dr && prefill_on_wgmma(p);
+}
+
+bool CudaBackend::prefill_on_wgmma(const MlaParams& p) const {
   const int64_t dn = p.qk_nope_head_dim, dr = p.qk_rope_head_dim, dv = p.v_head_dim, r = p.kv_lora_rank;
-  return s_->mla_q_rope && s_->mla_wgmma && rope.interleave && rope.dim() == dr && q_offset == dn &&
-         q.size(1) == p.n_heads && q.size(2) == dn + dr && cuda::mla_prefill_supported(dn, dr, dv, r) &&
-         cuda::mla_prefill_wgmma_ok(dn, dr, dv, r);
+  return s_->mla_wgmma && cuda::mla_prefill_supported(dn, dr, dv, r) && cuda::mla_prefill_wgmma_ok(dn, dr, dv, r);
 }
 
 void CudaBackend::latent_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions,
@@ -1461,8 +1465,7 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
   cudaStream_t st = s_->stream;
   // q's rotation left by mla_rope_kv_write (p.q_rope, interleaved pairs): the wgmma prefill kernel
   // applies it as it reads q; every other path reads a copy of q rotated by the same table.
-  const bool rope_in_kernel = p.q_rope.defined() && form == MlaForm::kNaive && s_->mla_wgmma &&
-                              cuda::mla_prefill_supported(dn, dr, dv, r) && cuda::mla_prefill_wgmma_ok(dn, dr, dv, r);
+  const bool rope_in_kernel = p.q_rope.defined() && form == MlaForm::kNaive && prefill_on_wgmma(p);
   Tensor q_rotated;  // [T, H, dn + dr]
   if (p.q_rope.defined()) {
     DI_CHECK_EQ(p.q_rope.size(0), T);
@@ -1546,8 +1549,8 @@ void CudaBackend::mla_attention(const MlaParams& p, MlaForm form, const Tensor& 
     // that kernel, one 1×128 group per head (dv = 128), the rows' form what quantized_rows made.
     QuantizedRows* oq = p.out_rows;
     const bool oq_in_kernel =
-        oq != nullptr && oq->defined() && s_->mla_oproj_rows && !invariant && s_->mla_wgmma &&
-        cuda::mla_prefill_wgmma_ok(dn, dr, dv, r) && oq->codes.size(0) == T && oq->codes.size(1) == H * dv &&
+        oq != nullptr && oq->defined() && s_->mla_oproj_rows && !invariant && prefill_on_wgmma(p) &&
+        oq->codes.size(0) == T && oq->codes.size(1) == H * dv &&
         (oq->codes.dtype() == DType::kBF16 ||
          (oq->codes.dtype() == DType::kU8 && dv == cuda::kFp8GroupK && oq->scales.size(1) == H));
     const int64_t key_bytes = 2 * (kv_cols + width) + (invariant ? 4 * kv_cols + 2 * r : 0);

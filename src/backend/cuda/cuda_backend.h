@@ -420,6 +420,9 @@ class CudaBackend : public Backend {
   // Whether mla_rope_kv_write leaves q's rotation to the naive mla_attention of p (set_mla_q_rope,
   // the wgmma prefill kernel takes p's dims, interleaved pairs, q [T, H, dn + dr] rotated at dn).
   bool q_rope_in_prefill(const MlaParams& p, const Tensor& q, int64_t q_offset, const RopeParams& rope) const;
+  // Whether the naive mla_attention of p runs the wgmma prefill kernel (set_mla_prefill_wgmma, the
+  // dims mla_prefill takes and its wgmma form too, an sm_90 GPU).
+  bool prefill_on_wgmma(const MlaParams& p) const;
   void latent_write(Tensor& kv, const Tensor& norm, float eps, const Tensor& positions, const RopeParams& rope,
                     const Tensor& slots, Tensor& cache, const cuda::MlaQRope& q);
   // Op timing: brackets one op with events when timing is on (no-op otherwise).

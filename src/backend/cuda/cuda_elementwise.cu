@@ -289,70 +289,18 @@ void rms_norm(const float* x, int64_t x_stride, const void* w, Elem we, int64_t 
   DI_CUDA_LAUNCHED();
 }
 
-void add_rms_norm(float* residual, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,
-                  int64_t T, cudaStream_t s) {
-  if (T == 0) return;
-  const bool vec = D % 4 == 0 && reinterpret_cast<uintptr_t>(residual) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(delta) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  uint8_t* no_q = nullptr;
-  float* no_sq = nullptr;
-  bf16* no_parts = nullptr;
-  if (vec && D <= 4 * kNormThreads * 2)
-    launch_pdl(add_rms_norm_vec_kernel<2, 0>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
-               D, eps, out, no_q, no_sq, no_parts);
-  else if (vec && D <= 4 * kNormThreads * 8)
-    launch_pdl(add_rms_norm_vec_kernel<8, 0>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
-               D, eps, out, no_q, no_sq, no_parts);
-  else
-    launch_pdl(add_rms_norm_kernel, static_cast<unsigned>(T), row_threads(D), 0, s, residual, delta, w, we, D, eps,
-               out);
-  DI_CUDA_LAUNCHED();
-}
-
-bool add_rms_norm_quantized(float* residual, const float* delta, const void* w, Elem we, int64_t D, float eps,
-                            float* out, uint8_t* q, float* sq, int64_t T, cudaStream_t s) {
-  const bool vec = D % kFp8GroupK == 0 && reinterpret_cast<uintptr_t>(residual) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(delta) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(q) % 4 == 0;
-  if (!vec || D > 4 * kNormThreads * 8) return false;
-  if (T == 0) return true;
-  bf16* no_parts = nullptr;
-  if (D <= 4 * kNormThreads * 2)
-    launch_pdl(add_rms_norm_vec_kernel<2, 1>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
-               D, eps, out, q, sq, no_parts);
-  else
-    launch_pdl(add_rms_norm_vec_kernel<8, 1>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we,
-               D, eps, out, q, sq, no_parts);
-  DI_CUDA_LAUNCHED();
-  return true;
-}
-
-bool add_rms_norm_bf16(float* residual, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,
-                       bf16* xb, int64_t T, cudaStream_t s) {
-  const bool vec = D % 4 == 0 && reinterpret_cast<uintptr_t>(residual) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(delta) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(xb) % 8 == 0;
-  if (!vec || D > 4 * kNormThreads * 8) return false;
-  if (T == 0) return true;
-  auto* q = reinterpret_cast<uint8_t*>(xb);
-  float* no_sq = nullptr;
-  bf16* no_parts = nullptr;
-  if (D <= 4 * kNormThreads * 2)
-    launch_pdl(add_rms_norm_vec_kernel<2, 2>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we, D,
-               eps, out, q, no_sq, no_parts);
-  else
-    launch_pdl(add_rms_norm_vec_kernel<8, 2>, static_cast<unsigned>(T), kNormThreads, 0, s, residual, delta, w, we, D,
-               eps, out, q, no_sq, no_parts);
-  DI_CUDA_LAUNCHED();
-  return true;
-}
-
-bool add_rms_norm_parts(float* residual, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,
-                        int q_kind, void* q, float* sq, bf16* parts, int64_t T, cudaStream_t s) {
+// add_rms_norm_vec_kernel for x's rows of form q_kind (0 none, 1 e4m3 codes q with scales sq, 2
+// bf16 rows q) and, where parts is non-null, its two-part rows: the one launcher behind
+// add_rms_norm, add_rms_norm_quantized, add_rms_norm_bf16 and add_rms_norm_parts. False
+// (nothing launched) unless the kernel takes the shapes: D % 4 == 0 (% 128 for codes), D ≤
+// 4·kNormThreads·8, residual / delta / out 16-byte aligned, codes 4-byte, bf16 rows and parts
+// 8-byte.
+static bool add_rms_norm_vec(float* residual, const float* delta, const void* w, Elem we, int64_t D, float eps,
+                             float* out, int q_kind, void* q, float* sq, bf16* parts, int64_t T, cudaStream_t s) {
+  auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
   const bool vec = D % 4 == 0 && (q_kind != 1 || D % kFp8GroupK == 0) && D <= 4 * kNormThreads * 8 &&
-                   reinterpret_cast<uintptr_t>(residual) % 16 == 0 && reinterpret_cast<uintptr_t>(delta) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(out) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % 8 == 0 &&
-                   reinterpret_cast<uintptr_t>(parts) % 8 == 0 && parts != nullptr && q_kind >= 0 && q_kind <= 2;
+                   aligned(residual, 16) && aligned(delta, 16) && aligned(out, 16) &&
+                   aligned(q, q_kind == 1 ? 4 : 8) && aligned(parts, 8);
   if (!vec) return false;
   if (T == 0) return true;
   auto* qb = static_cast<uint8_t*>(q);
@@ -366,6 +314,30 @@ bool add_rms_norm_parts(float* residual, const float* delta, const void* w, Elem
   else narrow ? launch(add_rms_norm_vec_kernel<2, 2>) : launch(add_rms_norm_vec_kernel<8, 2>);
   DI_CUDA_LAUNCHED();
   return true;
+}
+
+void add_rms_norm(float* residual, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,
+                  int64_t T, cudaStream_t s) {
+  if (T == 0) return;
+  if (add_rms_norm_vec(residual, delta, w, we, D, eps, out, 0, nullptr, nullptr, nullptr, T, s)) return;
+  launch_pdl(add_rms_norm_kernel, static_cast<unsigned>(T), row_threads(D), 0, s, residual, delta, w, we, D, eps, out);
+  DI_CUDA_LAUNCHED();
+}
+
+bool add_rms_norm_quantized(float* residual, const float* delta, const void* w, Elem we, int64_t D, float eps,
+                            float* out, uint8_t* q, float* sq, int64_t T, cudaStream_t s) {
+  return add_rms_norm_vec(residual, delta, w, we, D, eps, out, 1, q, sq, nullptr, T, s);
+}
+
+bool add_rms_norm_bf16(float* residual, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,
+                       bf16* xb, int64_t T, cudaStream_t s) {
+  return add_rms_norm_vec(residual, delta, w, we, D, eps, out, 2, xb, nullptr, nullptr, T, s);
+}
+
+bool add_rms_norm_parts(float* residual, const float* delta, const void* w, Elem we, int64_t D, float eps, float* out,
+                        int q_kind, void* q, float* sq, bf16* parts, int64_t T, cudaStream_t s) {
+  return parts != nullptr && q_kind >= 0 && q_kind <= 2 &&
+         add_rms_norm_vec(residual, delta, w, we, D, eps, out, q_kind, q, sq, parts, T, s);
 }
 
 void to_bf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, bf16* out, cudaStream_t s) {
